@@ -1,0 +1,180 @@
+"""Operator configuration: typed sections loaded from ``CAPMAAS_*`` environment variables and secret files.
+
+Why pydantic-settings: one declared schema gives defaults, types, units (in each field's docstring) and
+the loading rules: env prefix ``CAPMAAS_``; nested delimiter ``__``, so ``CAPMAAS_POLLING__FAST_INTERVAL=0.5``
+reaches ``polling.fast_interval``; ``secrets_dir``, so the default MAAS key can be mounted from a Secret as a
+file named ``maas__api_key``. The object is built once in the CLI path (``capmaas run``) and passed down;
+nothing here runs at import time and there is no module-level instance.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    NestedSecretsSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+
+class KubeSection(BaseModel):
+    """Which Kubernetes objects this operator instance serves."""
+
+    namespace: str | None = None
+    """Namespace to watch; ``None`` watches every namespace (cluster-wide RBAC needed)."""
+
+    watch_filter: str | None = None
+    """Only reconcile MaasClusters/MaasMachines carrying this label, as ``key=value`` (``key``: any value).
+    Lets several instances share one management cluster (CAPI's ``--watch-filter``)."""
+
+    resync_interval: float = 300.0
+    """Seconds; a reconcile runs at least this often per object even when nothing wakes it (a safety net)."""
+
+    secret_cache_ttl: float = 30.0
+    """Seconds a read Secret (MAAS identity, workload kubeconfig) is reused before it is read again;
+    bounds how long a rotated key takes to be picked up."""
+
+
+class MaasSection(BaseModel):
+    """Default MAAS credentials, used by MaasClusters without ``spec.identityRef``, and client behaviour."""
+
+    endpoint: str | None = None
+    """MAAS region URL, e.g. ``http://maas:5240/MAAS``; ``None``: every MaasCluster needs an identityRef."""
+
+    api_key: SecretStr | None = None
+    """``consumer:token:secret`` API key; prefer mounting it as the secret file ``maas__api_key``."""
+
+    ca_file: str | None = None
+    """Path of a PEM CA bundle used to verify the MAAS TLS certificate (``None``: system trust store)."""
+
+    insecure_skip_tls_verify: bool = False
+    """Disable TLS verification for MAAS (logged as a warning at start). Never the default."""
+
+    request_timeout: float = 30.0
+    """Seconds per MAAS HTTP request."""
+
+    max_retries: int = 3
+    """Client-side retries of one MAAS request (transport errors, 503) before the reconcile sees it."""
+
+
+class PollingSection(BaseModel):
+    """The shared per-endpoint poller: one list call per interval covers every machine in flight."""
+
+    fast_interval: float = 1.0
+    """Seconds between polls while any watched machine is changing state (deploying, releasing, ...)."""
+
+    idle_interval: float = 30.0
+    """Seconds between polls when every watched machine is steady (deployed, or nothing in flight)."""
+
+    batch_size: int = 200
+    """System IDs per list call; bounds the URL length for very large fleets."""
+
+
+class MachineSection(BaseModel):
+    """Bare-metal MaasMachine behaviour."""
+
+    deploy_timeout: float = 3600.0
+    """Seconds from the deploy request to MAAS reporting Deployed before the machine is replaced."""
+
+    max_deploy_attempts: int = 3
+    """Machines tried per MaasMachine (failed deployment, Broken, timeout) before a terminal condition."""
+
+    retry_base_delay: float = 5.0
+    """Seconds; first retry delay after a transient failure (doubles per consecutive failure)."""
+
+    retry_max_delay: float = 300.0
+    """Seconds; cap of the retry delay."""
+
+    power_on_retry: float = 60.0
+    """Seconds between power-on requests for a Deployed machine that stays off."""
+
+    node_retry: float = 30.0
+    """Seconds between looks for the workload Node whose providerID is still to be set."""
+
+
+class ServerSection(BaseModel):
+    """HTTP endpoints the operator exposes."""
+
+    bind_address: str = "0.0.0.0"  # in a pod the kubelet probes from outside loopback
+    """Address for the liveness and metrics listeners."""
+
+    health_port: int = 8080
+    """TCP port of the liveness endpoint ``/healthz`` (0 disables it)."""
+
+    metrics_port: int = 9090
+    """TCP port of the Prometheus metrics endpoint (0 disables it)."""
+
+
+class LoggingSection(BaseModel):
+    """Log output."""
+
+    format: Literal["json", "text"] = "json"
+    """``json`` (one object per line, for log shippers) or ``text`` (for people)."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """Minimum level written to stderr."""
+
+    events_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """Minimum level of Kubernetes Events posted on objects (kopf ``posting.level``)."""
+
+
+class PeeringSection(BaseModel):
+    """kopf peering: one active replica, others on hot standby."""
+
+    standalone: bool = True
+    """Run without peering (the default: one replica with ``strategy: Recreate``)."""
+
+    name: str | None = None
+    """KopfPeering/ClusterKopfPeering object name used when ``standalone`` is false."""
+
+    priority: int = 0
+    """This replica's peering priority; give standbys distinct values."""
+
+
+class OperatorConfig(BaseSettings):
+    """Everything ``capmaas run`` can be told. See each section for fields and units."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CAPMAAS_",
+        env_nested_delimiter="__",
+        secrets_dir=None,
+        secrets_nested_delimiter="__",
+        secrets_prefix="",
+        extra="ignore",
+    )
+
+    kube: KubeSection = Field(default_factory=KubeSection)
+    maas: MaasSection = Field(default_factory=MaasSection)
+    polling: PollingSection = Field(default_factory=PollingSection)
+    machine: MachineSection = Field(default_factory=MachineSection)
+    server: ServerSection = Field(default_factory=ServerSection)
+    logging: LoggingSection = Field(default_factory=LoggingSection)
+    peering: PeeringSection = Field(default_factory=PeeringSection)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Env wins over secret files; secret files are nested by ``__`` (``maas__api_key``) like env vars."""
+        return (init_settings, env_settings, NestedSecretsSettingsSource(file_secret_settings))
+
+
+def load_config(secrets_dir: str | None = None) -> OperatorConfig:
+    """Build the config from the environment (and ``secrets_dir`` files when that directory exists).
+
+    ``secrets_dir`` defaults to ``CAPMAAS_SECRETS_DIR``; a missing directory is ignored rather than an error
+    so the same image runs with and without a mounted Secret.
+    """
+    directory = secrets_dir or os.environ.get("CAPMAAS_SECRETS_DIR")
+    if directory and os.path.isdir(directory):
+        return OperatorConfig(_secrets_dir=directory)
+    return OperatorConfig()

@@ -1,0 +1,174 @@
+"""A throwaway PKI for one dev control plane: CA, apiserver serving cert, admin client cert, SA key pair.
+
+Everything is generated fresh per instance (EC P-256 keys: fast to make, accepted by every component), lives
+in the instance's work directory and is deleted with it. The admin cert has ``O=system:masters`` so RBAC lets it
+do anything, as envtest's does. The CA is valid for a day: long enough for any test run, short enough that a
+leaked kubeconfig from a crashed run is useless soon after.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
+    from cryptography.x509 import Certificate
+
+VALIDITY = dt.timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Pki:
+    """Paths of the PEM files written by :func:`make_pki`."""
+
+    ca_cert: Path
+    ca_key: Path
+    serving_cert: Path
+    serving_key: Path
+    admin_cert: Path
+    admin_key: Path
+    sa_public: Path
+    sa_private: Path
+
+
+def _key() -> EllipticCurvePrivateKey:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _write_key(path: Path, key: EllipticCurvePrivateKey) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+
+
+def _write_cert(path: Path, cert: Certificate) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def _cert(
+    subject_cn: str,
+    key: EllipticCurvePrivateKey,
+    issuer_key: EllipticCurvePrivateKey,
+    issuer: Certificate | None,
+    *,
+    org: str | None = None,
+    ca: bool = False,
+    server: bool = False,
+    client: bool = False,
+) -> Certificate:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, subject_cn)]
+    if org:
+        attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+    subject = x509.Name(attrs)
+    now = dt.datetime.now(dt.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer.subject if issuer else subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+    )
+    if ca:
+        builder = builder.add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+    else:
+        usages = []
+        if server:
+            usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
+        if client:
+            usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+    if server:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName(
+                [
+                    x509.DNSName("localhost"),
+                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    # The in-cluster names, so a kubeconfig pointing at "kubernetes.default" also verifies.
+                    x509.DNSName("kubernetes"),
+                    x509.DNSName("kubernetes.default"),
+                    x509.DNSName("kubernetes.default.svc"),
+                    x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+                ]
+            ),
+            critical=False,
+        )
+    if issuer is not None:
+        builder = builder.add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), critical=False
+        )
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def make_pki(directory: Path) -> Pki:
+    """Generate the PKI into ``directory`` (created 0700) and return the file paths."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    pki = Pki(
+        ca_cert=directory / "ca.crt",
+        ca_key=directory / "ca.key",
+        serving_cert=directory / "apiserver.crt",
+        serving_key=directory / "apiserver.key",
+        admin_cert=directory / "admin.crt",
+        admin_key=directory / "admin.key",
+        sa_public=directory / "sa.pub",
+        sa_private=directory / "sa.key",
+    )
+    ca_key = _key()
+    ca = _cert("capmaas-dev-ca", ca_key, ca_key, None, ca=True)
+    _write_cert(pki.ca_cert, ca)
+    _write_key(pki.ca_key, ca_key)
+
+    serving_key = _key()
+    _write_cert(pki.serving_cert, _cert("kube-apiserver", serving_key, ca_key, ca, server=True))
+    _write_key(pki.serving_key, serving_key)
+
+    admin_key = _key()
+    admin = _cert("capmaas-admin", admin_key, ca_key, ca, org="system:masters", client=True)
+    _write_cert(pki.admin_cert, admin)
+    _write_key(pki.admin_key, admin_key)
+
+    from cryptography.hazmat.primitives import serialization
+
+    sa_key = _key()
+    _write_key(pki.sa_private, sa_key)
+    pki.sa_public.write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return pki

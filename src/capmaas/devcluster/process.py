@@ -1,0 +1,165 @@
+"""Child-process plumbing for the dev control plane: free ports, process groups, teardown on any exit.
+
+Why each piece exists:
+- every component runs in its own session/process group, so stopping it also stops anything it forked, and a
+  Ctrl-C in the terminal is not delivered to it behind our back (we stop it in order instead);
+- in-process (test) instances get ``PR_SET_PDEATHSIG=SIGKILL``, so even a ``kill -9`` of pytest cannot leave
+  an apiserver running; detached (``capmaas dev-cluster up``) instances do not, by design;
+- an ``atexit`` hook and SIGTERM/SIGHUP handlers stop whatever is still registered when the interpreter leaves
+  normally, on an uncaught exception, or on a polite kill.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+
+_PR_SET_PDEATHSIG = 1
+_lock = threading.Lock()
+_handed_out: set[int] = set()
+_cleanups: dict[int, Callable[[], None]] = {}
+_hooks_installed = False
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on now and this process has not handed out before.
+
+    The bind-then-close dance leaves a small race with other processes; callers retry a start that fails with
+    "address already in use".
+    """
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        with _lock:
+            if port not in _handed_out:
+                _handed_out.add(port)
+                return port
+    raise RuntimeError("no free loopback port found")
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def spawn(args: Sequence[str], log: Path, *, detach: bool) -> subprocess.Popen[bytes]:
+    """Start ``args`` in a new session with stdout+stderr to ``log`` and stdin from /dev/null.
+
+    PDEATHSIG fires when the *thread* that forked exits, so it is set only for children of the main thread.
+    """
+    die_with_parent = not detach and threading.current_thread() is threading.main_thread()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            list(args),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if die_with_parent else None,  # noqa: PLW1509
+        )
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (an unreaped zombie has finished all the same)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return False
+    # The state letter follows the ")" that closes the command name.
+    return stat.rsplit(")", 1)[-1].split()[0] not in {"Z", "X"}
+
+
+def pid_cmdline(pid: int) -> list[str]:
+    """The command line of ``pid`` ([] when it is gone), used to refuse to kill a recycled pid."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def stop_group(pid: int, *, popen: subprocess.Popen[bytes] | None = None, grace: float = 10.0) -> None:
+    """SIGTERM the process group led by ``pid``, wait up to ``grace`` seconds, then SIGKILL it.
+
+    ``popen`` (when this process started it) is waited on so no zombie remains.
+    """
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if popen is not None:
+                popen.poll()  # reaps the leader, so it does not linger as a zombie
+            leader_done = popen.returncode is not None if popen is not None else not pid_alive(pid)
+            if leader_done and not _group_alive(pid):
+                return
+            time.sleep(0.05)
+    if popen is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(timeout=1)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    # killpg(…, 0) succeeds for zombies too; look for any live member.
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+                if int(fields[2]) == pgid and fields[0] not in {"Z", "X"}:
+                    return True
+    return False
+
+
+def register_cleanup(key: int, cleanup: Callable[[], None]) -> None:
+    """Run ``cleanup`` at interpreter exit or on SIGTERM/SIGHUP unless :func:`unregister_cleanup` ran first."""
+    global _hooks_installed
+    with _lock:
+        _cleanups[key] = cleanup
+        if _hooks_installed:
+            return
+        _hooks_installed = True
+    atexit.register(run_cleanups)
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) is signal.SIG_DFL:
+                signal.signal(sig, _on_signal)
+
+
+def unregister_cleanup(key: int) -> None:
+    with _lock:
+        _cleanups.pop(key, None)
+
+
+def run_cleanups() -> None:
+    """Run every registered cleanup once (newest first); errors are swallowed so the rest still run."""
+    while True:
+        with _lock:
+            if not _cleanups:
+                return
+            key = next(reversed(_cleanups))
+            cleanup = _cleanups.pop(key)
+        with contextlib.suppress(Exception):
+            cleanup()
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    """Stop the control planes, then die of the same signal as we would have without the handler."""
+    run_cleanups()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)

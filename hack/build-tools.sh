@@ -13,7 +13,7 @@ mkdir -p "$bin"
 K8S_VERSION=v1.36.3
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v3.21.4
-CAPI_VERSION=v1.13.7
+CAPI_VERSION=v1.13.6  # v1.13.7 is refused by the module proxy (403 "not available")
 
 k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} \
  -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36 \

@@ -1,12 +1,13 @@
 """A real local Kubernetes control plane: etcd + kube-apiserver (+ kube-controller-manager), no containers.
 
-This is what envtest does, in Python: fresh PKI, free loopback ports, wait for ``/readyz``, write a kubeconfig.
+This is what envtest does, in Python: fresh PKI, free loopback ports, wait for ``/readyz``, write a
+kubeconfig.
 It exists because capmaas proves its claims against a real apiserver and the project's machines have no Docker
 (so no kind). kube-controller-manager is started by default when it is built, because without it nothing
 garbage-collects owned objects and a deleted namespace stays ``Terminating`` forever.
 
-Use it as a context manager (tests) or detached (``capmaas dev-cluster up``; a state file lets ``down`` find the
-processes again)::
+Use it as a context manager (tests) or detached (``capmaas dev-cluster up``; a state file lets ``down`` find
+the processes again)::
 
     with ControlPlane.start() as cp:
         cp.kubectl("get", "namespaces")
@@ -99,8 +100,8 @@ class ControlPlane:
 
         ``workdir`` None means a fresh temporary directory, removed by :meth:`stop`; a given directory is
         created if needed and only the files this class wrote are removed from it. ``detach`` leaves the
-        processes running after this interpreter exits (for the CLI). Raises
-        :class:`~capmaas.devcluster.tools.MissingToolError` naming ``make controlplane`` if a binary is absent.
+        processes running after this interpreter exits (for the CLI). Raises :class:`MissingToolError`
+        naming ``make controlplane`` if a binary is absent.
         """
         binaries = {name: find_binary(name) for name in ("etcd", "kube-apiserver")}
         if controller_manager is None:
@@ -113,7 +114,9 @@ class ControlPlane:
         try:
             for attempt in range(1, max(1, attempts) + 1):
                 try:
-                    return cls._start_once(path, owns, {k: str(v) for k, v in binaries.items()}, detach, timeout)
+                    return cls._start_once(
+                        path, owns, {k: str(v) for k, v in binaries.items()}, detach, timeout
+                    )
                 except StartError as exc:
                     # Free ports are picked by bind-and-close; another process may grab one in between.
                     if _PORT_RACE not in str(exc).lower() or attempt >= attempts:
@@ -158,7 +161,9 @@ class ControlPlane:
                 logs,
             )
             cp._wait_http("etcd", f"{etcd_url}/health", None, deadline)
-            cp._spawn("kube-apiserver", binaries["kube-apiserver"], _apiserver_args(pki, etcd_url, api_port), logs)
+            cp._spawn(
+                "kube-apiserver", binaries["kube-apiserver"], _apiserver_args(pki, etcd_url, api_port), logs
+            )
             cp._wait_http("kube-apiserver", f"{server}/readyz", _client_context(pki), deadline)
             cp._write_kubeconfig(pki)
             if "kube-controller-manager" in binaries:
@@ -267,14 +272,22 @@ class ControlPlane:
         path = Path(workdir).resolve()
         data = json.loads((path / STATE_FILE).read_text())
         comps = [Component(c["name"], int(c["pid"]), Path(c["log"]), c["binary"]) for c in data["components"]]
-        return cls(path, owns_workdir=bool(data["owns_workdir"]), server=data["server"], components=comps, detached=True)
+        return cls(
+            path,
+            owns_workdir=bool(data["owns_workdir"]),
+            server=data["server"],
+            components=comps,
+            detached=True,
+        )
 
     # -- using it ------------------------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
         """``os.environ`` plus ``KUBECONFIG`` for subprocesses (helm, kubectl, the operator)."""
         return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
 
-    def kubectl(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return run_kubectl(self.kubeconfig, *args, check=check, input=input)
 
     def pids(self) -> list[int]:

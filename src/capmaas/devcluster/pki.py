@@ -1,9 +1,9 @@
 """A throwaway PKI for one dev control plane: CA, apiserver serving cert, admin client cert, SA key pair.
 
 Everything is generated fresh per instance (EC P-256 keys: fast to make, accepted by every component), lives
-in the instance's work directory and is deleted with it. The admin cert has ``O=system:masters`` so RBAC lets it
-do anything, as envtest's does. The CA is valid for a day: long enough for any test run, short enough that a
-leaked kubeconfig from a crashed run is useless soon after.
+in the instance's work directory and is deleted with it. The admin cert has ``O=system:masters`` so RBAC lets
+it do anything, as envtest's does. The CA is valid for a day: long enough for any test run, short enough
+that a leaked kubeconfig from a crashed run is useless soon after.
 """
 
 from __future__ import annotations

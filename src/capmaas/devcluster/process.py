@@ -28,7 +28,7 @@ _PR_SET_PDEATHSIG = 1
 _lock = threading.Lock()
 _handed_out: set[int] = set()
 _cleanups: dict[int, Callable[[], None]] = {}
-_hooks_installed = False
+_hooks: list[bool] = []  # non-empty once the atexit/signal hooks are installed
 
 
 def free_port() -> int:
@@ -127,13 +127,12 @@ def _group_alive(pgid: int) -> bool:
 
 
 def register_cleanup(key: int, cleanup: Callable[[], None]) -> None:
-    """Run ``cleanup`` at interpreter exit or on SIGTERM/SIGHUP unless :func:`unregister_cleanup` ran first."""
-    global _hooks_installed
+    """Run ``cleanup`` at interpreter exit or on SIGTERM/SIGHUP, unless unregistered first."""
     with _lock:
         _cleanups[key] = cleanup
-        if _hooks_installed:
+        if _hooks:
             return
-        _hooks_installed = True
+        _hooks.append(True)
     atexit.register(run_cleanups)
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGHUP):

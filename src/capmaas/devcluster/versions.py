@@ -1,8 +1,8 @@
 """The one place the versions of the Kubernetes tools capmaas builds and tests against are pinned.
 
-``hack/build-tools.sh`` reads these lines with ``sed`` (keep the ``NAME = "value"`` form, one per line), so the
-script that builds the binaries and the code that looks them up can never disagree. ``hack/k8s/go.mod`` and
-``hack/etcd/go.mod`` must require the same releases; the build script checks that too.
+``hack/build-tools.sh`` reads these lines with ``sed`` (keep the ``NAME = "value"`` form, one per line), so
+the script that builds the binaries and the code that looks them up can never disagree. ``hack/k8s/go.mod``
+and ``hack/etcd/go.mod`` must require the same releases; the build script checks that too.
 """
 
 from __future__ import annotations

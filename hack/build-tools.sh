@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Builds the real Kubernetes binaries capmaas tests against, from Go modules, into a cache outside git.
-# Each binary is built only when missing. Usage: hack/build-tools.sh [tool ...]
-#   tools: kube-apiserver kube-controller-manager etcd helm cluster-api clusterctl (default: the first four)
-# Cache: $CAPMAAS_CACHE (default ~/.cache/capmaas)/bin/<name>-<version>
+# Builds the real Kubernetes binaries capmaas tests against, from Go modules, into a cache outside git, and
+# downloads the Cluster API core CRDs. Each item is built/fetched only when missing.
+# Usage: hack/build-tools.sh [tool ...]
+#   tools: etcd kube-apiserver kube-controller-manager helm capi-crds cluster-api clusterctl
+#   (default: etcd kube-apiserver kube-controller-manager helm capi-crds)
+# Cache: $CAPMAAS_CACHE (default ~/.cache/capmaas)/bin/<name>-<version>, .../capi-crds-<version>/*.yaml
+# Versions: src/capmaas/devcluster/versions.py is the one source (the Python lookup reads the same file).
 set -euo pipefail
 export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0
 here=$(cd "$(dirname "$0")" && pwd)
@@ -10,13 +13,29 @@ cache=${CAPMAAS_CACHE:-$HOME/.cache/capmaas}
 bin=$cache/bin
 mkdir -p "$bin"
 
-K8S_VERSION=v1.36.3
-ETCD_VERSION=v3.6.16
-HELM_VERSION=v3.21.4
-CAPI_VERSION=v1.13.6  # v1.13.7 is refused by the module proxy (403 "not available")
+versions_py=$here/../src/capmaas/devcluster/versions.py
+version_of() { # NAME -> the value of `NAME = "..."` in versions.py
+  local v
+  v=$(sed -n "s/^$1 = \"\\(.*\\)\"\$/\\1/p" "$versions_py")
+  [ -n "$v" ] || { echo "build-tools: $1 not found in $versions_py" >&2; exit 2; }
+  echo "$v"
+}
+K8S_VERSION=$(version_of K8S_VERSION)
+ETCD_VERSION=$(version_of ETCD_VERSION)
+HELM_VERSION=$(version_of HELM_VERSION)
+CAPI_VERSION=$(version_of CAPI_VERSION)
+k8s_minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+
+# The wrapper modules pin the same releases in their go.mod; refuse to build a binary under the wrong name.
+require_in_gomod() { # dir module version
+  grep -Eq "^require $2 $3\$|^[[:space:]]$2 $3\$" "$here/$1/go.mod" || {
+    echo "build-tools: hack/$1/go.mod does not require $2 $3 (versions.py says $3); update one of them" >&2
+    exit 2
+  }
+}
 
 k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} \
- -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36 \
+ -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${k8s_minor} \
  -X k8s.io/component-base/version.gitTreeState=clean \
  -X k8s.io/client-go/pkg/version.gitVersion=${K8S_VERSION}"
 
@@ -41,17 +60,39 @@ install_mod() { # name version module-path@version ldflags
   echo "built $out in $((SECONDS - start))s"
 }
 
+capi_crds() { # the core CRDs of sigs.k8s.io/cluster-api, from the Go module cache (a download, no build)
+  local out="$cache/capi-crds-$CAPI_VERSION" tmp dir
+  if compgen -G "$out/*.yaml" >/dev/null; then echo "cached: $out"; return; fi
+  echo "downloading Cluster API $CAPI_VERSION CRDs ..."
+  tmp=$(mktemp -d)
+  dir=$(cd "$tmp" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/cluster-api@$CAPI_VERSION" \
+        | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')
+  if [ -z "$dir" ] || [ ! -d "$dir/config/crd/bases" ]; then
+    (cd "$tmp" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/cluster-api@$CAPI_VERSION") >&2 || true
+    echo "build-tools: could not download sigs.k8s.io/cluster-api@$CAPI_VERSION" >&2; rm -rf "$tmp"; exit 1
+  fi
+  mkdir -p "$tmp/crds"
+  cp "$dir"/config/crd/bases/*.yaml "$tmp/crds/"
+  chmod u+w "$tmp"/crds/*.yaml
+  rm -rf "$out"; mv "$tmp/crds" "$out"; rm -rf "$tmp"
+  echo "copied $(ls "$out" | wc -l) CRDs to $out"
+}
+
 tools=("$@")
-[ ${#tools[@]} -gt 0 ] || tools=(etcd kube-apiserver helm kube-controller-manager)
+[ ${#tools[@]} -gt 0 ] || tools=(etcd kube-apiserver kube-controller-manager helm capi-crds)
 for t in "${tools[@]}"; do
   case $t in
     kube-apiserver|kube-controller-manager)
+      require_in_gomod k8s k8s.io/kubernetes "$K8S_VERSION"
       build "$t" "$K8S_VERSION" "$here/k8s" "k8s.io/kubernetes/cmd/$t" "$k8s_ldflags" ;;
     etcd)
+      require_in_gomod etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
       build etcd "$ETCD_VERSION" "$here/etcd" go.etcd.io/etcd/server/v3 "-s -w" ;;
     helm)
       install_mod helm "$HELM_VERSION" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" \
         "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" ;;
+    capi-crds)
+      capi_crds ;;
     cluster-api)
       install_mod cluster-api "$CAPI_VERSION" "sigs.k8s.io/cluster-api@$CAPI_VERSION" "-s -w" ;;
     clusterctl)

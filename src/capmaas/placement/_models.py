@@ -79,10 +79,12 @@ class HostCandidate:
     storage_pools: tuple[StoragePool, ...] = ()
     cpu_over_commit_ratio: float = 1.0
     memory_over_commit_ratio: float = 1.0
+    _default_pool: StoragePool | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tags", _tags(self.tags))
         object.__setattr__(self, "storage_pools", tuple(self.storage_pools))
+        object.__setattr__(self, "_default_pool", self._find_default_pool())
         _non_negative(
             self,
             cores_total=self.cores_total,
@@ -111,6 +113,9 @@ class HostCandidate:
         """
         if name is not None:
             return next((p for p in self.storage_pools if p.name == name), None)
+        return self._default_pool
+
+    def _find_default_pool(self) -> StoragePool | None:
         default = next((p for p in self.storage_pools if p.default), None)
         if default is not None or not self.storage_pools:
             return default

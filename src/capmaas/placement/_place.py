@@ -63,7 +63,7 @@ def place_vm(
             reasons=result.rejected, message=_reasons.no_fit_message(result.rejected, len(candidates))
         )
     counts = _ranking.spread_counts(request, existing, held)
-    best = _ranking.rank_hosts(ctx, result.kept, counts, seed=seed)[0]
+    best = _ranking.best_host(ctx, result.kept, counts, seed=seed)
     host = best.host
     pool = host.storage_pool(request.storage_pool)
     assert pool is not None, "the storage-pool filter kept only hosts with the pool"

@@ -143,3 +143,48 @@ def rank_hosts(
     ]
     ranked.sort(key=lambda r: r.key)
     return ranked
+
+
+def best_host(
+    ctx: FilterContext,
+    hosts: Sequence[HostCandidate],
+    counts: SpreadCounts,
+    *,
+    seed: int = 0,
+) -> RankedHost:
+    """``rank_hosts(...)[0]`` without ranking everything: the same key, compared stage by stage.
+
+    The integer spread keys are cheap; the best-fit fraction and the hash are computed only for the hosts
+    still tied, which keeps a placement among 1,000 hosts in the low milliseconds.
+    """
+    req = ctx.request
+    control_plane = req.role is Role.CONTROL_PLANE
+
+    def spread(h: HostCandidate) -> tuple[int, int, int, int]:
+        return (
+            counts.host_control_plane.get(h.id, 0) if control_plane else 0,
+            counts.zone_role.get(h.zone, 0),
+            counts.zone_all.get(h.zone, 0),
+            counts.host_all.get(h.id, 0),
+        )
+
+    keyed = [(spread(h), h) for h in hosts]
+    least = min(k for k, _ in keyed)
+    fits = [(_leftover(ctx, h), h) for k, h in keyed if k == least]
+    tightest = min(f for f, _ in fits)
+    tied = [h for f, h in fits if f == tightest]
+    return min(
+        (
+            RankedHost(
+                host=h,
+                control_plane_on_host=least[0],
+                zone_role=least[1],
+                zone_all=least[2],
+                host_all=least[3],
+                leftover=tightest,
+                tiebreak=tiebreak(seed, req.cluster, req.machine, h.id),
+            )
+            for h in tied
+        ),
+        key=lambda r: r.key,
+    )

@@ -1,0 +1,90 @@
+"""Condition types and reasons written by capmaas, as named constants.
+
+Why constants: reconcilers, tests, dashboards and users' alerts all match on these strings, so each one
+is defined exactly once, and code never compares against a literal (or, worse, a message text).
+Conditions use the ``metav1.Condition`` shape (``capmaas.api.v1beta1.Condition``); CAPI mirrors our
+``Ready`` into the owning Machine's / Cluster's ``InfrastructureReady``.
+
+Naming: ``*_CONDITION`` is a condition ``type``; ``*_REASON`` is a ``reason`` (CamelCase, as the apiserver's
+condition reason pattern requires).
+"""
+
+from __future__ import annotations
+
+# --- condition types ------------------------------------------------------------------------------
+
+READY_CONDITION = "Ready"  # summary of the object; covers the whole lifecycle, deletion included
+PAUSED_CONDITION = "Paused"  # CAPI's pause contract: True while the Cluster or the object is paused
+INFRASTRUCTURE_READY_CONDITION = (
+    "InfrastructureReady"  # CAPI's name for our Ready on Machine/Cluster (read only)
+)
+MACHINE_PROVISIONED_CONDITION = "MachineProvisioned"  # MaasMachine: a MAAS machine is allocated and deployed
+MAAS_CONNECTED_CONDITION = "MaasConnected"  # MaasCluster: the MAAS API answers with the given credentials
+DNS_READY_CONDITION = "DNSReady"  # MaasCluster: the API server DNS record exists and lists the control plane
+FAILURE_DOMAINS_DISCOVERED_CONDITION = "FailureDomainsDiscovered"  # MaasCluster: zones read from MAAS / spec
+LXD_HOST_SELECTED_CONDITION = "LXDHostSelected"  # LXD MaasMachine: a VM host was chosen by placement
+LXD_RESOURCES_ALLOCATED_CONDITION = "LXDResourcesAllocated"  # LXD: cores/memory/disk reserved on that host
+LXD_VM_CREATED_CONDITION = "LXDVMCreated"  # LXD: MAAS composed the VM and it finished commissioning
+LXD_VM_DEPLOYED_CONDITION = "LXDVMDeployed"  # LXD: the composed VM is Deployed and powered on
+
+# --- reasons: success -----------------------------------------------------------------------------
+
+READY_REASON = "Ready"  # Ready=True: everything the object needs is in place
+PROVISIONED_REASON = "Provisioned"  # MachineProvisioned=True: deployed and powered on
+NOT_PAUSED_REASON = "NotPaused"  # Paused=False (the CAPI helper's reason)
+MACHINE_ALLOCATED_REASON = (
+    "MachineAllocated"  # a MAAS machine is held for this MaasMachine, not yet deploying
+)
+MACHINE_DEPLOYING_REASON = "MachineDeploying"  # MAAS is installing the image (status Deploying)
+MACHINE_DEPLOYED_REASON = "MachineDeployed"  # MAAS reports Deployed
+DNS_RECORD_READY_REASON = "DNSRecordReady"  # DNSReady=True: the record lists every running control-plane IP
+CUSTOM_ENDPOINT_REASON = (
+    "CustomEndpoint"  # DNSReady=True without DNS: the endpoint host was given by the user
+)
+FAILURE_DOMAINS_FROM_SPEC_REASON = "FromSpec"  # failure domains taken from spec.failureDomains
+FAILURE_DOMAINS_FROM_MAAS_REASON = "FromMaas"  # failure domains discovered from the MAAS zones
+MAAS_CONNECTED_REASON = "Connected"  # MaasConnected=True
+VM_HOST_SELECTED_REASON = "VMHostSelected"  # LXDHostSelected=True
+RESOURCES_RESERVED_REASON = "ResourcesReserved"  # LXDResourcesAllocated=True
+VM_COMPOSED_REASON = "VMComposed"  # LXDVMCreated=True
+VM_COMMISSIONING_REASON = "VMCommissioning"  # LXDVMCreated=False: composed, MAAS still commissioning it
+
+# --- reasons: waiting on something outside capmaas ------------------------------------------------
+
+WAITING_FOR_CLUSTER_OWNER_REASON = "WaitingForClusterOwner"  # MaasCluster has no Cluster ownerRef yet
+WAITING_FOR_MACHINE_OWNER_REASON = "WaitingForMachineOwner"  # MaasMachine has no Machine ownerRef yet
+WAITING_FOR_CLUSTER_INFRASTRUCTURE_REASON = "WaitingForClusterInfrastructure"  # Cluster infra not provisioned
+WAITING_FOR_BOOTSTRAP_DATA_REASON = "WaitingForBootstrapData"  # Machine.spec.bootstrap.dataSecretName unset
+WAITING_FOR_CONTROL_PLANE_REASON = "WaitingForControlPlane"  # DNS: no running control-plane machine has an IP
+PAUSED_REASON = "Paused"  # Paused=True: Cluster.spec.paused or the cluster.x-k8s.io/paused annotation
+EXTERNALLY_MANAGED_REASON = "ExternallyManaged"  # MaasCluster marked cluster.x-k8s.io/managed-by
+
+# --- reasons: failures and retries ----------------------------------------------------------------
+
+NO_MACHINE_AVAILABLE_REASON = "NoMachineAvailable"  # MAAS has no Ready machine matching the constraints
+DEPLOYMENT_FAILED_REASON = "DeploymentFailed"  # MAAS reports Failed deployment (machine released, retrying)
+DEPLOYMENT_TIMED_OUT_REASON = "DeploymentTimedOut"  # Deploying for longer than the deploy timeout
+MACHINE_BROKEN_REASON = "MachineBroken"  # the allocated machine turned Broken
+MACHINE_NOT_FOUND_REASON = "MachineNotFound"  # spec.systemID no longer exists in MAAS
+MACHINE_POWERED_OFF_REASON = "MachinePoweredOff"  # Deployed but MAAS reports power off
+RETRIES_EXHAUSTED_REASON = (
+    "RetriesExhausted"  # allocate/deploy failed more times than allowed; needs a person
+)
+MAAS_UNREACHABLE_REASON = "MaasUnreachable"  # connection refused / timed out / 5xx from the MAAS region
+INVALID_CREDENTIALS_REASON = (
+    "InvalidCredentials"  # the identity Secret is missing, malformed or rejected (401/403)
+)
+IDENTITY_SECRET_NOT_FOUND_REASON = "IdentitySecretNotFound"  # identityRef names a Secret that does not exist
+DNS_UPDATE_FAILED_REASON = "DNSUpdateFailed"  # MAAS refused to create/update the DNS resource
+ZONE_NOT_FOUND_REASON = "ZoneNotFound"  # a failure domain names a zone MAAS does not have
+NO_VM_HOST_AVAILABLE_REASON = "NoVMHostAvailable"  # placement found no VM host that fits (message says why)
+VM_HOST_NOT_FOUND_REASON = "VMHostNotFound"  # lxdConfig.vmHost names a host MAAS does not have
+VM_COMPOSE_FAILED_REASON = "VMComposeFailed"  # MAAS refused the compose (over-commit, host gone)
+VM_HOSTS_UNSUPPORTED_REASON = "VMHostsUnsupported"  # the MAAS region has no VM-host API (410, MAAS >= 4.0)
+
+# --- reasons: deletion ----------------------------------------------------------------------------
+
+DELETING_REASON = "Deleting"  # Ready=False while deletion runs
+RELEASING_REASON = "Releasing"  # MAAS is releasing (optionally erasing) the machine
+DECOMPOSING_REASON = "Decomposing"  # the LXD VM is being deleted from its host
+DELETE_FOR_MOVE_REASON = "DeleteForMove"  # clusterctl move: the MAAS machine is left alone on purpose

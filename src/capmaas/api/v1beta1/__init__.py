@@ -1,0 +1,103 @@
+"""API version v1beta1 of group infrastructure.cluster.x-k8s.io: the four capmaas kinds and their parts.
+
+Parse a body: ``MaasMachine.from_body(body)`` (or ``MaasMachineSpec.from_body(spec)``); build a status patch:
+``MaasMachineStatus(ready=True, ...).to_k8s()``.
+"""
+
+from __future__ import annotations
+
+from capmaas.api.v1beta1.common import (
+    API_VERSION,
+    CLUSTER_NAME_LABEL,
+    GROUP,
+    VERSION,
+    APIEndpoint,
+    Condition,
+    Initialization,
+    MachineAddress,
+    ObjectMeta,
+    OwnerReference,
+    TemplateMetadata,
+    find_condition,
+    set_condition,
+    utcnow,
+)
+from capmaas.api.v1beta1.maascluster import (
+    ClusterLXDConfig,
+    ClusterNetworkStatus,
+    FailureDomain,
+    IdentityRef,
+    MaasCluster,
+    MaasClusterSpec,
+    MaasClusterStatus,
+)
+from capmaas.api.v1beta1.maasclustertemplate import (
+    MaasClusterTemplate,
+    MaasClusterTemplateResource,
+    MaasClusterTemplateSpec,
+)
+from capmaas.api.v1beta1.maasmachine import (
+    PROVISIONING_MODE_BARE_METAL,
+    PROVISIONING_MODE_LXD,
+    LXDConfig,
+    LXDNetwork,
+    LXDStorage,
+    MaasMachine,
+    MaasMachineSpec,
+    MaasMachineStatus,
+    ProvisioningMode,
+    ReleaseOptions,
+    StaticIP,
+    VMResourceUsage,
+)
+from capmaas.api.v1beta1.maasmachinetemplate import (
+    MaasMachineTemplate,
+    MaasMachineTemplateResource,
+    MaasMachineTemplateSpec,
+    MaasMachineTemplateStatus,
+    NodeInfo,
+)
+
+__all__ = [
+    "API_VERSION",
+    "CLUSTER_NAME_LABEL",
+    "GROUP",
+    "PROVISIONING_MODE_BARE_METAL",
+    "PROVISIONING_MODE_LXD",
+    "VERSION",
+    "APIEndpoint",
+    "ClusterLXDConfig",
+    "ClusterNetworkStatus",
+    "Condition",
+    "FailureDomain",
+    "IdentityRef",
+    "Initialization",
+    "LXDConfig",
+    "LXDNetwork",
+    "LXDStorage",
+    "MaasCluster",
+    "MaasClusterSpec",
+    "MaasClusterStatus",
+    "MaasClusterTemplate",
+    "MaasClusterTemplateResource",
+    "MaasClusterTemplateSpec",
+    "MaasMachine",
+    "MaasMachineSpec",
+    "MaasMachineStatus",
+    "MaasMachineTemplate",
+    "MaasMachineTemplateResource",
+    "MaasMachineTemplateSpec",
+    "MaasMachineTemplateStatus",
+    "MachineAddress",
+    "NodeInfo",
+    "ObjectMeta",
+    "OwnerReference",
+    "ProvisioningMode",
+    "ReleaseOptions",
+    "StaticIP",
+    "TemplateMetadata",
+    "VMResourceUsage",
+    "find_condition",
+    "set_condition",
+    "utcnow",
+]

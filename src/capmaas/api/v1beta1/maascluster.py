@@ -1,0 +1,181 @@
+"""MaasCluster: the cluster-wide MAAS settings of one CAPI Cluster (InfraCluster in CAPI's terms)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, StringConstraints
+
+from capmaas.api.schema import K8sModel, cel, crd_default, list_map, list_set, schema_extra
+from capmaas.api.v1beta1.common import (
+    API_VERSION,
+    APIEndpoint,
+    Conditions,
+    Initialization,
+    LocalObjectName,
+    ObjectMeta,
+)
+
+#: A DNS domain: dot-separated RFC 1123 labels, lower case, no trailing dot.
+DNS_DOMAIN_PATTERN = r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+#: A MAAS zone / resource pool name (MAAS allows letters, digits, '-' and '_').
+MAAS_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
+
+ZoneName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=MAAS_NAME_PATTERN)]
+MaasName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=MAAS_NAME_PATTERN)]
+
+
+class IdentityRef(K8sModel):
+    """Where the MAAS credentials come from: a Secret in the MaasCluster's own namespace."""
+
+    model_config = ConfigDict(
+        json_schema_extra=schema_extra(
+            rules=[
+                cel(
+                    "!has(self.__namespace__)",
+                    "identityRef must name a Secret in the MaasCluster's own namespace; "
+                    "identityRef.namespace is not allowed",
+                    reason="FieldValueForbidden",
+                )
+            ]
+        )
+    )
+
+    kind: Literal["Secret"] = Field(
+        "Secret",
+        description="Kind of the referenced object; only Secret is supported.",
+        json_schema_extra=crd_default("Secret"),
+    )
+    name: LocalObjectName = Field(
+        description="Name of a Secret in the same namespace with keys MAAS_ENDPOINT and MAAS_API_KEY "
+        "(consumer:token:secret) and optionally MAAS_CA_CERT (PEM); the older keys endpoint and api-key are "
+        "accepted too."
+    )
+    namespace: Annotated[str, StringConstraints(max_length=253)] | None = Field(
+        None,
+        description="Must be left unset: the Secret is always read from the MaasCluster's namespace, so one "
+        "tenant cannot point at another tenant's MAAS credentials.",
+    )
+
+
+class ClusterLXDConfig(K8sModel):
+    """Cluster-wide LXD VM-host settings (field names as the Go provider's MaasCluster.spec.lxdConfig)."""
+
+    enabled: bool | None = Field(
+        None,
+        description="When true, this cluster's bare-metal machines are deployed as MAAS LXD VM hosts "
+        "(as if each had registerVMHost: true), so LXD MaasMachines can be composed on them.",
+    )
+    resource_pool: MaasName | None = Field(
+        None, description="MAAS resource pool the VM hosts registered by this cluster are put in."
+    )
+    zone: ZoneName | None = Field(
+        None, description="MAAS zone the VM hosts registered by this cluster are put in."
+    )
+    storage_backend: Literal["zfs", "dir", "btrfs", "lvm", "ceph"] | None = Field(
+        None,
+        description="LXD storage pool driver for the registered VM hosts (the Go provider's default is zfs).",
+    )
+    storage_size: int | None = Field(
+        None, ge=1, description="Size in GB of the LXD storage pool created on each registered VM host."
+    )
+    nic_type: Literal["bridge", "macvlan"] | None = Field(
+        None, description="How VMs attach to the host's network: bridge or macvlan."
+    )
+    nic_parent: Annotated[str, StringConstraints(min_length=1, max_length=15)] | None = Field(
+        None, description="Host interface (bridge or NIC) VM NICs attach to, for example br0."
+    )
+
+
+class MaasClusterSpec(K8sModel):
+    """Desired state of a MaasCluster."""
+
+    dns_domain: Annotated[
+        str, StringConstraints(min_length=1, max_length=253, pattern=DNS_DOMAIN_PATTERN)
+    ] = Field(
+        description="MAAS DNS domain in which the API server name <cluster>-<suffix>.<dnsDomain> is created, "
+        "for example maas. Immutable.",
+        json_schema_extra=schema_extra(rules=[cel("self == oldSelf", "dnsDomain is immutable")]),
+    )
+    control_plane_endpoint: APIEndpoint | None = Field(
+        None,
+        description="Where the cluster's API server is reached. Leave empty to let capmaas create a MAAS DNS "
+        "name for the control-plane machines; set the host to use your own load balancer or DNS instead.",
+    )
+    failure_domains: Annotated[list[ZoneName], Field(max_length=100)] | None = Field(
+        None,
+        description="MAAS zones machines may be placed in (at most 100). Empty means every zone MAAS has.",
+        json_schema_extra=list_set(),
+    )
+    identity_ref: IdentityRef | None = Field(
+        None,
+        description="Secret holding the MAAS endpoint and API key for this cluster. Empty means the "
+        "operator's default credentials.",
+    )
+    lxd_config: ClusterLXDConfig | None = Field(
+        None, description="Settings for turning this cluster's bare-metal machines into LXD VM hosts."
+    )
+
+
+class FailureDomain(K8sModel):
+    """A failure domain (MAAS zone) machines can be placed in, as CAPI's v1beta2 FailureDomain."""
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=256)] = Field(
+        description="Name of the failure domain: the MAAS zone name."
+    )
+    control_plane: bool | None = Field(
+        None, description="Whether control-plane machines may be placed in this failure domain."
+    )
+    attributes: (
+        Annotated[
+            dict[str, Annotated[str, StringConstraints(max_length=1024)]],
+            Field(json_schema_extra={"maxProperties": 32}),
+        ]
+        | None
+    ) = Field(None, description="Free-form facts about the failure domain (for example the MAAS zone id).")
+
+
+class ClusterNetworkStatus(K8sModel):
+    """Network facts capmaas worked out for the cluster."""
+
+    dns_name: Annotated[str, StringConstraints(max_length=253)] | None = Field(
+        None, description="Fully qualified MAAS DNS name created for the API server."
+    )
+
+
+class MaasClusterStatus(K8sModel):
+    """Observed state of a MaasCluster, written by capmaas."""
+
+    ready: bool | None = Field(
+        None, description="True once the cluster infrastructure is provisioned (v1beta1 contract field)."
+    )
+    initialization: Initialization | None = Field(
+        None, description="Provisioning progress read by Cluster API (v1beta2 contract)."
+    )
+    failure_domains: Annotated[list[FailureDomain], Field(max_length=100)] | None = Field(
+        None,
+        description="Failure domains (MAAS zones) Cluster API may spread machines over.",
+        json_schema_extra=list_map("name"),
+    )
+    network: ClusterNetworkStatus | None = Field(None, description="Network facts for the cluster.")
+    conditions: Conditions | None = Field(
+        None, description="Current state: Ready, MaasConnected, DNSReady, FailureDomainsDiscovered, Paused."
+    )
+    failure_reason: Annotated[str, StringConstraints(max_length=256)] | None = Field(
+        None, description="Deprecated (v1beta1 contract): a terminal problem's reason. Prefer conditions."
+    )
+    failure_message: Annotated[str, StringConstraints(max_length=10240)] | None = Field(
+        None, description="Deprecated (v1beta1 contract): a terminal problem's message. Prefer conditions."
+    )
+
+
+class MaasCluster(K8sModel):
+    """MaasCluster is the MAAS side of a Cluster API Cluster: DNS domain, endpoint, zones, credentials."""
+
+    api_version: str = Field(API_VERSION, description="API version of the object.")
+    kind: Literal["MaasCluster"] = Field("MaasCluster", description="Kind of the object.")
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta, description="Standard object metadata.")
+    spec: MaasClusterSpec = Field(description="Desired state of the MaasCluster.")
+    status: MaasClusterStatus = Field(
+        default_factory=MaasClusterStatus, description="Observed state of the MaasCluster."
+    )

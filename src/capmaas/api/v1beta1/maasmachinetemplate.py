@@ -1,0 +1,84 @@
+"""MaasMachineTemplate: what CAPI MachineSets (and HyperShift NodePools) clone MaasMachines from.
+
+``spec.template.spec`` is immutable (a CEL ``self == oldSelf`` rule, no webhook needed): a change is rolled
+out by creating a new template and pointing the MachineDeployment at it, as the CAPI book asks.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints
+
+from capmaas.api.schema import K8sModel, Quantity, cel, schema_extra
+from capmaas.api.v1beta1.common import API_VERSION, ObjectMeta, TemplateMetadata
+from capmaas.api.v1beta1.maasmachine import MaasMachineSpec
+
+
+class MaasMachineTemplateResource(K8sModel):
+    """The MaasMachine to create: metadata for it and its spec."""
+
+    metadata: TemplateMetadata | None = Field(
+        None, description="Labels and annotations given to each MaasMachine created from this template."
+    )
+    spec: MaasMachineSpec = Field(
+        description="Spec of each MaasMachine created from this template. Immutable: create a new template "
+        "to change it.",
+        json_schema_extra=schema_extra(
+            rules=[
+                cel(
+                    "self == oldSelf",
+                    "spec.template.spec is immutable; create a new MaasMachineTemplate and point the "
+                    "MachineDeployment at it",
+                )
+            ]
+        ),
+    )
+
+
+class MaasMachineTemplateSpec(K8sModel):
+    """Desired state of a MaasMachineTemplate."""
+
+    template: MaasMachineTemplateResource = Field(description="The MaasMachine to create for each Machine.")
+
+
+class NodeInfo(K8sModel):
+    """What the Nodes made from this template will report, for autoscaling from zero."""
+
+    architecture: Literal["amd64", "arm64", "s390x", "ppc64le"] | None = Field(
+        None, description="CPU architecture of the Nodes."
+    )
+    operating_system: Literal["linux", "windows"] | None = Field(
+        None, description="Operating system of the Nodes."
+    )
+
+
+class MaasMachineTemplateStatus(K8sModel):
+    """Observed state of a MaasMachineTemplate (only what the cluster autoscaler reads)."""
+
+    capacity: (
+        Annotated[
+            dict[Annotated[str, StringConstraints(max_length=253)], Quantity],
+            Field(json_schema_extra={"maxProperties": 32}),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="Resources a Node made from this template will have, e.g. cpu: 8, memory: 32Gi "
+        "(lets the cluster autoscaler scale a MachineDeployment up from zero).",
+    )
+    node_info: NodeInfo | None = Field(
+        None, description="Architecture and OS of the Nodes made from this template."
+    )
+
+
+class MaasMachineTemplate(K8sModel):
+    """MaasMachineTemplate is the recipe Cluster API clones a MaasMachine from for each new Machine."""
+
+    api_version: str = Field(API_VERSION, description="API version of the object.")
+    kind: Literal["MaasMachineTemplate"] = Field("MaasMachineTemplate", description="Kind of the object.")
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta, description="Standard object metadata.")
+    spec: MaasMachineTemplateSpec = Field(description="Desired state of the MaasMachineTemplate.")
+    status: MaasMachineTemplateStatus = Field(
+        default_factory=MaasMachineTemplateStatus, description="Observed state of the MaasMachineTemplate."
+    )

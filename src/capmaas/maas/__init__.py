@@ -1,1 +1,113 @@
-"""capmaas.maas."""
+"""capmaas.maas: a typed async client for the MAAS REST API 2.0 (MAAS 3.7).
+
+Only the names in ``__all__`` are public; everything else lives in private modules and may change. Errors are
+in :mod:`capmaas.maas.errors` (also re-exported here), response and request models in
+:mod:`capmaas.maas.models`::
+
+    async with MaasClient("http://127.0.0.1:5240/MAAS", api_key="consumer:token:secret") as maas:
+        machine = await maas.machines.allocate(AllocateConstraints(cpu_count=4, tags=["gpu"]), agent_name=uid)
+        await maas.machines.deploy(machine.system_id, user_data=b"#cloud-config\\n")
+"""
+
+from __future__ import annotations
+
+from capmaas.maas._auth import Credentials
+from capmaas.maas._client import MaasClient, normalize_base_url
+from capmaas.maas._http import RetryPolicy
+from capmaas.maas.errors import (
+    ApiError,
+    BadRequestError,
+    ConflictError,
+    ForbiddenError,
+    GoneError,
+    InvalidApiKeyError,
+    InvalidBaseUrlError,
+    MaasError,
+    NoMachineAvailableError,
+    NotFoundError,
+    RequestInfo,
+    ResponseParseError,
+    ServiceUnavailableError,
+    TimeoutError,
+    TransportError,
+    UnauthorizedError,
+)
+from capmaas.maas.models import (
+    AllocateConstraints,
+    BootResource,
+    ComposedMachine,
+    ComposeRequest,
+    DnsResource,
+    Domain,
+    Interface,
+    InterfaceLink,
+    IpAddress,
+    Machine,
+    NodeStatus,
+    PodRef,
+    PoolRef,
+    PowerState,
+    ResourcePool,
+    StoragePool,
+    Subnet,
+    Tag,
+    TagUpdateResult,
+    User,
+    Version,
+    VlanRef,
+    VmHost,
+    VmHostHostRef,
+    VmHostResources,
+    Zone,
+    ZoneRef,
+)
+
+__all__ = [
+    "AllocateConstraints",
+    "ApiError",
+    "BadRequestError",
+    "BootResource",
+    "ComposeRequest",
+    "ComposedMachine",
+    "ConflictError",
+    "Credentials",
+    "DnsResource",
+    "Domain",
+    "ForbiddenError",
+    "GoneError",
+    "Interface",
+    "InterfaceLink",
+    "InvalidApiKeyError",
+    "InvalidBaseUrlError",
+    "IpAddress",
+    "MaasClient",
+    "MaasError",
+    "Machine",
+    "NoMachineAvailableError",
+    "NodeStatus",
+    "NotFoundError",
+    "PodRef",
+    "PoolRef",
+    "PowerState",
+    "RequestInfo",
+    "ResourcePool",
+    "ResponseParseError",
+    "RetryPolicy",
+    "ServiceUnavailableError",
+    "StoragePool",
+    "Subnet",
+    "Tag",
+    "TagUpdateResult",
+    "TimeoutError",
+    "TransportError",
+    "UnauthorizedError",
+    "User",
+    "Version",
+    "VlanRef",
+    "VmHost",
+    "VmHostHostRef",
+    "VmHostResources",
+    "Zone",
+    "ZoneRef",
+    "normalize_base_url",
+]

@@ -1,0 +1,221 @@
+"""The one request path every MAAS call goes through: URL building, form encoding, retries, error mapping.
+
+Keeping it in one place is what lets the client promise, for *every* operation: ``op`` in the query string,
+bodies form-urlencoded with repeated keys for lists, only the retries MAAS asks for (``Retry-After``) or that
+cannot duplicate work, one metrics callback per answer with the endpoint *template* (never a raw id, which
+would explode metric cardinality), and errors that never carry the API key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+from urllib.parse import quote, urlencode
+
+import httpx
+import pydantic
+
+from capmaas.maas import _auth, errors
+
+__all__ = ["FormFields", "Http", "OnResponse", "RetryPolicy", "Sleep"]
+
+log = logging.getLogger("capmaas.maas")
+
+FormFields = Sequence[tuple[str, str]]
+OnResponse = Callable[[str, str, int], None]
+Sleep = Callable[[float], Awaitable[None]]
+ModelT = TypeVar("ModelT", bound=pydantic.BaseModel)
+
+#: Methods whose repetition cannot duplicate work, so any transport failure may be retried.
+_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
+#: Failures that happen before the request reached MAAS, so even a POST may be retried.
+_NOT_SENT: tuple[type[Exception], ...] = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how long to retry.
+
+    ``max_retries`` extra attempts after the first; transport failures wait ``base_delay * 2**n`` seconds,
+    capped at ``max_delay``; a ``Retry-After`` is honoured but capped at ``max_retry_after`` seconds, so a
+    misbehaving server cannot park a reconciler for an hour.
+    """
+
+    max_retries: int = 3
+    base_delay: float = 0.5
+    max_delay: float = 10.0
+    max_retry_after: float = 30.0
+
+    def backoff(self, attempt: int) -> float:
+        """Delay before retry number ``attempt`` (0-based) after a transport failure."""
+        return float(min(self.max_delay, self.base_delay * (2**attempt)))
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    return errors.parse_retry_after(response.headers.get("retry-after"))
+
+
+class Http:
+    """Sends MAAS API requests under ``api_root`` (``.../MAAS/api/2.0/``) and decodes the answers."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        api_root: str,
+        credentials: _auth.Credentials,
+        retry: RetryPolicy,
+        sleep: Sleep,
+        on_response: OnResponse | None,
+    ) -> None:
+        self._client = client
+        self.api_root = api_root
+        self._credentials = credentials
+        self._retry = retry
+        self._sleep = sleep
+        self._on_response = on_response
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        op: str | None = None,
+        params: Mapping[str, str | int] | None = None,
+        query: FormFields = (),
+        form: FormFields | None = None,
+    ) -> Any:
+        """Send one API call and return its decoded JSON (None for an empty body, e.g. DELETE's 204).
+
+        ``path`` is a template relative to the API root (``machines/{system_id}/``), filled from ``params``
+        with each value percent-quoted; the template (plus ``?op=``) is what errors and metrics name.
+        """
+        endpoint = f"{path}?op={op}" if op else path
+        url = self.api_root + path.format(**{k: quote(str(v), safe="") for k, v in (params or {}).items()})
+        query_fields: list[tuple[str, str | int | float | bool | None]] = [("op", op)] if op else []
+        query_fields += query
+        headers = {}
+        content: bytes | None = None
+        if form is not None:
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
+            content = urlencode(list(form)).encode("ascii")
+        request = self._client.build_request(
+            method, url, params=query_fields, headers=headers, content=content
+        )
+        info = errors.RequestInfo(method, str(request.url), endpoint)
+        response = await self._send(request, info)
+        return self._decode(response, info)
+
+    async def model(self, model: type[ModelT], method: str, path: str, **kwargs: Any) -> ModelT:
+        """:meth:`call`, validated into ``model``."""
+        data = await self.call(method, path, **kwargs)
+        return self.parse(model, data, method=method, path=path)
+
+    async def models(self, model: type[ModelT], method: str, path: str, **kwargs: Any) -> list[ModelT]:
+        """:meth:`call` for a JSON list, each item validated into ``model``."""
+        data = await self.call(method, path, **kwargs)
+        if not isinstance(data, list):
+            raise self.shape_error(method, path, "a JSON list", data)
+        return [self.parse(model, item, method=method, path=path) for item in data]
+
+    def shape_error(
+        self, method: str, endpoint: str, expected: str, data: object
+    ) -> errors.ResponseParseError:
+        """The error for a 2xx answer whose JSON is valid but not the expected kind of value."""
+        return errors.ResponseParseError(
+            f"expected {expected} from {method} {endpoint}, got {type(data).__name__}",
+            request=errors.RequestInfo(method, self.api_root + endpoint, endpoint),
+        )
+
+    def parse(self, model: type[ModelT], data: Any, *, method: str, path: str) -> ModelT:
+        """``data`` as ``model``; a shape mismatch is :class:`ResponseParseError` naming the bad fields."""
+        try:
+            return model.model_validate(data)
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()[:5]
+            )
+            raise errors.ResponseParseError(
+                f"unexpected {model.__name__} JSON from {path}: {problems}",
+                request=errors.RequestInfo(method, self.api_root + path, path),
+            ) from exc
+
+    async def _send(self, request: httpx.Request, info: errors.RequestInfo) -> httpx.Response:
+        attempt = 0
+        while True:
+            try:
+                response = await self._client.send(request)
+            except httpx.HTTPError as exc:
+                self._notify(info, 0)
+                failure = self._transport_error(exc, info)
+                retryable = isinstance(exc, httpx.TransportError) and (
+                    request.method in _IDEMPOTENT or isinstance(exc, _NOT_SENT)
+                )
+                if not retryable or attempt >= self._retry.max_retries:
+                    raise failure from exc
+                delay = self._retry.backoff(attempt)
+                reason = f"{type(exc).__name__}: {failure}"
+            else:
+                self._notify(info, response.status_code)
+                retry_after = _retry_after(response)
+                if (
+                    response.status_code not in (409, 503)
+                    or retry_after is None
+                    or attempt >= self._retry.max_retries
+                ):
+                    return response
+                delay = min(retry_after, self._retry.max_retry_after)
+                reason = f"{response.status_code} with Retry-After {retry_after:g}"
+            attempt += 1
+            log.warning(
+                "MAAS %s %s: %s; retry %d/%d in %.1fs",
+                info.method,
+                info.endpoint,
+                reason,
+                attempt,
+                self._retry.max_retries,
+                delay,
+            )
+            await self._sleep(delay)
+
+    def _notify(self, info: errors.RequestInfo, status: int) -> None:
+        """Tell the metrics hook about one answer (status 0: no answer); a faulty hook never fails a call."""
+        if self._on_response is None:
+            return
+        try:
+            self._on_response(info.method, info.endpoint, status)
+        except Exception:
+            log.exception("on_response hook failed for %s %s", info.method, info.endpoint)
+
+    def _transport_error(self, exc: httpx.HTTPError, info: errors.RequestInfo) -> errors.MaasError:
+        detail = self._credentials.redact(errors.cap_body(str(exc) or type(exc).__name__, 256))
+        if isinstance(exc, httpx.TimeoutException):
+            return errors.TimeoutError(f"timed out: {info}: {detail}", request=info)
+        if isinstance(exc, httpx.DecodingError):
+            return errors.ResponseParseError(f"undecodable answer to {info}: {detail}", request=info)
+        return errors.TransportError(
+            f"no answer from MAAS: {info}: {type(exc).__name__}: {detail}", request=info
+        )
+
+    def _decode(self, response: httpx.Response, info: errors.RequestInfo) -> Any:
+        text = response.text
+        if response.status_code >= 300:
+            text = self._credentials.redact(text)
+            headers = {k.lower(): v for k, v in response.headers.items()}
+            cls = errors.error_class(response.status_code, info.endpoint, headers)
+            exc = cls(response.status_code, text, info, headers=headers)
+            log.debug("MAAS %s %s -> %d %s", info.method, info.endpoint, response.status_code, exc.body)
+            raise exc
+        if not text.strip():
+            return None
+        try:
+            return json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise errors.ResponseParseError(
+                f"answer to {info} is not JSON: {errors.cap_body(self._credentials.redact(text), 120)!r}",
+                request=info,
+                body=self._credentials.redact(text),
+            ) from exc

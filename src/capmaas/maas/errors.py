@@ -1,0 +1,239 @@
+"""Every way a MAAS call can fail, as one exception tree.
+
+Callers (the reconcilers) decide between "retry later" and "give up" by exception *type*, never by message
+text, so each MAAS answer that needs a different reaction has its own class. httpx's exceptions never escape:
+they are wrapped here (``raise ... from exc``) so the HTTP library stays an implementation detail::
+
+    MaasError
+    ├── InvalidApiKeyError (also ValueError)   the key is not ``consumer:token:secret``
+    ├── InvalidBaseUrlError (also ValueError)  the base URL is not http(s)://host[:port]/path
+    ├── TransportError                         no HTTP answer: connection refused/reset, TLS, protocol
+    │   └── TimeoutError                       no answer in time
+    ├── ResponseParseError                     an answer we could not read (bad JSON, wrong shape)
+    └── ApiError(status, body, request)        MAAS answered with an error status
+        ├── BadRequestError(field_errors)      400: validation; ``field_errors`` from MAAS's JSON dict
+        ├── UnauthorizedError                  401: bad or unknown key, stale timestamp, reused nonce
+        ├── ForbiddenError                     403: not admin, or not the machine's owner
+        ├── NotFoundError                      404
+        ├── ConflictError                      409: illegal state transition, or DB contention
+        │   └── NoMachineAvailableError        409 from allocate: nothing matches the constraints
+        ├── GoneError                          410: MAAS 4.0 removed VM hosts
+        └── ServiceUnavailableError(retry_after)  503: over-commit, power problems, region busy
+
+The status → class mapping lives in exactly one function, :func:`error_class`. Error bodies are capped at
+:data:`MAX_BODY_CHARS` before they reach a message or a log line: MAAS can answer with a whole HTML page
+(its 409 template) and reconcilers log errors on every retry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+__all__ = [
+    "MAX_BODY_CHARS",
+    "ApiError",
+    "BadRequestError",
+    "ConflictError",
+    "ForbiddenError",
+    "GoneError",
+    "InvalidApiKeyError",
+    "InvalidBaseUrlError",
+    "MaasError",
+    "NoMachineAvailableError",
+    "NotFoundError",
+    "RequestInfo",
+    "ResponseParseError",
+    "ServiceUnavailableError",
+    "TimeoutError",
+    "TransportError",
+    "UnauthorizedError",
+    "cap_body",
+    "error_class",
+    "parse_field_errors",
+]
+
+#: Error bodies longer than this are cut (with a marker) before they are stored, shown or logged.
+MAX_BODY_CHARS = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestInfo:
+    """What was asked, for error messages: never the headers, so never the Authorization header."""
+
+    method: str
+    url: str
+    endpoint: str  # the template, e.g. "machines/{system_id}/?op=deploy"
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.url}"
+
+
+def cap_body(text: str, limit: int = MAX_BODY_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, marking the cut so a reader knows there was more."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text) - limit} more characters]"
+
+
+class MaasError(Exception):
+    """Base of every error raised by :mod:`capmaas.maas`."""
+
+
+class InvalidApiKeyError(MaasError, ValueError):
+    """The API key is not of the form ``consumer_key:token_key:token_secret``."""
+
+
+class InvalidBaseUrlError(MaasError, ValueError):
+    """The MAAS URL is not an absolute http(s) URL."""
+
+
+class TransportError(MaasError):
+    """The request got no HTTP answer (connection refused or reset, TLS failure, protocol error)."""
+
+    def __init__(self, message: str, *, request: RequestInfo) -> None:
+        super().__init__(message)
+        self.request = request
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r}, request={self.request!s})"
+
+
+class TimeoutError(TransportError):  # shadows the builtin inside this module only, by design
+    """The request timed out (connect, read, write or pool)."""
+
+
+class ResponseParseError(MaasError):
+    """MAAS answered 2xx, but the body is not the JSON shape we expect (bad JSON, missing field)."""
+
+    def __init__(self, message: str, *, request: RequestInfo, body: str = "") -> None:
+        super().__init__(message)
+        self.request = request
+        self.body = cap_body(body)
+
+
+class ApiError(MaasError):
+    """MAAS answered with an error status; ``body`` is the (capped, redacted) response text."""
+
+    def __init__(
+        self,
+        status: int,
+        body: str,
+        request: RequestInfo,
+        *,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.status = status
+        self.body = cap_body(body)
+        self.request = request
+        self.headers = dict(headers or {})
+        super().__init__(f"{status} from {request}: {self.body or '(empty body)'}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(status={self.status}, body={self.body!r}, request={self.request!s})"
+
+
+class BadRequestError(ApiError):
+    """400. ``field_errors`` maps field → messages when MAAS sent its JSON dict, else it is empty."""
+
+    def __init__(
+        self,
+        status: int,
+        body: str,
+        request: RequestInfo,
+        *,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(status, body, request, headers=headers)
+        self.field_errors = parse_field_errors(body)
+
+
+class UnauthorizedError(ApiError):
+    """401: the key is unknown, deleted or mis-signed (also MAAS's ``Forbidden`` for no credentials)."""
+
+
+class ForbiddenError(ApiError):
+    """403: authenticated, but not allowed (not admin, or not the owner); the body is often empty."""
+
+
+class NotFoundError(ApiError):
+    """404: no such machine, VM host, zone, ... (``No Machine matches the given query.``)."""
+
+
+class ConflictError(ApiError):
+    """409: the request conflicts with the object's state (e.g. ``Can't deploy a machine that is in ...``)."""
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds MAAS asked us to wait (DB serialization failures), or None for a state conflict."""
+        return parse_retry_after(self.headers.get("retry-after"))
+
+
+class NoMachineAvailableError(ConflictError):
+    """409 from ``machines/?op=allocate``: no READY machine matches the constraints."""
+
+
+class GoneError(ApiError):
+    """410: the endpoint was removed (MAAS 4.0 removed VM hosts)."""
+
+
+class ServiceUnavailableError(ApiError):
+    """503: MAAS cannot do it now (over-commit, power or RPC problem); ``retry_after`` in seconds or None."""
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds from the ``Retry-After`` header, or None when MAAS sent none (a lasting condition)."""
+        return parse_retry_after(self.headers.get("retry-after"))
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header; MAAS sends integers. None when absent or unparseable."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    if math.isnan(seconds) or seconds < 0:  # not a usable delay
+        return None
+    return seconds
+
+
+def parse_field_errors(body: str) -> dict[str, tuple[str, ...]]:
+    """MAAS's 400 JSON ``{"field": ["msg", ...]}`` as a dict; {} for text bodies or any other shape."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    result: dict[str, tuple[str, ...]] = {}
+    for field, messages in data.items():
+        if isinstance(messages, list):
+            result[str(field)] = tuple(str(m) for m in messages)
+        else:
+            result[str(field)] = (str(messages),)
+    return result
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    400: BadRequestError,
+    401: UnauthorizedError,
+    403: ForbiddenError,
+    404: NotFoundError,
+    409: ConflictError,
+    410: GoneError,
+    503: ServiceUnavailableError,
+}
+
+
+def error_class(status: int, endpoint: str, headers: dict[str, str]) -> type[ApiError]:
+    """The one place that maps an error answer to its class.
+
+    A 409 from allocate *without* ``Retry-After`` is MAAS's ``NodesNotAvailable`` (no machine matches); with
+    ``Retry-After`` it is a DB serialization failure, i.e. an ordinary retryable conflict.
+    """
+    if status == 409 and endpoint.endswith("?op=allocate") and "retry-after" not in headers:
+        return NoMachineAvailableError
+    return _BY_STATUS.get(status, ApiError)

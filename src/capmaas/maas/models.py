@@ -1,0 +1,434 @@
+"""Typed views of what MAAS returns, and of what we send it.
+
+Response models are frozen pydantic models that *ignore* fields they do not name (MAAS adds fields between
+releases, and a machine JSON has ~90 of them) and *require* the few fields a caller cannot do without, so a
+truncated or foreign answer fails loudly at the edge (as :class:`~capmaas.maas.errors.ResponseParseError`)
+instead of deep inside a reconciler. Field names and units follow MAAS's JSON exactly (``memory`` in MiB,
+``storage`` in MB, VM host ``local_storage`` in bytes); see the MAAS API reference.
+
+Request models (:class:`AllocateConstraints`, :class:`ComposeRequest`) know how to turn themselves into
+MAAS's form fields, with repeated keys for lists.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import pydantic
+
+__all__ = [
+    "AllocateConstraints",
+    "BootResource",
+    "ComposeRequest",
+    "ComposedMachine",
+    "DnsResource",
+    "Domain",
+    "Interface",
+    "InterfaceLink",
+    "IpAddress",
+    "Machine",
+    "NodeStatus",
+    "PodRef",
+    "PoolRef",
+    "PowerState",
+    "ResourcePool",
+    "StoragePool",
+    "Subnet",
+    "Tag",
+    "TagUpdateResult",
+    "User",
+    "Version",
+    "VlanRef",
+    "VmHost",
+    "VmHostHostRef",
+    "VmHostResources",
+    "Zone",
+    "ZoneRef",
+]
+
+FormFields = list[tuple[str, str]]
+
+
+class _Model(pydantic.BaseModel):
+    """Base of response models: frozen, unknown fields ignored."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="ignore")
+
+
+class NodeStatus(enum.IntEnum):
+    """MAAS ``NODE_STATUS`` codes (``maascommon/enums/node.py``); ``.name`` is MAAS's constant name."""
+
+    NEW = 0
+    COMMISSIONING = 1
+    FAILED_COMMISSIONING = 2
+    MISSING = 3
+    READY = 4
+    RESERVED = 5
+    DEPLOYED = 6
+    RETIRED = 7
+    BROKEN = 8
+    DEPLOYING = 9
+    ALLOCATED = 10
+    FAILED_DEPLOYMENT = 11
+    RELEASING = 12
+    FAILED_RELEASING = 13
+    DISK_ERASING = 14
+    FAILED_DISK_ERASING = 15
+    RESCUE_MODE = 16
+    ENTERING_RESCUE_MODE = 17
+    FAILED_ENTERING_RESCUE_MODE = 18
+    EXITING_RESCUE_MODE = 19
+    FAILED_EXITING_RESCUE_MODE = 20
+    TESTING = 21
+    FAILED_TESTING = 22
+
+    @property
+    def filter_name(self) -> str:
+        """The value the ``status=`` list filter takes (lower-case name, e.g. ``failed_deployment``)."""
+        return self.name.lower()
+
+
+class PowerState(enum.StrEnum):
+    """MAAS ``POWER_STATE``; a value newer than this enum reads as ``unknown`` rather than failing."""
+
+    ON = "on"
+    OFF = "off"
+    UNKNOWN = "unknown"
+    ERROR = "error"
+
+    @classmethod
+    def _missing_(cls, value: object) -> PowerState:
+        return cls.UNKNOWN
+
+
+class ZoneRef(_Model):
+    """A zone as nested in other objects."""
+
+    id: int
+    name: str
+    description: str = ""
+
+
+class PoolRef(_Model):
+    """A resource pool as nested in other objects."""
+
+    id: int
+    name: str
+    description: str = ""
+
+
+class PodRef(_Model):
+    """The VM host (pod) a machine is a VM of."""
+
+    id: int
+    name: str
+    resource_uri: str = ""
+
+
+class VlanRef(_Model):
+    """A VLAN as nested in subnets and interfaces."""
+
+    id: int
+    name: str = ""
+    vid: int = 0
+    fabric: str = ""
+    fabric_id: int | None = None
+    mtu: int | None = None
+    dhcp_on: bool = False
+    space: str | None = None
+
+
+class Subnet(_Model):
+    """A subnet (``subnets/``, and nested in interface links)."""
+
+    id: int
+    name: str
+    cidr: str
+    vlan: VlanRef | None = None
+    space: str | None = None
+    gateway_ip: str | None = None
+    dns_servers: tuple[str, ...] = ()
+    managed: bool = True
+    description: str = ""
+
+
+class InterfaceLink(_Model):
+    """One link (address assignment) of an interface."""
+
+    id: int
+    mode: str
+    ip_address: str | None = None
+    subnet: Subnet | None = None
+
+
+class Interface(_Model):
+    """A machine network interface (``interface_set[]``)."""
+
+    id: int
+    name: str
+    type: str = "physical"
+    mac_address: str | None = None
+    enabled: bool = True
+    tags: tuple[str, ...] = ()
+    links: tuple[InterfaceLink, ...] = ()
+    vlan: VlanRef | None = None
+    parents: tuple[str, ...] = ()
+    children: tuple[str, ...] = ()
+    link_connected: bool = True
+
+
+class Machine(_Model):
+    """A MAAS machine (``machines/{system_id}/``). ``memory`` is MiB, ``storage`` MB (float)."""
+
+    system_id: str
+    hostname: str
+    status: NodeStatus
+    fqdn: str = ""
+    status_name: str = ""
+    status_message: str | None = None
+    error_description: str = ""
+    power_state: PowerState = PowerState.UNKNOWN
+    power_type: str = ""
+    zone: ZoneRef
+    pool: PoolRef | None = None
+    tag_names: tuple[str, ...] = ()
+    ip_addresses: tuple[str, ...] = ()
+    interface_set: tuple[Interface, ...] = ()
+    owner: str | None = None
+    owner_data: dict[str, str] = pydantic.Field(default_factory=dict)
+    workload_annotations: dict[str, str] = pydantic.Field(default_factory=dict)
+    cpu_count: int = 0
+    memory: int = 0
+    storage: float = 0.0
+    architecture: str | None = None
+    osystem: str = ""
+    distro_series: str = ""
+    hwe_kernel: str | None = None
+    ephemeral_deploy: bool = False
+    locked: bool = False
+    pod: PodRef | None = None
+    virtualmachine_id: int | None = None
+    description: str = ""
+    resource_uri: str = ""
+
+
+class VmHostResources(_Model):
+    """``total``/``used``/``available`` of a VM host: cores, memory (MiB), local storage (bytes)."""
+
+    cores: int = 0
+    memory: int = 0
+    local_storage: int = 0
+
+
+class StoragePool(_Model):
+    """A storage pool of a VM host; sizes in bytes."""
+
+    id: str | int
+    name: str
+    type: str = ""
+    path: str = ""
+    total: int = 0
+    used: int = 0
+    available: int = 0
+    default: bool = False
+
+
+class VmHostHostRef(_Model):
+    """The machine a VM host runs on (``system_id`` None when MAAS does not know it)."""
+
+    system_id: str | None = None
+
+
+class VmHost(_Model):
+    """A VM host (``vm-hosts/{id}/``; ``pods/`` in older MAAS). ``available`` is not over-commit scaled."""
+
+    id: int
+    name: str
+    type: str = ""
+    tags: tuple[str, ...] = ()
+    architectures: tuple[str, ...] = ()
+    capabilities: tuple[str, ...] = ()
+    total: VmHostResources
+    used: VmHostResources
+    available: VmHostResources
+    zone: ZoneRef | None = None
+    pool: PoolRef | None = None
+    cpu_over_commit_ratio: float = 1.0
+    memory_over_commit_ratio: float = 1.0
+    storage_pools: tuple[StoragePool, ...] = ()
+    default_storage_pool: str | None = None
+    host: VmHostHostRef | None = None
+    default_macvlan_mode: str | None = None
+    version: str = ""
+
+
+class ComposedMachine(_Model):
+    """The answer to ``vm-hosts/{id}/?op=compose``: the new machine's id and URI."""
+
+    system_id: str
+    resource_uri: str = ""
+
+
+class Zone(_Model):
+    """A physical zone (the CAPI failure domain)."""
+
+    id: int
+    name: str
+    description: str = ""
+
+
+class ResourcePool(_Model):
+    """A resource pool."""
+
+    id: int
+    name: str
+    description: str = ""
+
+
+class Tag(_Model):
+    """A tag; ``definition`` is an XPath expression, empty for manual tags."""
+
+    name: str
+    definition: str = ""
+    comment: str = ""
+    kernel_opts: str | None = None
+
+
+class TagUpdateResult(_Model):
+    """The answer to ``tags/{name}/?op=update_nodes``."""
+
+    added: int
+    removed: int
+
+
+class IpAddress(_Model):
+    """An IP address object as nested in DNS resources."""
+
+    ip: str | None = None
+    alloc_type: int | None = None
+    alloc_type_name: str | None = None
+
+
+class DnsResource(_Model):
+    """A DNS resource (``dnsresources/``); its A/AAAA records are ``ip_addresses``."""
+
+    id: int
+    fqdn: str
+    address_ttl: int | None = None
+    ip_addresses: tuple[IpAddress, ...] = ()
+
+    @property
+    def ips(self) -> tuple[str, ...]:
+        """The addresses as plain strings."""
+        return tuple(a.ip for a in self.ip_addresses if a.ip)
+
+
+class Domain(_Model):
+    """A DNS domain."""
+
+    id: int
+    name: str
+    ttl: int | None = None
+    authoritative: bool = True
+    resource_record_count: int = 0
+    is_default: bool = False
+
+
+class BootResource(_Model):
+    """An OS image MAAS can deploy (``boot-resources/``): ``type`` is ``Synced`` or ``Uploaded``."""
+
+    id: int
+    type: str
+    name: str
+    architecture: str
+    base_image: str | None = None
+    title: str | None = None
+
+
+class Version(_Model):
+    """``version/``: e.g. ``3.7.3`` and capabilities such as ``authenticate-api``."""
+
+    version: str
+    subversion: str = ""
+    capabilities: tuple[str, ...] = ()
+
+
+class User(_Model):
+    """A MAAS user (``users/?op=whoami``)."""
+
+    username: str
+    email: str | None = None
+    is_superuser: bool = False
+    is_local: bool = True
+
+
+class _Request(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+
+
+class AllocateConstraints(_Request):
+    """What ``machines/?op=allocate`` must match. Every given constraint must hold (AND).
+
+    ``mem`` is MiB; ``storage`` is MAAS's ``label:sizeGB(tag,...),...``; ``interfaces`` is
+    ``label:key=value,...;...``. ``tags`` must all be present, ``not_tags`` none of them.
+    """
+
+    cpu_count: int | None = None
+    mem: int | None = None
+    tags: tuple[str, ...] = ()
+    not_tags: tuple[str, ...] = ()
+    zone: str | None = None
+    not_in_zone: tuple[str, ...] = ()
+    pool: str | None = None
+    arch: str | None = None
+    storage: str | None = None
+    interfaces: str | None = None
+    system_id: str | None = None
+    name: str | None = None
+
+    def to_form(self) -> FormFields:
+        """Form fields in a stable order, repeated keys for lists, nothing for unset constraints."""
+        fields: FormFields = []
+        for key in ("name", "system_id", "arch", "cpu_count", "mem", "zone", "pool", "storage", "interfaces"):
+            value = getattr(self, key)
+            if value is not None:
+                fields.append((key, str(value)))
+        for key in ("tags", "not_tags", "not_in_zone"):
+            fields.extend((key, v) for v in getattr(self, key))
+        return fields
+
+
+class ComposeRequest(_Request):
+    """What ``vm-hosts/{id}/?op=compose`` should build. ``memory`` MiB; ``zone``/``pool`` are MAAS ids.
+
+    ``storage`` is ``label:sizeGB(pool),...`` (e.g. ``root:20(default)``); ``interfaces`` a labeled map.
+    """
+
+    cores: int | None = None
+    memory: int | None = None
+    storage: str | None = None
+    interfaces: str | None = None
+    hostname: str | None = None
+    zone: int | None = None
+    pool: int | None = None
+    domain: int | None = None
+    architecture: str | None = None
+    skip_commissioning: bool = False
+
+    def to_form(self) -> FormFields:
+        """Form fields for the given values only; MAAS applies its own defaults to the rest."""
+        fields: FormFields = []
+        for key in ("hostname", "cores", "memory", "storage", "interfaces", "zone", "pool", "domain"):
+            value = getattr(self, key)
+            if value is not None:
+                fields.append((key, str(value)))
+        if self.architecture is not None:
+            fields.append(("architecture", self.architecture))
+        if self.skip_commissioning:
+            fields.append(("skip_commissioning", form_bool(True)))
+        return fields
+
+
+def form_bool(value: bool) -> str:
+    """MAAS's boolean form value (formencode ``StringBool`` accepts ``true``/``false``)."""
+    return "true" if value else "false"

@@ -181,7 +181,7 @@ def _cores(ctx: FilterContext, host: HostCandidate) -> tuple[str, str] | None:
     return (
         f"lack{{s}} {need} free cores",
         f"{_num(max(free, 0))} cores free ({host.cores_total} x over-commit "
-        f"{_num(host.cpu_over_commit_ratio)} - {host.cores_used} used - {reserved} reserved); needs {need}",
+        f"{host.cpu_over_commit_ratio:g} - {host.cores_used} used - {reserved} reserved); needs {need}",
     )
 
 
@@ -194,7 +194,7 @@ def _memory(ctx: FilterContext, host: HostCandidate) -> tuple[str, str] | None:
     return (
         f"lack{{s}} {need} MiB free memory",
         f"{_num(max(free, 0))} MiB memory free ({host.memory_total_mib} MiB x over-commit "
-        f"{_num(host.memory_over_commit_ratio)} - {host.memory_used_mib} used - {reserved} reserved); "
+        f"{host.memory_over_commit_ratio:g} - {host.memory_used_mib} used - {reserved} reserved); "
         f"needs {need}",
     )
 

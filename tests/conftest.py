@@ -1,0 +1,105 @@
+"""Shared pytest fixtures: a real local Kubernetes control plane for tests marked ``k8s``.
+
+Nothing here starts a process unless a test asks for one of these fixtures, so unit tests stay fast. When the
+binaries are missing the k8s tests *fail* (not skip) with a message naming ``make controlplane``: a green run
+that silently tested nothing against Kubernetes would be a lie, and CI builds the binaries first.
+
+- ``kube`` (session): etcd + kube-apiserver (+ kube-controller-manager when built, for GC and namespace
+  deletion) with the Cluster API core CRDs applied. ``.kubeconfig``, ``.server``, ``.env()``.
+- ``workload_kube`` (session, started on first use): a second, independent control plane (no CAPI CRDs, no
+  controller-manager) standing in for a workload cluster.
+- ``namespace`` (function): a fresh namespace in ``kube``, deleted after the test.
+- ``kubectl`` (session): ``kubectl(*args, check=True, input=None, kubeconfig=None)`` runs the venv's kubectl
+  against ``kube`` (or the given kubeconfig) and returns the CompletedProcess; a failure raises with stderr.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+
+from capmaas.devcluster import ControlPlane, MissingToolError, StartError, apply_capi_crds, run_kubectl
+
+K8S_FIXTURES = frozenset({"kube", "workload_kube", "namespace", "kubectl"})
+
+
+class Kubectl(Protocol):
+    def __call__(
+        self,
+        *args: str,
+        check: bool = True,
+        input: str | None = None,
+        kubeconfig: str | Path | None = None,
+        timeout: float = 120.0,
+    ) -> subprocess.CompletedProcess[str]: ...
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses a Kubernetes fixture is a k8s test even if it forgot the marker (``-m "not k8s"``)."""
+    for item in items:
+        if K8S_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("k8s") is None:
+            item.add_marker(pytest.mark.k8s)
+
+
+def _start(*, controller_manager: bool | None, capi_crds: bool) -> ControlPlane:
+    try:
+        cp = ControlPlane.start(controller_manager=controller_manager)
+    except MissingToolError as exc:
+        pytest.fail(f"k8s test needs the local control plane: {exc}", pytrace=False)
+    except StartError as exc:
+        pytest.fail(f"the local control plane did not start: {exc}", pytrace=False)
+    if capi_crds:
+        try:
+            apply_capi_crds(cp.kubeconfig)
+        except MissingToolError as exc:
+            cp.stop()
+            pytest.fail(f"k8s test needs the Cluster API CRDs: {exc}", pytrace=False)
+        except BaseException:
+            cp.stop()
+            raise
+    return cp
+
+
+@pytest.fixture(scope="session")
+def kube() -> Iterator[ControlPlane]:
+    cp = _start(controller_manager=None, capi_crds=True)
+    with cp:
+        yield cp
+
+
+@pytest.fixture(scope="session")
+def workload_kube() -> Iterator[ControlPlane]:
+    cp = _start(controller_manager=False, capi_crds=False)
+    with cp:
+        yield cp
+
+
+@pytest.fixture(scope="session")
+def kubectl(kube: ControlPlane) -> Kubectl:
+    def run(
+        *args: str,
+        check: bool = True,
+        input: str | None = None,
+        kubeconfig: str | Path | None = None,
+        timeout: float = 120.0,
+    ) -> subprocess.CompletedProcess[str]:
+        return run_kubectl(kubeconfig or kube.kubeconfig, *args, check=check, input=input, timeout=timeout)
+
+    return run
+
+
+@pytest.fixture
+def namespace(kube: ControlPlane, kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace named after the test (DNS-1123, unique); deleted afterwards without waiting, because the
+    controller-manager finishes the deletion in the background (and a bare apiserver never would)."""
+    stem = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-") or "t"
+    name = f"{stem}-{secrets.token_hex(3)}"
+    kubectl("create", "namespace", name)
+    yield name
+    kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)

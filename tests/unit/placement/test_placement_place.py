@@ -13,13 +13,13 @@ from capmaas.placement import (
     Placement,
     Reservation,
     Role,
+    _ranking,
     filter_hosts,
     place_vm,
     rank_hosts,
     spread_counts,
     summarize,
 )
-from capmaas.placement import _ranking
 
 CP = Role.CONTROL_PLANE
 
@@ -169,7 +169,8 @@ def test_reservations_of_the_cluster_count_for_spread_but_not_twice() -> None:
     own_existing = ExistingPlacement(zone="zone-a", role=CP, host_id=1, key="uid-m2")
     own_reserved = Reservation(key="uid-m2", host_id=1, cores=2, memory_mib=4096, cluster="c1", zone="zone-a")
     counts = spread_counts(req, [own_existing], [own_reserved])
-    assert counts.zone_all == {} and counts.host_all == {}
+    assert counts.zone_all == {}
+    assert counts.host_all == {}
 
 
 def test_seed_breaks_ties_reproducibly_and_independently_of_input_order() -> None:

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 READY_CONDITION = "Ready"  # summary of the object; covers the whole lifecycle, deletion included
 PAUSED_CONDITION = "Paused"  # CAPI's pause contract: True while the Cluster or the object is paused
-INFRASTRUCTURE_READY_CONDITION = (
-    "InfrastructureReady"  # CAPI's name for our Ready on Machine/Cluster (read only)
-)
+INFRASTRUCTURE_READY_CONDITION = "InfrastructureReady"  # CAPI's copy of our Ready on Machine/Cluster
 MACHINE_PROVISIONED_CONDITION = "MachineProvisioned"  # MaasMachine: a MAAS machine is allocated and deployed
 MAAS_CONNECTED_CONDITION = "MaasConnected"  # MaasCluster: the MAAS API answers with the given credentials
 DNS_READY_CONDITION = "DNSReady"  # MaasCluster: the API server DNS record exists and lists the control plane
@@ -32,15 +30,11 @@ LXD_VM_DEPLOYED_CONDITION = "LXDVMDeployed"  # LXD: the composed VM is Deployed 
 READY_REASON = "Ready"  # Ready=True: everything the object needs is in place
 PROVISIONED_REASON = "Provisioned"  # MachineProvisioned=True: deployed and powered on
 NOT_PAUSED_REASON = "NotPaused"  # Paused=False (the CAPI helper's reason)
-MACHINE_ALLOCATED_REASON = (
-    "MachineAllocated"  # a MAAS machine is held for this MaasMachine, not yet deploying
-)
+MACHINE_ALLOCATED_REASON = "MachineAllocated"  # a MAAS machine is held for us, not deploying yet
 MACHINE_DEPLOYING_REASON = "MachineDeploying"  # MAAS is installing the image (status Deploying)
 MACHINE_DEPLOYED_REASON = "MachineDeployed"  # MAAS reports Deployed
 DNS_RECORD_READY_REASON = "DNSRecordReady"  # DNSReady=True: the record lists every running control-plane IP
-CUSTOM_ENDPOINT_REASON = (
-    "CustomEndpoint"  # DNSReady=True without DNS: the endpoint host was given by the user
-)
+CUSTOM_ENDPOINT_REASON = "CustomEndpoint"  # DNSReady=True without DNS: the user gave the endpoint host
 FAILURE_DOMAINS_FROM_SPEC_REASON = "FromSpec"  # failure domains taken from spec.failureDomains
 FAILURE_DOMAINS_FROM_MAAS_REASON = "FromMaas"  # failure domains discovered from the MAAS zones
 MAAS_CONNECTED_REASON = "Connected"  # MaasConnected=True
@@ -67,13 +61,9 @@ DEPLOYMENT_TIMED_OUT_REASON = "DeploymentTimedOut"  # Deploying for longer than 
 MACHINE_BROKEN_REASON = "MachineBroken"  # the allocated machine turned Broken
 MACHINE_NOT_FOUND_REASON = "MachineNotFound"  # spec.systemID no longer exists in MAAS
 MACHINE_POWERED_OFF_REASON = "MachinePoweredOff"  # Deployed but MAAS reports power off
-RETRIES_EXHAUSTED_REASON = (
-    "RetriesExhausted"  # allocate/deploy failed more times than allowed; needs a person
-)
+RETRIES_EXHAUSTED_REASON = "RetriesExhausted"  # allocate/deploy failed too often; needs a person
 MAAS_UNREACHABLE_REASON = "MaasUnreachable"  # connection refused / timed out / 5xx from the MAAS region
-INVALID_CREDENTIALS_REASON = (
-    "InvalidCredentials"  # the identity Secret is missing, malformed or rejected (401/403)
-)
+INVALID_CREDENTIALS_REASON = "InvalidCredentials"  # identity Secret malformed or rejected (401/403)
 IDENTITY_SECRET_NOT_FOUND_REASON = "IdentitySecretNotFound"  # identityRef names a Secret that does not exist
 DNS_UPDATE_FAILED_REASON = "DNSUpdateFailed"  # MAAS refused to create/update the DNS resource
 ZONE_NOT_FOUND_REASON = "ZoneNotFound"  # a failure domain names a zone MAAS does not have

@@ -1,0 +1,241 @@
+"""MaasCluster reconciliation: credentials check, failure domains, the control-plane endpoint, ready.
+
+Endpoint: ``spec.controlPlaneEndpoint.host`` given by the user, or the ``spectrocloud.com/custom-dns-
+provided`` annotation → used as is, no DNS. Otherwise capmaas owns a MAAS DNS resource
+``<cluster>-<suffix>.<dnsDomain>`` (suffix derived from the MaasCluster UID, so a crash between create and
+the spec write finds the same name again). Its A records follow the running control-plane MaasMachines
+(their status, from the watch cache: no MAAS read per pass) but are never emptied while control-plane
+machines exist: a control plane that is briefly down keeps its last addresses (the Go provider wiped them
+and clusters lost their API). The record is deleted with the cluster, once no MaasMachine of the cluster is
+left.
+
+``status.ready`` and ``status.initialization.provisioned`` are set once the endpoint is known and never reset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from capmaas.api import conditions as C
+from capmaas.maas import errors as maas_errors
+from capmaas.reconcilers.credentials import connect, maas_failure
+from capmaas.reconcilers.errors import ReconcileError
+from capmaas.reconcilers.ports import MAASCLUSTER, Body, KubePort, MaasConnector, MaasCredentials, MaasPort
+from capmaas.reconcilers.scope import (
+    CONTROL_PLANE_LABEL,
+    DELETE_FOR_MOVE_ANNOTATION,
+    MANAGED_BY_ANNOTATION,
+    ObjectScope,
+    Requeue,
+    is_paused,
+    owner_ref,
+)
+
+FINALIZER = "maascluster.infrastructure.cluster.x-k8s.io"
+CUSTOM_DNS_ANNOTATION = "spectrocloud.com/custom-dns-provided"
+DEFAULT_API_PORT = 6443
+RUNNING_STATES = frozenset({"Deployed", "Deploying"})
+
+
+class ClusterScope(ObjectScope):
+    """The MaasCluster plus its owner Cluster (from the cache)."""
+
+    cluster: Body | None = None
+
+    @property
+    def cluster_name(self) -> str:
+        ref = owner_ref(self.body, "Cluster")
+        return str(ref.get("name")) if ref else self.name
+
+
+def dns_name(cluster_name: str, uid: str, domain: str) -> str:
+    suffix = hashlib.sha256(uid.encode()).hexdigest()[:6]
+    return f"{cluster_name}-{suffix}.{domain}".lower()
+
+
+def is_managed_name(host: str, cluster_name: str, domain: str) -> bool:
+    """Whether ``host`` has the shape of a name capmaas generated (it survives clusterctl move in spec)."""
+    return bool(domain) and host.startswith(f"{cluster_name}-") and host.endswith(f".{domain}")
+
+
+def control_plane_ips(kube: KubePort, namespace: str, cluster_name: str) -> tuple[int, frozenset[str]]:
+    """(number of control-plane MaasMachines, IPs of those running) — from the watch cache."""
+    count, ips = 0, set()
+    for mm in kube.list_maasmachines(namespace, cluster_name):
+        meta = mm.get("metadata") or {}
+        if CONTROL_PLANE_LABEL not in (meta.get("labels") or {}) or meta.get("deletionTimestamp"):
+            continue
+        count += 1
+        status = mm.get("status") or {}
+        if status.get("machineState") in RUNNING_STATES and status.get("machinePowered"):
+            addrs = [a for a in status.get("addresses") or () if a.get("type") == "ExternalIP"]
+            addrs = addrs or [a for a in status.get("addresses") or () if a.get("type") == "InternalIP"]
+            if addrs:
+                ips.add(str(addrs[0]["address"]))
+    return count, frozenset(ips)
+
+
+class ClusterReconciler:
+    def __init__(
+        self, kube: KubePort, connector: MaasConnector, *, default_credentials: MaasCredentials | None
+    ) -> None:
+        self.kube = kube
+        self.connector = connector
+        self.default_credentials = default_credentials
+
+    async def reconcile(self, body: Body) -> Requeue:
+        if MANAGED_BY_ANNOTATION in (body.get("metadata", {}).get("annotations") or {}):
+            return Requeue()  # externally managed (HyperShift): no finalizer, no patch, nothing at all
+        scope = ClusterScope(self.kube, MAASCLUSTER, body)
+        try:
+            if scope.deleting:
+                return await self._delete(scope)
+            return await self._normal(scope)
+        except ReconcileError as exc:
+            if not scope.status.get("ready"):
+                scope.set_condition(C.READY_CONDITION, False, exc.reason, exc.message)
+            raise
+        finally:
+            await scope.close()
+
+    def _wait(self, scope: ClusterScope, reason: str, message: str) -> Requeue:
+        if not scope.status.get("ready"):
+            scope.set_condition(C.READY_CONDITION, False, reason, message)
+        return Requeue()
+
+    def _load(self, scope: ClusterScope) -> bool:
+        ref = owner_ref(scope.body, "Cluster")
+        if ref is None:
+            self._wait(scope, C.WAITING_FOR_CLUSTER_OWNER_REASON, "waiting for Cluster API to set the owner")
+            return False
+        scope.cluster = self.kube.get_cluster(scope.namespace, str(ref.get("name")))
+        if scope.cluster is None:
+            self._wait(scope, C.WAITING_FOR_CLUSTER_OWNER_REASON, f"Cluster {ref.get('name')} not found yet")
+            return False
+        return True
+
+    async def _connect(self, scope: ClusterScope) -> MaasPort:
+        try:
+            port = await connect(self.kube, self.connector, scope.body, self.default_credentials)
+        except ReconcileError as exc:
+            scope.set_condition(C.MAAS_CONNECTED_CONDITION, False, exc.reason, exc.message)
+            raise
+        scope.set_condition(C.MAAS_CONNECTED_CONDITION, True, C.MAAS_CONNECTED_REASON, port.endpoint)
+        return port
+
+    async def _normal(self, scope: ClusterScope) -> Requeue:
+        if not self._load(scope):
+            return Requeue()
+        paused, why = is_paused(scope.body, scope.cluster)
+        scope.set_paused_condition(paused, why)
+        if paused:
+            return Requeue()
+        scope.add_finalizer(FINALIZER)
+        port = await self._connect(scope)
+        await self._failure_domains(scope, port)
+        endpoint = await self._endpoint(scope, port)
+        if endpoint is None:
+            return Requeue()
+        scope.status["ready"] = True
+        scope.status["initialization"] = {"provisioned": True}
+        scope.set_condition(C.READY_CONDITION, True, C.READY_REASON, "")
+        return Requeue()
+
+    async def _failure_domains(self, scope: ClusterScope, port: MaasPort) -> None:
+        names: Sequence[str] = scope.spec.get("failureDomains") or ()
+        reason = C.FAILURE_DOMAINS_FROM_SPEC_REASON
+        if not names:
+            try:
+                names = await port.zones()
+            except maas_errors.MaasError as exc:
+                raise maas_failure(exc, None, "listing zones") from exc
+            reason = C.FAILURE_DOMAINS_FROM_MAAS_REASON
+        scope.status["failureDomains"] = [{"name": n, "controlPlane": True} for n in names]
+        scope.set_condition(C.FAILURE_DOMAINS_DISCOVERED_CONDITION, True, reason, ", ".join(names))
+
+    async def _endpoint(self, scope: ClusterScope, port: MaasPort) -> str | None:
+        assert scope.cluster is not None
+        cep = scope.spec.get("controlPlaneEndpoint") or {}
+        host = str(cep.get("host") or "")
+        domain = str(scope.spec.get("dnsDomain") or "")
+        network = (scope.cluster.get("spec") or {}).get("clusterNetwork") or {}
+        api_port = int(cep.get("port") or network.get("apiServerPort") or DEFAULT_API_PORT)
+        custom = CUSTOM_DNS_ANNOTATION in scope.annotations or (
+            host and not is_managed_name(host, scope.cluster_name, domain)
+        )
+        if custom:
+            if not host:
+                self._wait(
+                    scope,
+                    C.CUSTOM_ENDPOINT_REASON,
+                    f"{CUSTOM_DNS_ANNOTATION} is set but spec.controlPlaneEndpoint.host is empty",
+                )
+                return None
+            scope.set_spec(controlPlaneEndpoint={"host": host, "port": api_port})
+            scope.set_condition(C.DNS_READY_CONDITION, True, C.CUSTOM_ENDPOINT_REASON, host)
+            return host
+        fqdn = host or dns_name(scope.cluster_name, scope.uid, domain)
+        count, ips = control_plane_ips(self.kube, scope.namespace, scope.cluster_name)
+        try:
+            record = await port.dns_find(fqdn)
+            if record is None:
+                record = await port.dns_create(fqdn, ips)
+                scope.event("Normal", "DNSRecordCreated", f"{fqdn} -> {sorted(ips) or '(none yet)'}")
+            elif ips and record.ips != ips:
+                await port.dns_update(record.id, ips)
+                scope.event("Normal", "DNSRecordUpdated", f"{fqdn} -> {sorted(ips)}")
+            elif count == 0 and record.ips:
+                await port.dns_update(record.id, frozenset())  # no control plane left at all
+        except maas_errors.MaasError as exc:
+            err = maas_failure(exc, None, f"DNS record {fqdn}")
+            scope.set_condition(C.DNS_READY_CONDITION, False, C.DNS_UPDATE_FAILED_REASON, err.message)
+            raise err from exc
+        scope.set_spec(controlPlaneEndpoint={"host": fqdn, "port": api_port})
+        scope.status["network"] = {"dnsName": fqdn}
+        if ips:
+            scope.set_condition(C.DNS_READY_CONDITION, True, C.DNS_RECORD_READY_REASON, " ".join(sorted(ips)))
+        else:
+            scope.set_condition(
+                C.DNS_READY_CONDITION,
+                False,
+                C.WAITING_FOR_CONTROL_PLANE_REASON,
+                "no running control plane yet",
+            )
+        return fqdn
+
+    async def _delete(self, scope: ClusterScope) -> Requeue:
+        if FINALIZER not in scope.finalizers:
+            return Requeue()
+        if DELETE_FOR_MOVE_ANNOTATION in scope.annotations:
+            scope.remove_finalizer(FINALIZER)
+            return Requeue()
+        self._load(scope)
+        paused, why = is_paused(scope.body, scope.cluster)
+        scope.set_paused_condition(paused, why)
+        if paused:
+            return Requeue()
+        left = self.kube.list_maasmachines(scope.namespace, scope.cluster_name)
+        if left:
+            scope.set_condition(
+                C.READY_CONDITION, False, C.DELETING_REASON, f"waiting for {len(left)} MaasMachines to go"
+            )
+            return Requeue()
+        host = str((scope.spec.get("controlPlaneEndpoint") or {}).get("host") or "")
+        domain = str(scope.spec.get("dnsDomain") or "")
+        managed = (
+            host
+            and CUSTOM_DNS_ANNOTATION not in scope.annotations
+            and is_managed_name(host, scope.cluster_name, domain)
+        )
+        if managed:
+            port = await self._connect(scope)
+            try:
+                record = await port.dns_find(host)
+                if record is not None:
+                    await port.dns_delete(record.id)
+                    scope.event("Normal", "DNSRecordDeleted", host)
+            except maas_errors.MaasError as exc:
+                raise maas_failure(exc, None, f"deleting DNS record {host}") from exc
+        scope.remove_finalizer(FINALIZER)
+        return Requeue()

@@ -1,0 +1,194 @@
+"""The ports the reconcilers do I/O through (style rule 13): ``typing.Protocol``s, implemented by the operator
+(Kubernetes) and by :mod:`capmaas.reconcilers.maasgw` (MAAS), replaced by small fakes in unit tests.
+
+Why ports: the reconcilers hold the domain rules (when to allocate, when to give up, what the status says) and
+must be testable without kopf or an apiserver. Reads that the operator serves from its watch caches (owner
+Machine, Cluster, sibling MaasMachines) are synchronous here on purpose: they never cost an API call, so the
+reconcilers may read them freely on every pass.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from capmaas import maas
+
+#: A Kubernetes object as the apiserver returns it (apiVersion, kind, metadata, spec, status).
+Body = Mapping[str, Any]
+
+ObjectPlural = Literal["maasmachines", "maasclusters"]
+MAASMACHINE: ObjectPlural = "maasmachines"
+MAASCLUSTER: ObjectPlural = "maasclusters"
+EventType = Literal["Normal", "Warning"]
+
+
+class NodePatchResult(enum.Enum):
+    """What happened when we tried to put our providerID on a workload Node."""
+
+    PATCHED = "patched"  # the Node had no providerID; it now has ours
+    ALREADY_SET = "already-set"  # it already had exactly ours
+    CONFLICT = "conflict"  # it has a different one; left alone
+    NOT_FOUND = "not-found"  # no such Node (yet)
+    UNREACHABLE = "unreachable"  # the workload apiserver did not answer
+
+
+class KubePort(Protocol):
+    """Kubernetes reads (mostly from caches) and writes the reconcilers need."""
+
+    def get_machine(self, namespace: str, name: str) -> Body | None:
+        """The CAPI Machine from the watch cache."""
+        ...
+
+    def get_cluster(self, namespace: str, name: str) -> Body | None:
+        """The CAPI Cluster from the watch cache."""
+        ...
+
+    def get_maascluster(self, namespace: str, name: str) -> Body | None:
+        """A MaasCluster from the watch cache."""
+        ...
+
+    def list_maasmachines(self, namespace: str, cluster_name: str) -> Sequence[Body]:
+        """MaasMachines labelled ``cluster.x-k8s.io/cluster-name=<cluster_name>``, from the watch cache."""
+        ...
+
+    async def get_secret(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
+        """A Secret's decoded data (None when it does not exist). May be served from a short-lived cache."""
+        ...
+
+    async def read_secret_fresh(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
+        """A Secret's decoded data read now (bootstrap data: read once, at deploy time)."""
+        ...
+
+    async def patch(
+        self, plural: ObjectPlural, namespace: str, name: str, body: Mapping[str, Any], *, status: bool
+    ) -> Body | None:
+        """Merge-patch our object (``status=True``: the status subresource). Returns the new object, None if
+        it is gone."""
+        ...
+
+    async def set_node_provider_id(
+        self, kubeconfig: bytes, node_name: str, provider_id: str
+    ) -> tuple[NodePatchResult, str]:
+        """Set ``spec.providerID`` of Node ``node_name`` in the workload cluster, never overwriting another
+        value. Returns the result and the Node's current providerID (or a short error text)."""
+        ...
+
+    def emit_event(self, obj: Body, type: EventType, reason: str, message: str) -> None:
+        """Post a Kubernetes Event on ``obj`` (fire and forget)."""
+        ...
+
+
+@dataclass(frozen=True)
+class MaasCredentials:
+    """Where and how to reach MAAS. ``api_key`` never appears in repr/str (it is never logged)."""
+
+    endpoint: str
+    api_key: str = field(repr=False)
+    ca_data: str | None = field(default=None, repr=False)
+    insecure: bool = False
+    source: str = "default"  # "Secret ns/name" or "default": for messages
+
+
+@dataclass(frozen=True)
+class DnsRecord:
+    """A MAAS DNS resource, reduced to what the cluster reconciler needs."""
+
+    id: int
+    fqdn: str
+    ips: frozenset[str]
+
+
+class MaasPort(Protocol):
+    """One MAAS endpoint and identity: pooled client plus the shared machine poller."""
+
+    @property
+    def endpoint(self) -> str: ...
+
+    def watch(self, system_id: str, key: str) -> None:
+        """Include ``system_id`` in the shared poll; changes wake the object identified by ``key``."""
+        ...
+
+    def unwatch(self, system_id: str) -> None: ...
+
+    def snapshot(self, system_id: str) -> maas.Machine | None:
+        """The latest state of a watched machine (poll or last write response); None if not known yet."""
+        ...
+
+    def is_gone(self, system_id: str) -> bool:
+        """True when a poll that asked for ``system_id`` did not return it (deleted, or not visible)."""
+        ...
+
+    async def find_by_agent(self, agent_name: str) -> Sequence[maas.Machine]:
+        """Machines currently allocated with ``agent_name`` (the crash-recovery lookup)."""
+        ...
+
+    async def allocate(
+        self, constraints: maas.AllocateConstraints, *, agent_name: str, comment: str
+    ) -> maas.Machine: ...
+
+    async def deploy(
+        self,
+        system_id: str,
+        *,
+        user_data: bytes,
+        distro_series: str | None,
+        hwe_kernel: str | None,
+        ephemeral_deploy: bool,
+        comment: str,
+    ) -> maas.Machine: ...
+
+    async def release(
+        self, system_id: str, *, erase: bool, secure_erase: bool, quick_erase: bool, comment: str
+    ) -> maas.Machine | None: ...
+
+    async def mark_broken(self, system_id: str, *, comment: str) -> None: ...
+
+    async def power_on(self, system_id: str, *, comment: str) -> None: ...
+
+    async def zones(self) -> Sequence[str]:
+        """Zone names (cached per connection for a while: they change rarely)."""
+        ...
+
+    async def dns_find(self, fqdn: str) -> DnsRecord | None: ...
+
+    async def dns_create(self, fqdn: str, ips: frozenset[str]) -> DnsRecord: ...
+
+    async def dns_update(self, record_id: int, ips: frozenset[str]) -> None: ...
+
+    async def dns_delete(self, record_id: int) -> None: ...
+
+
+class MaasConnector(Protocol):
+    """Turns credentials into a (pooled) :class:`MaasPort`."""
+
+    async def connect(self, credentials: MaasCredentials) -> MaasPort:
+        """The pooled connection for these credentials; raises ``maas.MaasError`` for unusable ones."""
+        ...
+
+
+class Recorder(Protocol):
+    """Metrics the reconcilers report (the operator backs this with Prometheus)."""
+
+    def allocation_duration(self, seconds: float) -> None: ...
+
+    def deploy_duration(self, seconds: float) -> None: ...
+
+    def machine_phase(self, key: str, phase: str | None) -> None:
+        """The current phase of MaasMachine ``key`` (None: forget it)."""
+        ...
+
+
+class NullRecorder:
+    """A :class:`Recorder` that records nothing (tests, tools)."""
+
+    def allocation_duration(self, seconds: float) -> None:
+        return None
+
+    def deploy_duration(self, seconds: float) -> None:
+        return None
+
+    def machine_phase(self, key: str, phase: str | None) -> None:
+        return None

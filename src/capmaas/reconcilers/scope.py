@@ -1,0 +1,238 @@
+"""Per-reconcile scopes (style rule 12): the loaded objects plus the changes a reconcile wants, written once.
+
+A reconcile reads the object and its relatives into a scope, records intent through methods
+(``set_condition``, ``set_spec``, ``set_annotation``, ``add_finalizer``, ``event``), and
+:meth:`ObjectScope.close` writes at most two patches (metadata/spec, then the status subresource) and posts
+the Events. Nothing is written when nothing changed, so an idle reconcile costs no API call and, in
+particular, a condition's ``lastTransitionTime`` only moves when its status does (otherwise every reconcile
+would write, and every write would wake another reconcile).
+
+The one deliberate exception is :meth:`ObjectScope.flush`: right after MAAS allocates a machine, its system ID
+must reach ``spec`` before anything else can fail (that is what makes allocation crash-safe).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from capmaas.api import conditions as C
+from capmaas.reconcilers.ports import Body, EventType, KubePort, ObjectPlural
+
+ANNOTATION_PREFIX = "capmaas.infrastructure.cluster.x-k8s.io/"
+PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
+MANAGED_BY_ANNOTATION = "cluster.x-k8s.io/managed-by"
+DELETE_FOR_MOVE_ANNOTATION = "clusterctl.cluster.x-k8s.io/delete-for-move"
+CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
+CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """A successful reconcile's wish: run again after ``after`` seconds (None: when something wakes it)."""
+
+    after: float | None = None
+
+
+def utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def owner_ref(body: Body, kind: str, group: str = "cluster.x-k8s.io") -> Mapping[str, Any] | None:
+    """The ownerReference of ``kind`` in API group ``group`` (any version), if any."""
+    for ref in body.get("metadata", {}).get("ownerReferences") or ():
+        api_version = str(ref.get("apiVersion", ""))
+        if ref.get("kind") == kind and api_version.split("/", maxsplit=1)[0] == group:
+            return dict(ref)
+    return None
+
+
+def is_paused(obj: Body, cluster: Body | None) -> tuple[bool, str]:
+    """CAPI's pause contract: ``Cluster.spec.paused`` or the ``cluster.x-k8s.io/paused`` annotation."""
+    reasons = []
+    if cluster is not None and cluster.get("spec", {}).get("paused"):
+        reasons.append("Cluster spec.paused is set to true")
+    if PAUSED_ANNOTATION in (obj.get("metadata", {}).get("annotations") or {}):
+        reasons.append(f"{obj.get('kind', 'object')} has the {PAUSED_ANNOTATION} annotation")
+    return bool(reasons), "; ".join(reasons)
+
+
+class ObjectScope:
+    """Common part of :class:`MachineScope` and :class:`ClusterScope`."""
+
+    def __init__(
+        self,
+        kube: KubePort,
+        plural: ObjectPlural,
+        body: Body,
+        *,
+        now: Callable[[], datetime.datetime] = utcnow,
+    ) -> None:
+        self.kube = kube
+        self.plural = plural
+        self.body = body
+        self.now = now
+        meta = body.get("metadata", {})
+        self.namespace: str = meta.get("namespace", "")
+        self.name: str = meta.get("name", "")
+        self.uid: str = meta.get("uid", "")
+        self.generation: int = int(meta.get("generation") or 0)
+        self.spec: dict[str, Any] = copy.deepcopy(dict(body.get("spec") or {}))
+        self.status: dict[str, Any] = copy.deepcopy(dict(body.get("status") or {}))
+        self._orig_status = copy.deepcopy(self.status)
+        self.annotations: dict[str, str] = dict(meta.get("annotations") or {})
+        self.labels: dict[str, str] = dict(meta.get("labels") or {})
+        self.finalizers: list[str] = list(meta.get("finalizers") or [])
+        self._orig_finalizers = list(self.finalizers)
+        self._spec_patch: dict[str, Any] = {}
+        self._annotation_patch: dict[str, str | None] = {}
+        self._events: list[tuple[EventType, str, str]] = []
+        self.gone = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.plural}/{self.namespace}/{self.name}"
+
+    @property
+    def deleting(self) -> bool:
+        return bool(self.body.get("metadata", {}).get("deletionTimestamp"))
+
+    # --- intent ------------------------------------------------------------------------------------------
+    def annotation(self, name: str) -> str | None:
+        return self.annotations.get(ANNOTATION_PREFIX + name)
+
+    def set_annotation(self, name: str, value: str | None) -> None:
+        full = ANNOTATION_PREFIX + name
+        if self.annotations.get(full) != value:
+            self._annotation_patch[full] = value
+            if value is None:
+                self.annotations.pop(full, None)
+            else:
+                self.annotations[full] = value
+
+    def set_spec(self, **fields: Any) -> None:
+        for k, v in fields.items():
+            if self.spec.get(k) != v:
+                self.spec[k] = v
+                self._spec_patch[k] = v
+
+    def add_finalizer(self, name: str) -> None:
+        if name not in self.finalizers:
+            self.finalizers.append(name)
+
+    def remove_finalizer(self, name: str) -> None:
+        if name in self.finalizers:
+            self.finalizers.remove(name)
+
+    def condition(self, type_: str) -> Mapping[str, Any] | None:
+        for c in self.status.get("conditions") or ():
+            if c.get("type") == type_:
+                return dict(c)
+        return None
+
+    def condition_reason(self, type_: str) -> str | None:
+        c = self.condition(type_)
+        return None if c is None else str(c.get("reason"))
+
+    def set_condition(
+        self, type_: str, status: bool | ConditionStatus, reason: str, message: str = ""
+    ) -> None:
+        value: str = ("True" if status else "False") if isinstance(status, bool) else status
+        conds: list[dict[str, Any]] = [dict(c) for c in self.status.get("conditions") or ()]
+        for c in conds:
+            if c.get("type") == type_:
+                if c.get("status") != value:
+                    c["lastTransitionTime"] = self._ts()
+                c.update(status=value, reason=reason, message=message, observedGeneration=self.generation)
+                break
+        else:
+            conds.append(
+                {
+                    "type": type_,
+                    "status": value,
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": self._ts(),
+                    "observedGeneration": self.generation,
+                }
+            )
+        conds.sort(key=lambda c: (c["type"] != C.READY_CONDITION, c["type"]))
+        self.status["conditions"] = conds
+
+    def set_paused_condition(self, paused: bool, message: str) -> None:
+        if paused:
+            self.set_condition(C.PAUSED_CONDITION, True, C.PAUSED_REASON, message)
+        else:
+            self.set_condition(C.PAUSED_CONDITION, False, C.NOT_PAUSED_REASON)
+
+    def event(self, type_: EventType, reason: str, message: str) -> None:
+        self._events.append((type_, reason, message))
+
+    def _ts(self) -> str:
+        return self.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    # --- writing -----------------------------------------------------------------------------------------
+    def _meta_patch(self) -> dict[str, Any]:
+        patch: dict[str, Any] = {}
+        meta: dict[str, Any] = {}
+        if self._annotation_patch:
+            meta["annotations"] = dict(self._annotation_patch)
+        if self.finalizers != self._orig_finalizers:
+            meta["finalizers"] = list(self.finalizers)
+            if self._orig_finalizers:
+                # Optimistic lock: the finalizer list is replaced whole; fail rather than drop someone else's.
+                meta["resourceVersion"] = self.body.get("metadata", {}).get("resourceVersion")
+        if meta:
+            patch["metadata"] = meta
+        if self._spec_patch:
+            patch["spec"] = dict(self._spec_patch)
+        return patch
+
+    def _status_patch(self) -> dict[str, Any]:
+        patch: dict[str, Any] = {}
+        for k, v in self.status.items():
+            if self._orig_status.get(k) != v:
+                patch[k] = v
+        for k in self._orig_status:
+            if k not in self.status:
+                patch[k] = None
+        return patch
+
+    async def flush(self) -> None:
+        """Write the metadata/spec changes now (not status); see the module docstring."""
+        patch = self._meta_patch()
+        if not patch or self.gone:
+            return
+        new = await self.kube.patch(self.plural, self.namespace, self.name, patch, status=False)
+        self._spec_patch.clear()
+        self._annotation_patch.clear()
+        self._orig_finalizers = list(self.finalizers)
+        if new is None:
+            self.gone = True
+        else:
+            self.body = new
+
+    async def close(self) -> None:
+        """Write what changed (metadata/spec first, then status) and post the Events."""
+        try:
+            status_patch = self._status_patch()
+            if status_patch and not self.gone:
+                new = await self.kube.patch(
+                    self.plural, self.namespace, self.name, {"status": status_patch}, status=True
+                )
+                self._orig_status = copy.deepcopy(self.status)
+                if new is None:
+                    self.gone = True
+                else:
+                    self.body = new
+            # Metadata last: removing the final finalizer may delete the object, after which status is moot.
+            await self.flush()
+        finally:
+            for type_, reason, message in self._events:
+                self.kube.emit_event(self.body, type_, reason, message)
+            self._events.clear()

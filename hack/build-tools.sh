@@ -60,6 +60,20 @@ install_mod() { # name version module-path@version ldflags
   echo "built $out in $((SECONDS - start))s"
 }
 
+helm_ldflags() { # as helm's Makefile: without the k8sVersion flags `helm template` claims Kubernetes v1.20
+  local gomod minor tmp
+  tmp=$(mktemp -d)
+  gomod=$(cd "$tmp" && GOFLAGS=-mod=mod go mod download -json "helm.sh/helm/v3@$HELM_VERSION" \
+          | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')
+  rmdir "$tmp"
+  minor=$(sed -n 's/^[[:space:]]*k8s.io\/client-go v0\.\([0-9]*\)\..*/\1/p' "$gomod" | head -1)
+  [ -n "$minor" ] || { echo "build-tools: cannot read helm's client-go version from $gomod" >&2; exit 1; }
+  local v="-X helm.sh/helm/v3"
+  echo "-s -w $v/internal/version.version=$HELM_VERSION $v/internal/version.gitTreeState=clean" \
+       "$v/pkg/lint/rules.k8sVersionMajor=1 $v/pkg/lint/rules.k8sVersionMinor=$minor" \
+       "$v/pkg/chartutil.k8sVersionMajor=1 $v/pkg/chartutil.k8sVersionMinor=$minor"
+}
+
 capi_crds() { # the core CRDs of sigs.k8s.io/cluster-api, from the Go module cache (a download, no build)
   local out="$cache/capi-crds-$CAPI_VERSION" tmp dir
   if compgen -G "$out/*.yaml" >/dev/null; then echo "cached: $out"; return; fi
@@ -89,8 +103,7 @@ for t in "${tools[@]}"; do
       require_in_gomod etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
       build etcd "$ETCD_VERSION" "$here/etcd" go.etcd.io/etcd/server/v3 "-s -w" ;;
     helm)
-      install_mod helm "$HELM_VERSION" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" \
-        "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" ;;
+      install_mod helm "$HELM_VERSION" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" "$(helm_ldflags)" ;;
     capi-crds)
       capi_crds ;;
     cluster-api)

@@ -1,0 +1,86 @@
+{{/* Names, labels and the cross-field checks the JSON schema cannot express with a readable message. */}}
+
+{{- define "capmaas.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "capmaas.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "capmaas.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "capmaas.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "capmaas.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "capmaas.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: manager
+cluster.x-k8s.io/provider: infrastructure-maas
+{{- end -}}
+
+{{- define "capmaas.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "capmaas.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the default MAAS credentials ("" when there are none). */}}
+{{- define "capmaas.credentialsSecret" -}}
+{{- $c := .Values.credentials -}}
+{{- if and $c.existingSecret (or $c.endpoint $c.apiKey $c.caBundle) -}}
+{{- fail "credentials: set either credentials.existingSecret or credentials.endpoint/apiKey/caBundle, not both" -}}
+{{- end -}}
+{{- if $c.existingSecret -}}
+{{- $c.existingSecret -}}
+{{- else if or $c.endpoint $c.apiKey -}}
+{{- if not (and $c.endpoint $c.apiKey) -}}
+{{- fail "credentials: credentials.endpoint and credentials.apiKey must be given together" -}}
+{{- end -}}
+{{- printf "%s-maas-credentials" (include "capmaas.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- else if $c.caBundle -}}
+{{- fail "credentials: credentials.caBundle needs credentials.endpoint and credentials.apiKey" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "capmaas.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* Rules for namespaced resources; a Role in operator.namespace, or a ClusterRole when it is empty. */}}
+{{- define "capmaas.namespacedRules" -}}
+- apiGroups: [infrastructure.cluster.x-k8s.io]
+  resources: [maasclusters, maasmachines, maasmachinetemplates, maasclustertemplates]
+  verbs: [get, list, watch, patch, update]
+- apiGroups: [infrastructure.cluster.x-k8s.io]
+  resources: [maasclusters/status, maasmachines/status, maasmachinetemplates/status, maasclustertemplates/status]
+  verbs: [get, patch, update]
+- apiGroups: [cluster.x-k8s.io]
+  resources: [clusters, machines]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+{{- if and .Values.peering.enabled .Values.operator.namespace }}
+- apiGroups: [kopf.dev, zalando.org]
+  resources: [kopfpeerings]
+  verbs: [get, list, watch, patch]
+{{- end }}
+{{- end -}}

@@ -1,0 +1,277 @@
+"""kopf wiring: settings at startup, thin ``on.event`` handlers that feed the caches and wake the loops.
+
+Handlers are registered on a fresh ``kopf.OperatorRegistry`` built from the config (namespace and watch filter
+are known only then), never at import time. Every handler only stores the body and wakes loops; the domain
+logic runs in :mod:`capmaas.operator.workers` → :mod:`capmaas.reconcilers`.
+
+kopf's own finalizer and progress/diff-base storage are not used (no change handlers, daemons or timers), but
+they are still pointed at our annotation prefix so nothing ever lands under ``kopf.zalando.org``. kopf's
+finalizer name is deliberately *not* one of ours: kopf removes its finalizer from objects that have no handler
+requiring it, which would strip ``maasmachine.infrastructure.cluster.x-k8s.io`` (see workers.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+import kubernetes
+
+from capmaas import maas
+from capmaas.config import OperatorConfig
+from capmaas.operator.kube import KubeAdapter, Store, object_key
+from capmaas.operator.metrics import Metrics
+from capmaas.operator.workers import Reconcile, Workers
+from capmaas.reconcilers.cluster import ClusterReconciler
+from capmaas.reconcilers.maasgw import MaasConnections
+from capmaas.reconcilers.machine import MachineReconciler, MachineSettings
+from capmaas.reconcilers.ports import MaasCredentials
+from capmaas.reconcilers.scope import ANNOTATION_PREFIX, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL
+
+log = logging.getLogger(__name__)
+
+INFRA = "infrastructure.cluster.x-k8s.io"
+CAPI = "cluster.x-k8s.io"
+KOPF_FINALIZER = ANNOTATION_PREFIX + "kopf-unused"
+
+
+def label_filter(watch_filter: str | None) -> dict[str, Any] | None:
+    """``key=value`` → ``{key: value}``; ``key`` → ``{key: kopf.PRESENT}``; None → no filter."""
+    if not watch_filter:
+        return None
+    key, sep, value = watch_filter.partition("=")
+    return {key.strip(): value.strip() if sep else kopf.PRESENT}
+
+
+def default_credentials(config: OperatorConfig) -> MaasCredentials | None:
+    m = config.maas
+    if not m.endpoint or m.api_key is None:
+        return None
+    ca = None
+    if m.ca_file:
+        with open(m.ca_file, encoding="utf-8") as f:
+            ca = f.read()
+    return MaasCredentials(
+        endpoint=m.endpoint,
+        api_key=m.api_key.get_secret_value(),
+        ca_data=ca,
+        insecure=m.insecure_skip_tls_verify,
+        source="operator default",
+    )
+
+
+@dataclass
+class Runtime:
+    """Everything the handlers share; built once per operator run."""
+
+    config: OperatorConfig
+    store: Store
+    kube: KubeAdapter
+    metrics: Metrics
+    connections: MaasConnections
+    machines: Workers
+    clusters: Workers
+
+
+def build_runtime(config: OperatorConfig, api_client: Any) -> Runtime:
+    store = Store()
+    metrics = Metrics(store)
+    kube = KubeAdapter(store, api_client, secret_ttl=config.kube.secret_cache_ttl)
+    holder: dict[str, Workers] = {}
+
+    def wake(key: str) -> None:
+        plural = key.split("/", 1)[0]
+        w = holder.get(plural)
+        if w is not None:
+            w.wake(key)
+
+    def client_factory(c: MaasCredentials) -> maas.MaasClient:
+        return maas.MaasClient(
+            c.endpoint,
+            api_key=c.api_key,
+            ca_data=c.ca_data,
+            insecure=c.insecure or config.maas.insecure_skip_tls_verify,
+            timeout=config.maas.request_timeout,
+            max_retries=config.maas.max_retries,
+            on_response=metrics.on_response(c.endpoint),
+        )
+
+    connections = MaasConnections(
+        client_factory=client_factory,
+        fast=config.polling.fast_interval,
+        idle=config.polling.idle_interval,
+        batch_size=config.polling.batch_size,
+        wake=wake,
+    )
+    creds = default_credentials(config)
+    ms = config.machine
+    machine_rec = MachineReconciler(
+        kube,
+        connections,
+        default_credentials=creds,
+        settings=MachineSettings(
+            deploy_timeout=ms.deploy_timeout,
+            max_deploy_attempts=ms.max_deploy_attempts,
+            retry_base=ms.retry_base_delay,
+            retry_max=ms.retry_max_delay,
+            power_on_retry=ms.power_on_retry,
+            node_retry=ms.node_retry,
+        ),
+        recorder=metrics,
+    )
+    cluster_rec = ClusterReconciler(kube, connections, default_credentials=creds)
+
+    def workers(plural: str, reconcile: Reconcile, **extra: Any) -> Workers:
+        return Workers(
+            plural,
+            reconcile,
+            store,
+            resync=config.kube.resync_interval,
+            backoff_base=ms.retry_base_delay,
+            backoff_max=ms.retry_max_delay,
+            outcome=metrics.outcome,
+            **extra,
+        )
+
+    machines = workers("maasmachines", machine_rec.reconcile, on_exit=connections.forget_key)
+    clusters = workers("maasclusters", cluster_rec.reconcile)
+    holder.update(maasmachines=machines, maasclusters=clusters)
+    return Runtime(config, store, kube, metrics, connections, machines, clusters)
+
+
+def _meta(body: Any) -> tuple[str, str]:
+    meta = body.get("metadata", {})
+    return meta.get("namespace", ""), meta.get("name", "")
+
+
+def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
+    """Attach every handler to ``registry``."""
+    config = rt.config
+    labels = label_filter(config.kube.watch_filter)
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.persistence.finalizer = KOPF_FINALIZER
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX[:-1])
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix=ANNOTATION_PREFIX[:-1], key="last-handled-configuration"
+        )
+        settings.posting.level = logging.getLevelNamesMapping()[config.logging.events_level]
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        settings.networking.request_timeout = 60
+        settings.queueing.worker_limit = None
+
+    @kopf.on.cleanup(registry=registry)
+    async def shutdown(**_: Any) -> None:
+        await rt.machines.stop()
+        await rt.clusters.stop()
+        await rt.connections.aclose()
+        rt.kube.close()
+
+    def maascluster_key_for(namespace: str, cluster_name: str) -> str | None:
+        cluster = rt.store.find("clusters", namespace, cluster_name)
+        ref = ((cluster or {}).get("spec") or {}).get("infrastructureRef") or {}
+        if ref.get("name"):
+            return object_key("maasclusters", namespace, str(ref["name"]))
+        return None
+
+    @kopf.on.event(INFRA, "maasmachines", labels=labels, registry=registry)
+    def maasmachine_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        ns, name = _meta(body)
+        key = object_key("maasmachines", ns, name)
+        if type == "DELETED":
+            rt.store.delete("maasmachines", ns, name)
+            rt.machines.wake(key)
+        else:
+            rt.store.put("maasmachines", body)
+            rt.machines.ensure(key)
+        mlabels = body.get("metadata", {}).get("labels") or {}
+        cluster = mlabels.get(CLUSTER_NAME_LABEL)
+        if cluster and (
+            CONTROL_PLANE_LABEL in mlabels
+            or type == "DELETED"
+            or body.get("metadata", {}).get("deletionTimestamp")
+        ):
+            mc = maascluster_key_for(ns, cluster)
+            if mc:
+                rt.clusters.wake(mc)
+
+    @kopf.on.event(INFRA, "maasclusters", labels=labels, registry=registry)
+    def maascluster_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        ns, name = _meta(body)
+        key = object_key("maasclusters", ns, name)
+        if type == "DELETED":
+            rt.store.delete("maasclusters", ns, name)
+            rt.clusters.wake(key)
+            return
+        rt.store.put("maasclusters", body)
+        rt.clusters.ensure(key)
+        for ref in body.get("metadata", {}).get("ownerReferences") or ():
+            if ref.get("kind") == "Cluster":
+                for mkey in rt.store.cluster_members(ns, str(ref.get("name"))):
+                    rt.machines.wake(mkey)
+
+    @kopf.on.event(CAPI, "machines", registry=registry)
+    def machine_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        ns, name = _meta(body)
+        if type == "DELETED":
+            rt.store.delete("machines", ns, name)
+        else:
+            rt.store.put("machines", body)
+        ref = (body.get("spec") or {}).get("infrastructureRef") or {}
+        if ref.get("name"):
+            rt.machines.wake(object_key("maasmachines", ns, str(ref["name"])))
+
+    @kopf.on.event(CAPI, "clusters", registry=registry)
+    def cluster_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        ns, name = _meta(body)
+        if type == "DELETED":
+            rt.store.delete("clusters", ns, name)
+        else:
+            rt.store.put("clusters", body)
+        mc = maascluster_key_for(ns, name)
+        if mc:
+            rt.clusters.wake(mc)
+        for mkey in rt.store.cluster_members(ns, name):
+            rt.machines.wake(mkey)
+
+    @kopf.on.probe(id="machines", registry=registry)
+    def probe_machines(**_: Any) -> int:
+        return len(rt.machines)
+
+
+def api_client() -> Any:
+    """A ``kubernetes`` ApiClient from the in-cluster service account or the kubeconfig (``KUBECONFIG``)."""
+    try:
+        kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return kubernetes.client.ApiClient()
+    except kubernetes.config.ConfigException:
+        return kubernetes.config.new_client_from_config()  # type: ignore[no-untyped-call]
+
+
+async def run_operator(config: OperatorConfig, *, stop_flag: asyncio.Event | None = None) -> None:
+    """Run until stopped (SIGINT/SIGTERM, or ``stop_flag``)."""
+    rt = build_runtime(config, api_client())
+    registry = kopf.OperatorRegistry()
+    register(registry, rt)
+    rt.metrics.serve(config.server.bind_address, config.server.metrics_port)
+    liveness = (
+        f"http://{config.server.bind_address}:{config.server.health_port}/healthz"
+        if config.server.health_port
+        else None
+    )
+    namespaces = [config.kube.namespace] if config.kube.namespace else []
+    await kopf.operator(
+        registry=registry,
+        standalone=config.peering.standalone,
+        peering_name=config.peering.name,
+        priority=config.peering.priority,
+        liveness_endpoint=liveness,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        stop_flag=stop_flag,
+    )

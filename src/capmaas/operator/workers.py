@@ -1,0 +1,124 @@
+"""One long-lived asyncio loop per object: reconcile, then sleep until woken or the requeue delay passes.
+
+Why not kopf daemons or timers: both make kopf add *its* finalizer (one name for every resource), while the
+CAPI contract wants ``maascluster.…`` on MaasClusters, ``maasmachine.…`` on MaasMachines and none at all on
+an externally managed MaasCluster; kopf would also remove a finalizer of that name whenever no handler
+"requires" it. So the reconcilers own their finalizers and these loops own the scheduling. Wake-ups come
+from the object's own watch events, from its owner Machine/Cluster's events (which kopf would never route to
+our object), and from the MAAS poller when a machine it watches changes.
+
+This is the ONE place where reconcile outcomes become scheduling: success → its ``Requeue.after`` (or the
+resync interval), :class:`TransientError` → its delay (or exponential backoff), :class:`TerminalError` → wait
+for a change, anything unexpected → logged with its traceback and retried with backoff (never a crash loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from capmaas.operator.kube import Store
+from capmaas.reconcilers.errors import TerminalError, TransientError
+from capmaas.reconcilers.ports import Body
+from capmaas.reconcilers.scope import Requeue
+
+log = logging.getLogger(__name__)
+
+Reconcile = Callable[[Body], Awaitable[Requeue]]
+Outcome = Callable[[str, str], None]  # (kind, result) for metrics
+
+
+class Workers:
+    """The loops of one kind (``maasmachines`` or ``maasclusters``)."""
+
+    def __init__(
+        self,
+        plural: str,
+        reconcile: Reconcile,
+        store: Store,
+        *,
+        resync: float,
+        backoff_base: float,
+        backoff_max: float,
+        outcome: Outcome,
+        on_exit: Callable[[str], None] = lambda key: None,
+    ) -> None:
+        self.plural = plural
+        self._reconcile = reconcile
+        self._store = store
+        self._resync = resync
+        self._base = backoff_base
+        self._max = backoff_max
+        self._outcome = outcome
+        self._on_exit = on_exit
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._wake: dict[str, asyncio.Event] = {}
+
+    def ensure(self, key: str) -> None:
+        """Start the loop of ``key`` if it is not running, and wake it."""
+        if key not in self._tasks:
+            self._wake[key] = asyncio.Event()
+            self._tasks[key] = asyncio.get_running_loop().create_task(self._loop(key), name=f"capmaas {key}")
+        self._wake[key].set()
+
+    def wake(self, key: str) -> None:
+        event = self._wake.get(key)
+        if event is not None:
+            event.set()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    async def stop(self) -> None:
+        tasks = list(self._tasks.values())
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+    def _delay(self, failures: int) -> float:
+        return float(min(self._max, self._base * 2 ** max(0, failures - 1)))
+
+    async def _loop(self, key: str) -> None:
+        failures = 0
+        wake = self._wake[key]
+        try:
+            while True:
+                body = self._store.get(key)
+                if body is None:
+                    return
+                wake.clear()
+                delay: float | None
+                try:
+                    result = await self._reconcile(body)
+                except TransientError as exc:
+                    failures += 1
+                    delay = exc.delay if exc.delay is not None else self._delay(failures)
+                    log.info("%s: %s (retry in %.0fs)", key, exc, delay)
+                    self._outcome(self.plural, "transient")
+                except TerminalError as exc:
+                    delay = None
+                    log.warning("%s: %s (no retry until the object changes)", key, exc)
+                    self._outcome(self.plural, "terminal")
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    failures += 1
+                    delay = self._delay(failures)
+                    log.exception("%s: unexpected error (retry in %.0fs)", key, delay)
+                    self._outcome(self.plural, "error")
+                else:
+                    failures = 0
+                    delay = result.after
+                    self._outcome(self.plural, "success")
+                timeout = self._resync if delay is None else delay
+                if timeout > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(wake.wait(), timeout=timeout)
+        finally:
+            self._tasks.pop(key, None)
+            self._wake.pop(key, None)
+            self._on_exit(key)

@@ -102,11 +102,15 @@ class Http:
         if form is not None:
             headers["Content-Type"] = "application/x-www-form-urlencoded"
             content = urlencode(list(form)).encode("ascii")
-        request = self._client.build_request(
-            method, url, params=query_fields, headers=headers, content=content
-        )
-        info = errors.RequestInfo(method, str(request.url), endpoint)
-        response = await self._send(request, info)
+
+        def build() -> httpx.Request:
+            # A fresh request per attempt: signing mutates it, and each attempt needs its own nonce.
+            return self._client.build_request(
+                method, url, params=query_fields, headers=headers, content=content
+            )
+
+        info = errors.RequestInfo(method, str(build().url), endpoint)
+        response = await self._send(build, info)
         return self._decode(response, info)
 
     async def model(self, model: type[ModelT], method: str, path: str, **kwargs: Any) -> ModelT:
@@ -143,16 +147,16 @@ class Http:
                 request=errors.RequestInfo(method, self.api_root + path, path),
             ) from exc
 
-    async def _send(self, request: httpx.Request, info: errors.RequestInfo) -> httpx.Response:
+    async def _send(self, build: Callable[[], httpx.Request], info: errors.RequestInfo) -> httpx.Response:
         attempt = 0
         while True:
             try:
-                response = await self._client.send(request)
+                response = await self._client.send(build())
             except httpx.HTTPError as exc:
                 self._notify(info, 0)
                 failure = self._transport_error(exc, info)
                 retryable = isinstance(exc, httpx.TransportError) and (
-                    request.method in _IDEMPOTENT or isinstance(exc, _NOT_SENT)
+                    info.method in _IDEMPOTENT or isinstance(exc, _NOT_SENT)
                 )
                 if not retryable or attempt >= self._retry.max_retries:
                     raise failure from exc

@@ -1,0 +1,213 @@
+"""Retries: only what MAAS asks for (Retry-After on 409/503) or what cannot duplicate work; always bounded."""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+import pytest
+from maas_fakes import API_KEY, URL, FakeMaas, machine, ok, text
+
+from capmaas.maas import (
+    ConflictError,
+    MaasClient,
+    NoMachineAvailableError,
+    RetryPolicy,
+    ServiceUnavailableError,
+    TransportError,
+)
+
+
+async def test_503_with_retry_after_is_retried_then_succeeds(
+    client: MaasClient, fake: FakeMaas, sleeps: list[float], responses: list[tuple[str, str, int]]
+) -> None:
+    fake.route(
+        "GET",
+        "machines/abc123/",
+        None,
+        text(503, "busy", {"Retry-After": "10"}),
+        text(503, "busy", {"Retry-After": "2"}),
+        ok(machine()),
+    )
+    assert (await client.machines.get("abc123")).system_id == "abc123"
+    assert len(fake.requests) == 3
+    assert sleeps == [10.0, 2.0]
+    assert [s for _, _, s in responses] == [503, 503, 200]
+    # Each attempt is signed anew: MAAS rejects a reused nonce.
+    assert len({r.headers["authorization"] for r in fake.requests}) == 3
+
+
+async def test_409_with_retry_after_is_retried(
+    client: MaasClient, fake: FakeMaas, sleeps: list[float]
+) -> None:
+    fake.route(
+        "POST",
+        "machines/",
+        "allocate",
+        text(409, "<html>serialization</html>", {"Retry-After": "5"}),
+        ok(machine(status=10)),
+    )
+    assert (await client.machines.allocate()).status == 10
+    assert sleeps == [5.0]
+    assert len(fake.requests) == 2
+
+
+async def test_409_without_retry_after_is_not_retried(
+    client: MaasClient, fake: FakeMaas, sleeps: list[float]
+) -> None:
+    fake.route("POST", "machines/", "allocate", text(409, "No machine available."), ok(machine()))
+    with pytest.raises(NoMachineAvailableError):
+        await client.machines.allocate()
+    assert len(fake.requests) == 1
+    assert sleeps == []
+
+
+async def test_503_without_retry_after_is_not_retried(
+    client: MaasClient, fake: FakeMaas, sleeps: list[float]
+) -> None:
+    fake.route("POST", "vm-hosts/3/", "compose", text(503, "Unable to compose KVM instance"))
+    with pytest.raises(ServiceUnavailableError) as info:
+        await client.vm_hosts.compose(3)
+    assert info.value.retry_after is None
+    assert len(fake.requests) == 1
+    assert sleeps == []
+
+
+async def test_attempts_are_capped_and_the_last_answer_raised(
+    client: MaasClient, fake: FakeMaas, sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="capmaas.maas")
+    fake.route("POST", "machines/", "allocate", text(409, "contention", {"Retry-After": "5"}))
+    with pytest.raises(ConflictError) as info:
+        await client.machines.allocate()
+    # The contention 409 carries Retry-After, so it is not "no machine matches".
+    assert not isinstance(info.value, NoMachineAvailableError)
+    assert info.value.retry_after == 5.0
+    assert len(fake.requests) == 4  # 1 + max_retries (3)
+    assert sleeps == [5.0, 5.0, 5.0]
+    assert "retry 3/3" in caplog.text
+    assert "machines/?op=allocate" in caplog.text
+
+
+async def test_retry_after_is_capped(fake: FakeMaas) -> None:
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    fake.route("GET", "zones/", None, text(503, "", {"Retry-After": "3600"}), ok([]))
+    policy = RetryPolicy(max_retries=1, max_retry_after=7.0)
+    async with MaasClient(
+        URL, api_key=API_KEY, transport=httpx.MockTransport(fake), retry=policy, sleep=sleep
+    ) as m:
+        await m.zones.list()
+    assert sleeps == [7.0]
+
+
+def test_backoff_grows_and_is_bounded() -> None:
+    policy = RetryPolicy(base_delay=0.5, max_delay=3.0)
+    assert [policy.backoff(n) for n in range(5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+
+
+class Flaky:
+    """Fails with ``exc`` ``times`` times, then answers ``reply``."""
+
+    def __init__(self, exc: Exception, times: int, reply: httpx.Response) -> None:
+        self.exc, self.times, self.reply, self.calls = exc, times, reply, 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.calls += 1
+        if self.calls <= self.times:
+            raise self.exc
+        return self.reply
+
+
+async def _run(flaky: Flaky, method: str, max_retries: int = 3) -> tuple[list[float], object]:
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    async with MaasClient(
+        URL, api_key=API_KEY, transport=httpx.MockTransport(flaky), max_retries=max_retries, sleep=sleep
+    ) as maas:
+        if method == "GET":
+            result: object = await maas.machines.get("abc123")
+        else:
+            result = await maas.machines.allocate()
+    return sleeps, result
+
+
+async def test_transport_errors_on_reads_are_retried_with_backoff() -> None:
+    flaky = Flaky(httpx.ReadError("reset"), 2, ok(machine()))
+    sleeps, _ = await _run(flaky, "GET")
+    assert flaky.calls == 3
+    assert sleeps == [0.5, 1.0]
+
+
+async def test_connect_errors_are_retried_even_for_post() -> None:
+    flaky = Flaky(httpx.ConnectError("refused"), 1, ok(machine(status=10)))
+    sleeps, _ = await _run(flaky, "POST")
+    assert flaky.calls == 2
+    assert sleeps == [0.5]
+
+
+async def test_post_that_may_have_reached_maas_is_not_retried() -> None:
+    # A lost allocate answer must not allocate a second machine: the caller recovers via agent_name.
+    flaky = Flaky(httpx.ReadError("reset"), 1, ok(machine(status=10)))
+    with pytest.raises(TransportError):
+        await _run(flaky, "POST")
+    assert flaky.calls == 1
+
+
+async def test_transport_retries_are_capped() -> None:
+    flaky = Flaky(httpx.ConnectError("refused"), 100, ok(machine()))
+    with pytest.raises(TransportError):
+        await _run(flaky, "GET", max_retries=2)
+    assert flaky.calls == 3
+
+
+async def test_on_response_gets_templates_never_ids(
+    client: MaasClient, fake: FakeMaas, responses: list[tuple[str, str, int]]
+) -> None:
+    fake.route("POST", "machines/xyz789/", "deploy", ok(machine(status=9)))
+    fake.route("GET", "machines/xyz789/", None, text(404, "No Machine matches the given query."))
+    await client.machines.deploy("xyz789")
+    with pytest.raises(Exception, match="404"):
+        await client.machines.get("xyz789")
+    assert responses == [
+        ("POST", "machines/{system_id}/?op=deploy", 200),
+        ("GET", "machines/{system_id}/", 404),
+    ]
+
+
+async def test_transport_failures_reach_on_response_as_status_0() -> None:
+    seen: list[tuple[str, str, int]] = []
+    flaky = Flaky(httpx.ConnectError("refused"), 1, ok([]))
+    async with MaasClient(
+        URL,
+        api_key=API_KEY,
+        transport=httpx.MockTransport(flaky),
+        sleep=lambda _: _noop(),
+        on_response=lambda *a: seen.append(a),
+    ) as maas:
+        await maas.zones.list()
+    assert seen == [("GET", "zones/", 0), ("GET", "zones/", 200)]
+
+
+async def _noop() -> None:
+    return None
+
+
+async def test_a_failing_on_response_hook_does_not_fail_the_call(
+    fake: FakeMaas, caplog: pytest.LogCaptureFixture
+) -> None:
+    def hook(method: str, endpoint: str, status: int) -> None:
+        raise RuntimeError("metrics down")
+
+    fake.route("GET", "zones/", None, ok([]))
+    async with MaasClient(
+        URL, api_key=API_KEY, transport=httpx.MockTransport(fake), on_response=hook
+    ) as maas:
+        assert await maas.zones.list() == []
+    assert "on_response hook failed" in caplog.text

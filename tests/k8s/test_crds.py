@@ -1,0 +1,460 @@
+"""The generated CRDs on a real kube-apiserver: they install, the samples apply, bad input is rejected with
+a message a person understands, immutability rules hold, status round-trips, and `kubectl explain` reads
+well."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from capmaas.api import crdgen
+from capmaas.api.v1beta1 import (
+    Condition,
+    FailureDomain,
+    Initialization,
+    MaasClusterStatus,
+    MaasMachine,
+    MaasMachineStatus,
+    MachineAddress,
+    VMResourceUsage,
+    utcnow,
+)
+
+pytestmark = pytest.mark.k8s
+
+REPO = Path(__file__).resolve().parents[2]
+CRDS = REPO / "crds"
+EXAMPLES = REPO / "examples" / "manifests"
+API = "infrastructure.cluster.x-k8s.io/v1beta1"
+
+Kubectl = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(scope="module")
+def crds(kube: Any, kubectl: Kubectl) -> list[str]:
+    """Install crds/ the way a user would (kubectl apply -f crds/) and wait until every CRD is Established."""
+    kubectl("apply", "-f", str(CRDS))
+    names = [kind.crd_name for kind in crdgen.KINDS]
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{n}" for n in names))
+    return names
+
+
+def create(kubectl: Kubectl, namespace: str, obj: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    return kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(obj), check=False)
+
+
+def get(kubectl: Kubectl, namespace: str, resource: str) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(kubectl("get", "-n", namespace, resource, "-o", "json").stdout)
+    return out
+
+
+def machine(**spec: Any) -> dict[str, Any]:
+    base = {"image": "ubuntu/jammy", "minCPU": 2, "minMemory": 4096}
+    base.update(spec)
+    return {"apiVersion": API, "kind": "MaasMachine", "metadata": {"name": "bad"}, "spec": base}
+
+
+def lxd_machine(**lxd: Any) -> dict[str, Any]:
+    return machine(provisioningMode="lxd", lxdConfig=lxd)
+
+
+def static_ip(**fields: Any) -> dict[str, Any]:
+    return lxd_machine(network={"staticIP": fields})
+
+
+def cluster(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"dnsDomain": "maas"}
+    base.update(spec)
+    return {"apiVersion": API, "kind": "MaasCluster", "metadata": {"name": "bad"}, "spec": base}
+
+
+def without(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    del out["spec"][key]
+    return out
+
+
+def machine_template(spec: dict[str, Any] | None) -> dict[str, Any]:
+    template: dict[str, Any] = {"metadata": {"labels": {"a": "b"}}}
+    if spec is not None:
+        template["spec"] = spec
+    return {
+        "apiVersion": API,
+        "kind": "MaasMachineTemplate",
+        "metadata": {"name": "bad"},
+        "spec": {"template": template},
+    }
+
+
+INVALID: list[tuple[str, dict[str, Any], str]] = [
+    ("minCPU-zero", machine(minCPU=0), "spec.minCPU in body should be greater than or equal to 1"),
+    (
+        "minMemory-too-small",
+        machine(minMemory=512),
+        "spec.minMemory in body should be greater than or equal to 1024",
+    ),
+    ("minMemory-not-integer", machine(minMemory="8Gi"), "spec.minMemory in body must be of type integer"),
+    ("image-missing", without(machine(), "image"), "spec.image: Required value"),
+    ("minCPU-missing", without(machine(), "minCPU"), "spec.minCPU: Required value"),
+    ("image-bad-format", machine(image="ubuntu jammy"), "spec.image in body should match"),
+    ("image-three-parts", machine(image="a/b/c"), "spec.image in body should match"),
+    ("provisioningMode-unknown", machine(provisioningMode="vm"), 'Unsupported value: "vm"'),
+    (
+        "lxdConfig-with-bare-metal",
+        machine(provisioningMode="bare-metal", lxdConfig={"project": "p"}),
+        "lxdConfig is only allowed when provisioningMode is lxd",
+    ),
+    (
+        "lxdConfig-with-default-mode",
+        machine(lxdConfig={"vmHost": "host-1"}),
+        "lxdConfig is only allowed when provisioningMode is lxd",
+    ),
+    (
+        "registerVMHost-on-lxd",
+        machine(provisioningMode="lxd", registerVMHost=True),
+        "registerVMHost is only allowed for bare-metal machines",
+    ),
+    ("tag-bad-name", machine(tags=["ok", "not ok"]), "spec.tags[1] in body should match"),
+    ("tags-too-many", machine(tags=[f"t{i}" for i in range(33)]), "must have at most 32 items"),
+    ("tags-duplicate", machine(tags=["a", "a"]), 'Duplicate value: "a"'),
+    ("systemID-bad", machine(systemID="ABC 123"), "spec.systemID in body should match"),
+    ("lxd-storage-size-zero", lxd_machine(storage={"size": 0}), "should be greater than or equal to 1"),
+    ("lxd-project-bad", lxd_machine(project="-x"), "spec.lxdConfig.project in body should match"),
+    ("staticIP-address-missing", static_ip(gateway="10.0.0.1"), "staticIP.address: Required value"),
+    ("staticIP-address-not-ip", static_ip(address="10.0.0.300"), "must be an IP address such as 10.0.0.10"),
+    ("staticIP-gateway-not-ip", static_ip(address="10.0.0.5", gateway="gw"), "must be an IP address"),
+    ("staticIP-subnet-not-cidr", static_ip(address="10.0.0.5", subnet="10.0.0.0"), "must be a CIDR"),
+    (
+        "staticIP-outside-subnet",
+        static_ip(address="10.9.0.5", subnet="10.0.0.0/24"),
+        "staticIP.address must lie inside staticIP.subnet",
+    ),
+    (
+        "dnsServers-too-many",
+        static_ip(address="10.0.0.5", dnsServers=["1.1.1.1"] * 5),
+        "must have at most 4 items",
+    ),
+    (
+        "secureErase-without-erase",
+        machine(releaseOptions={"secureErase": True}),
+        "secureErase and quickErase need erase: true",
+    ),
+    ("cluster-dnsDomain-missing", without(cluster(), "dnsDomain"), "spec.dnsDomain: Required value"),
+    ("cluster-dnsDomain-bad", cluster(dnsDomain="Bad_Domain."), "spec.dnsDomain in body should match"),
+    (
+        "cluster-port-zero",
+        cluster(controlPlaneEndpoint={"host": "api.example", "port": 0}),
+        "spec.controlPlaneEndpoint.port in body should be greater than or equal to 1",
+    ),
+    (
+        "cluster-port-too-big",
+        cluster(controlPlaneEndpoint={"host": "api.example", "port": 70000}),
+        "spec.controlPlaneEndpoint.port in body should be less than or equal to 65535",
+    ),
+    ("cluster-endpoint-host-missing", cluster(controlPlaneEndpoint={"port": 6443}), "host: Required value"),
+    (
+        "identityRef-not-secret",
+        cluster(identityRef={"kind": "ConfigMap", "name": "c"}),
+        'Unsupported value: "ConfigMap"',
+    ),
+    (
+        "identityRef-cross-namespace",
+        cluster(identityRef={"name": "creds", "namespace": "other"}),
+        "identityRef must name a Secret in the MaasCluster's own namespace",
+    ),
+    (
+        "identityRef-name-with-slash",
+        cluster(identityRef={"name": "other/creds"}),
+        "identityRef.name in body should match",
+    ),
+    (
+        "failureDomains-too-many",
+        cluster(failureDomains=[f"z{i}" for i in range(101)]),
+        "must have at most 100 items",
+    ),
+    ("template-without-spec", machine_template(None), "spec.template.spec: Required value"),
+    (
+        "template-lxdConfig-without-lxd",
+        machine_template({"image": "ubuntu/jammy", "minCPU": 1, "minMemory": 2048, "lxdConfig": {}}),
+        "lxdConfig is only allowed when provisioningMode is lxd",
+    ),
+]
+
+
+def test_invalid_table_is_big_enough() -> None:
+    assert len(INVALID) >= 20
+    assert len({case[0] for case in INVALID}) == len(INVALID)
+
+
+@pytest.mark.parametrize(("obj", "message"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
+def test_invalid_manifest_is_rejected(
+    crds: list[str], kubectl: Kubectl, namespace: str, obj: dict[str, Any], message: str
+) -> None:
+    proc = create(kubectl, namespace, obj)
+    assert proc.returncode != 0, f"accepted: {obj}"
+    assert message in proc.stderr, proc.stderr
+    assert kubectl("get", "-n", namespace, obj["kind"].lower(), "bad", check=False).returncode != 0
+
+
+def test_every_sample_manifest_applies(crds: list[str], kubectl: Kubectl, namespace: str) -> None:
+    files = sorted(EXAMPLES.glob("*.yaml"))
+    assert len(files) >= 5
+    for path in files:
+        kubectl("apply", "-n", namespace, "-f", str(path))
+    applied = {
+        (obj["kind"], obj["metadata"]["name"])
+        for path in files
+        for obj in yaml.safe_load_all(path.read_text())
+        if obj
+    }
+    for kind, name in applied:
+        kubectl("get", "-n", namespace, kind.lower(), name)
+    lxd = get(kubectl, namespace, "maasmachine/demo-control-plane-0")
+    assert lxd["spec"]["lxdConfig"]["network"]["staticIP"]["address"] == "10.10.0.21"
+    assert MaasMachine.from_body(lxd).spec.lxd_config is not None
+
+
+def test_provisioning_mode_defaults_to_bare_metal(crds: list[str], kubectl: Kubectl, namespace: str) -> None:
+    obj = machine()
+    obj["metadata"]["name"] = "defaults"
+    assert create(kubectl, namespace, obj).returncode == 0
+    stored = get(kubectl, namespace, "maasmachine/defaults")
+    assert stored["spec"]["provisioningMode"] == "bare-metal"
+    assert "status" not in stored or "ready" not in stored["status"], "no status defaults"
+
+
+def test_template_spec_is_immutable_but_metadata_is_not(
+    crds: list[str], kubectl: Kubectl, namespace: str
+) -> None:
+    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "maasmachinetemplate.yaml"))
+    name = "maasmachinetemplate/demo-workers-v1"
+    proc = kubectl(
+        "patch",
+        "-n",
+        namespace,
+        name,
+        "--type=merge",
+        "-p",
+        '{"spec":{"template":{"spec":{"minCPU":16}}}}',
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "spec.template.spec is immutable" in proc.stderr
+    kubectl(
+        "patch",
+        "-n",
+        namespace,
+        name,
+        "--type=merge",
+        "-p",
+        '{"spec":{"template":{"metadata":{"labels":{"x":"y"}}}}}',
+    )
+    assert get(kubectl, namespace, name)["spec"]["template"]["spec"]["minCPU"] == 8
+
+
+def test_cluster_template_spec_is_immutable(crds: list[str], kubectl: Kubectl, namespace: str) -> None:
+    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "maasclustertemplate.yaml"))
+    proc = kubectl(
+        "patch",
+        "-n",
+        namespace,
+        "maasclustertemplate/maas-default",
+        "--type=merge",
+        "-p",
+        '{"spec":{"template":{"spec":{"dnsDomain":"other"}}}}',
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "spec.template.spec is immutable" in proc.stderr
+
+
+def test_dns_domain_is_immutable_other_fields_are_not(
+    crds: list[str], kubectl: Kubectl, namespace: str
+) -> None:
+    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "maascluster.yaml"))
+    proc = kubectl(
+        "patch",
+        "-n",
+        namespace,
+        "maascluster/demo",
+        "--type=merge",
+        "-p",
+        '{"spec":{"dnsDomain":"other"}}',
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "dnsDomain is immutable" in proc.stderr
+    kubectl(
+        "patch",
+        "-n",
+        namespace,
+        "maascluster/demo",
+        "--type=merge",
+        "-p",
+        '{"spec":{"controlPlaneEndpoint":{"host":"demo-abc.maas","port":6443}}}',
+    )
+    assert get(kubectl, namespace, "maascluster/demo")["spec"]["controlPlaneEndpoint"]["port"] == 6443
+
+
+def test_machine_image_immutable_system_id_writable(
+    crds: list[str], kubectl: Kubectl, namespace: str
+) -> None:
+    obj = machine()
+    obj["metadata"]["name"] = "m1"
+    assert create(kubectl, namespace, obj).returncode == 0
+    proc = kubectl(
+        "patch",
+        "-n",
+        namespace,
+        "maasmachine/m1",
+        "--type=merge",
+        "-p",
+        '{"spec":{"image":"ubuntu/noble"}}',
+        check=False,
+    )
+    assert "image is immutable" in proc.stderr
+    kubectl(
+        "patch",
+        "-n",
+        namespace,
+        "maasmachine/m1",
+        "--type=merge",
+        "-p",
+        '{"spec":{"systemID":"abc123","providerID":"maas://zone-a/abc123","failureDomain":"zone-a"}}',
+    )
+    proc = kubectl(
+        "patch", "-n", namespace, "maasmachine/m1", "--type=merge", "-p", '{"spec":{"systemID":"def456"}}'
+    )
+    assert get(kubectl, namespace, "maasmachine/m1")["spec"]["systemID"] == "def456"
+
+
+def test_status_written_by_the_models_round_trips(crds: list[str], kubectl: Kubectl, namespace: str) -> None:
+    obj = machine(provisioningMode="lxd")
+    obj["metadata"]["name"] = "st"
+    assert create(kubectl, namespace, obj).returncode == 0
+    now = utcnow()
+    status = MaasMachineStatus(
+        ready=True,
+        initialization=Initialization(provisioned=True),
+        machine_state="Deployed",
+        machine_powered=True,
+        hostname="st-vm",
+        addresses=[
+            MachineAddress(type="InternalDNS", address="st-vm"),
+            MachineAddress(type="InternalIP", address="10.0.0.5"),
+        ],
+        failure_domain="zone-a",
+        provisioning_mode="lxd",
+        lxd_host="host-1",
+        lxd_project="default",
+        vm_resource_usage=VMResourceUsage(allocated_cores=2, allocated_memory=4096, allocated_disk=40),
+        attempts=1,
+        conditions=[
+            Condition(
+                type="Ready", status="True", reason="Ready", last_transition_time=now, observed_generation=1
+            )
+        ],
+    )
+    kubectl(
+        "patch",
+        "-n",
+        namespace,
+        "maasmachine/st",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status.to_k8s()}),
+    )
+    stored = MaasMachine.from_body(get(kubectl, namespace, "maasmachine/st"))
+    assert stored.status == status
+    table = kubectl("get", "-n", namespace, "maasm", "st", "-o", "wide").stdout
+    header, row = table.splitlines()[:2]
+    for column in ("CLUSTER", "READY", "MODE", "ZONE", "SYSTEMID", "STATE", "HOST", "PROVIDERID", "AGE"):
+        assert column in header
+    assert "Deployed" in row
+    assert "host-1" in row
+
+
+def test_cluster_status_failure_domains_list(crds: list[str], kubectl: Kubectl, namespace: str) -> None:
+    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "maascluster.yaml"))
+    status = MaasClusterStatus(
+        ready=True,
+        initialization=Initialization(provisioned=True),
+        failure_domains=[FailureDomain(name="zone-a", control_plane=True, attributes={"id": "1"})],
+    )
+    kubectl(
+        "patch",
+        "-n",
+        namespace,
+        "maascluster/demo",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status.to_k8s()}),
+    )
+    stored = get(kubectl, namespace, "maascluster/demo")["status"]
+    assert stored["failureDomains"] == [{"name": "zone-a", "controlPlane": True, "attributes": {"id": "1"}}]
+    assert stored["initialization"] == {"provisioned": True}
+
+
+def test_template_status_capacity_accepts_quantities(
+    crds: list[str], kubectl: Kubectl, namespace: str
+) -> None:
+    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "maasmachinetemplate.yaml"))
+    name = "maasmachinetemplate/demo-workers-v1"
+    patch = {"status": {"capacity": {"cpu": 8, "memory": "16Gi"}, "nodeInfo": {"architecture": "amd64"}}}
+    kubectl("patch", "-n", namespace, name, "--subresource=status", "--type=merge", "-p", json.dumps(patch))
+    assert get(kubectl, namespace, name)["status"]["capacity"] == {"cpu": 8, "memory": "16Gi"}
+    bad = {"status": {"capacity": {"memory": "lots"}}}
+    proc = kubectl(
+        "patch",
+        "-n",
+        namespace,
+        name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(bad),
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert 'status.capacity.memory: Invalid value: "lots"' in proc.stderr
+
+
+def test_crds_carry_the_contract_labels_on_the_server(crds: list[str], kubectl: Kubectl) -> None:
+    for name in crds:
+        crd = json.loads(kubectl("get", "crd", name, "-o", "json").stdout)
+        assert crd["metadata"]["labels"]["cluster.x-k8s.io/v1beta2"] == "v1beta1"
+        assert crd["metadata"]["labels"]["cluster.x-k8s.io/v1beta1"] == "v1beta1"
+        assert crd["spec"]["names"]["categories"] == ["cluster-api"]
+
+
+def test_short_names_resolve(crds: list[str], kubectl: Kubectl, namespace: str) -> None:
+    for short in ("maasc", "maasm", "maasmt", "maasct"):
+        kubectl("get", "-n", namespace, short)
+
+
+def test_kubectl_explain_shows_descriptions(crds: list[str], kubectl: Kubectl) -> None:
+    # The apiserver publishes a new CRD's OpenAPI a moment after it is Established.
+    deadline = time.monotonic() + 60
+    while True:
+        proc = kubectl("explain", "maasmachine.spec.minCPU", check=False)
+        if proc.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert proc.returncode == 0, proc.stderr
+    assert "Minimum number of CPU cores" in proc.stdout
+    spec = kubectl("explain", "maasmachine.spec").stdout
+    for field in ("provisioningMode", "lxdConfig", "systemID", "providerID", "registerVMHost"):
+        assert field in spec
+    lxd = kubectl("explain", "maasmachine.spec.lxdConfig.network.staticIP.address").stdout
+    assert "IP address to assign" in lxd
+    assert "MAAS DNS domain" in kubectl("explain", "maascluster.spec.dnsDomain").stdout

@@ -1,0 +1,180 @@
+"""OAuth 1.0a PLAINTEXT verification with MAAS's (piston's) answers, in piston's order.
+
+Order: consumer -> token -> timestamp -> nonce -> signature (piston ``OAuthServer.verify_request``), so a
+request with a reused nonce *and* a bad signature is reported as a reused nonce, exactly as MAAS would.
+"""
+
+from __future__ import annotations
+
+import secrets
+import string
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+from capmaas.simulator.forms import FormData
+from capmaas.simulator.http import HttpError
+
+REQUIRED = (
+    "oauth_consumer_key",
+    "oauth_token",
+    "oauth_signature",
+    "oauth_signature_method",
+    "oauth_timestamp",
+    "oauth_nonce",
+)
+TIMESTAMP_THRESHOLD = 300
+_WWW_AUTH = {"WWW-Authenticate": 'OAuth realm="OAuth"'}
+_KEY_ALPHABET = string.ascii_letters + string.digits
+
+
+@dataclass(slots=True)
+class User:
+    username: str
+    consumer_key: str
+    token_key: str
+    token_secret: str
+    is_superuser: bool = False
+    email: str = ""
+    password: str | None = None
+
+    @property
+    def api_key(self) -> str:
+        return f"{self.consumer_key}:{self.token_key}:{self.token_secret}"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "username": self.username,
+            "email": self.email,
+            "is_local": True,
+            "is_superuser": self.is_superuser,
+            "resource_uri": f"/MAAS/api/2.0/users/{self.username}/",
+        }
+
+
+def new_api_key() -> str:
+    """A fresh key shaped like MAAS's (18:18:32)."""
+
+    def part(n: int) -> str:
+        return "".join(secrets.choice(_KEY_ALPHABET) for _ in range(n))
+
+    return f"{part(18)}:{part(18)}:{part(32)}"
+
+
+def split_api_key(api_key: str) -> tuple[str, str, str]:
+    parts = api_key.split(":")
+    if len(parts) != 3 or not all(parts):
+        raise ValueError("API key must have the form 'consumer_key:token_key:token_secret'")
+    return parts[0], parts[1], parts[2]
+
+
+def _unauthorized(message: str) -> HttpError:
+    return HttpError(401, f"Authorization Error: {message}", _WWW_AUTH)
+
+
+def challenge() -> HttpError:
+    """What MAAS answers to a request without credentials on a resource with no anonymous handler."""
+    return HttpError(401, "Forbidden", _WWW_AUTH)
+
+
+class Authenticator:
+    """The users, their tokens and the nonces seen so far."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.users: dict[str, User] = {}
+        self._by_token: dict[str, User] = {}
+        self._consumers: set[str] = set()
+        self._nonces: dict[tuple[str, str, str], float] = {}
+        self._last_prune = 0.0
+
+    def add_user(
+        self,
+        username: str,
+        *,
+        admin: bool = False,
+        api_key: str | None = None,
+        email: str = "",
+        password: str | None = None,
+    ) -> User:
+        if username in self.users:
+            raise ValueError(f"user {username!r} already exists")
+        consumer, token, secret = split_api_key(api_key or new_api_key())
+        if token in self._by_token:
+            raise ValueError("token key already in use")
+        user = User(username, consumer, token, secret, admin, email or f"{username}@example.com", password)
+        self.users[username] = user
+        self._by_token[token] = user
+        self._consumers.add(consumer)
+        return user
+
+    @staticmethod
+    def oauth_params(headers: dict[str, str], query: FormData, form: FormData) -> dict[str, str] | None:
+        """The ``oauth_*`` parameters, or None when the request carries no (complete) credentials."""
+        header = headers.get("authorization", "")
+        if all(name in header for name in REQUIRED):
+            text = header.strip()
+            if text[:5].lower() == "oauth":
+                text = text[5:]
+            params: dict[str, str] = {}
+            for item in text.split(","):
+                key, sep, value = item.strip().partition("=")
+                if sep:
+                    params[key.strip()] = unquote(value.strip().strip('"'))
+            if all(name in params for name in REQUIRED):
+                return params
+        for source in (query, form):
+            if all(name in source for name in REQUIRED):
+                return {name: source.get(name) or "" for name in (*REQUIRED, "oauth_version")}
+        return None
+
+    def authenticate(self, params: dict[str, str]) -> User:
+        consumer = params["oauth_consumer_key"]
+        token = params["oauth_token"]
+        if consumer not in self._consumers:
+            raise _unauthorized("Invalid API key.")
+        user = self._by_token.get(token)
+        if user is None or user.consumer_key != consumer:
+            raise _unauthorized(repr(f"Invalid access token: {token}"))
+        version = params.get("oauth_version")
+        if version and version != "1.0":
+            raise _unauthorized(repr(f"OAuth version {version} not supported."))
+        try:
+            timestamp = int(params["oauth_timestamp"])
+        except ValueError:
+            raise HttpError(
+                400,
+                repr(
+                    "Bad Request: the following problems were found among the auth params: "
+                    "oauth_timestamp has an unexpected type"
+                ),
+            ) from None
+        now = int(self.clock())
+        if now - timestamp > TIMESTAMP_THRESHOLD:
+            raise _unauthorized(
+                repr(
+                    f"Expired timestamp: given {timestamp} and now {now} has a greater difference "
+                    f"than threshold {TIMESTAMP_THRESHOLD}"
+                )
+            )
+        self._prune(now)
+        nonce_key = (consumer, token, params["oauth_nonce"])
+        if nonce_key in self._nonces:
+            raise _unauthorized(repr(f"Nonce already used: {params['oauth_nonce']}"))
+        self._nonces[nonce_key] = now
+        method = params["oauth_signature_method"]
+        if method != "PLAINTEXT":
+            raise _unauthorized(repr(f"Signature method {method} not supported."))
+        expected = "&" + quote(user.token_secret, safe="~")
+        if params["oauth_signature"] not in (expected, "&" + user.token_secret):
+            raise _unauthorized(repr(f"Invalid signature. Expected signature base string: {expected}"))
+        return user
+
+    def _prune(self, now: float) -> None:
+        """Forget nonces older than the timestamp window (MAAS's nonces_cleanup job)."""
+        if now - self._last_prune < TIMESTAMP_THRESHOLD:
+            return
+        self._last_prune = now
+        horizon = now - 2 * TIMESTAMP_THRESHOLD
+        self._nonces = {k: t for k, t in self._nonces.items() if t >= horizon}

@@ -1,0 +1,474 @@
+"""Machine constraints: ``ReadNodesForm`` (list filters) and ``AcquireNodeForm`` (allocate), MAAS's texts.
+
+A parsed form becomes a list of small predicates, checked cheapest first, so scanning 5,000 READY machines in
+cost order stays in the low milliseconds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from capmaas.simulator.forms import FormData
+from capmaas.simulator.http import HttpError
+from capmaas.simulator.models import ANY_STATUS_BY_NAME, Machine, NodeStatus
+from capmaas.simulator.state import State
+
+READ_KEYS = frozenset(
+    {
+        "id",
+        "hostname",
+        "mac_address",
+        "domain",
+        "zone",
+        "pool",
+        "agent_name",
+        "status",
+        "simple_status",
+        "tags",
+        "not_tags",
+        "arch",
+        "cpu_count",
+        "mem",
+        "pod",
+        "not_pod",
+        "pod_type",
+        "not_pod_type",
+        "owner",
+        "power_state",
+        "not_in_zone",
+        "not_in_pool",
+    }
+)
+ACQUIRE_KEYS = frozenset(
+    {
+        "name",
+        "system_id",
+        "arch",
+        "cpu_count",
+        "cpu_speed",
+        "mem",
+        "tags",
+        "not_tags",
+        "zone",
+        "not_in_zone",
+        "pool",
+        "not_in_pool",
+        "pod",
+        "not_pod",
+        "pod_type",
+        "not_pod_type",
+        "storage",
+        "interfaces",
+        "subnets",
+        "not_subnets",
+        "fabrics",
+        "not_fabrics",
+        "fabric_classes",
+        "not_fabric_classes",
+        "vlans",
+        "not_vlans",
+        "link_speed",
+        "devices",
+    }
+)
+ACQUIRE_OPTIONS = frozenset(
+    {
+        "agent_name",
+        "comment",
+        "bridge_all",
+        "bridge_type",
+        "bridge_stp",
+        "bridge_fd",
+        "dry_run",
+        "verbose",
+        "install_kvm",
+        "register_vmhost",
+        "ephemeral_deploy",
+        "enable_hw_sync",
+    }
+)
+IGNORED = frozenset({"op"})
+STORAGE_RE = re.compile(r"^(?:(?P<label>[a-zA-Z0-9]+):)?(?P<size>[0-9.]+)(?:\((?P<tags>[^)]+)\))?$")
+SIMPLE_STATUS = {
+    "ready": {NodeStatus.READY},
+    "allocated": {NodeStatus.ALLOCATED},
+    "deployed": {NodeStatus.DEPLOYED},
+    "failed": {
+        NodeStatus.FAILED_COMMISSIONING,
+        NodeStatus.FAILED_DEPLOYMENT,
+        NodeStatus.FAILED_RELEASING,
+        NodeStatus.FAILED_DISK_ERASING,
+        NodeStatus.FAILED_TESTING,
+    },
+    "broken": {NodeStatus.BROKEN},
+    "commissioning": {NodeStatus.COMMISSIONING, NodeStatus.TESTING},
+    "deploying": {NodeStatus.DEPLOYING},
+    "releasing": {NodeStatus.RELEASING, NodeStatus.DISK_ERASING},
+    "new": {NodeStatus.NEW},
+}
+
+Predicate = Callable[[Machine], bool]
+
+
+@dataclass
+class StorageGroup:
+    label: str
+    size: int
+    tags: frozenset[str]
+
+
+@dataclass
+class Constraints:
+    """A parsed filter: predicates plus what MAAS prints about it in a no-match 409."""
+
+    predicates: list[Predicate] = field(default_factory=list)
+    described: dict[str, str] = field(default_factory=dict)
+    system_ids: list[str] = field(default_factory=list)
+    statuses: set[NodeStatus] | None = None
+    agent_names: list[str] = field(default_factory=list)
+    hostnames: list[str] = field(default_factory=list)
+    storage: list[StorageGroup] = field(default_factory=list)
+    interfaces: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+    zone: str | None = None
+    pool: str | None = None
+    cpu_count: int | None = None
+    mem: int | None = None
+    arch: str | None = None
+
+    def matches(self, m: Machine) -> bool:
+        return all(p(m) for p in self.predicates)
+
+    def describe(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in sorted(self.described.items()))
+
+
+def _fmt_number(value: float) -> str:
+    return repr(float(value))
+
+
+def _numbers(form: FormData, key: str, message: str) -> float | None:
+    values = [v for v in form.getlist(key) if v != ""]
+    if not values:
+        return None
+    try:
+        numbers = [float(v) for v in values]
+    except ValueError:
+        raise HttpError(400, {key: [message]}) from None
+    return min(numbers)
+
+
+def known_architectures(state: State) -> set[str]:
+    arches = {b.architecture for b in state.boot_resources.values()}
+    arches.update(m.architecture for m in state.machines.values())
+    return arches | {"amd64/generic"}
+
+
+def parse(state: State, form: FormData, *, acquire: bool) -> Constraints:
+    allowed = ACQUIRE_KEYS | ACQUIRE_OPTIONS if acquire else READ_KEYS
+    for key in form:
+        if key not in allowed and key not in IGNORED and not key.startswith("oauth_"):
+            raise HttpError(400, {key: ["No such constraint."]})
+    c = Constraints()
+    p = c.predicates
+    errors: dict[str, list[str]] = {}
+
+    ids = [v for v in form.getlist("system_id" if acquire else "id") if v]
+    if ids:
+        c.system_ids = list(dict.fromkeys(ids))
+        wanted = set(ids)
+        p.append(lambda m: m.system_id in wanted)
+        if acquire:
+            c.described["system_id"] = ",".join(c.system_ids)
+    names = [v for v in form.getlist("name" if acquire else "hostname") if v]
+    if names:
+        hostnames = {n.split(".", 1)[0] for n in names}
+        c.hostnames = sorted(hostnames)
+        p.append(lambda m: m.hostname in hostnames)
+        c.described["name" if acquire else "hostname"] = ",".join(names)
+    agents = form.getlist("agent_name")
+    if agents and not acquire:
+        c.agent_names = agents
+        agent_set = set(agents)
+        p.append(lambda m: m.agent_name in agent_set)
+    if not acquire:
+        statuses: set[NodeStatus] = set()
+        for raw in form.getlist("status"):
+            name = raw.lstrip("=").lower()
+            if name not in ANY_STATUS_BY_NAME:
+                errors["status"] = [f"Select a valid choice. {raw} is not one of the available choices."]
+            else:
+                statuses.add(ANY_STATUS_BY_NAME[name])
+        for raw in form.getlist("simple_status"):
+            if raw.lower() not in SIMPLE_STATUS:
+                errors["simple_status"] = [
+                    f"Select a valid choice. {raw} is not one of the available choices."
+                ]
+            else:
+                statuses |= SIMPLE_STATUS[raw.lower()]
+        if statuses:
+            c.statuses = statuses
+            p.append(lambda m: m.status in statuses)
+        for key, attr in (("owner", "owner"), ("power_state", "power_state")):
+            values = set(form.getlist(key))
+            if values:
+                p.append(lambda m, a=attr, vs=values: getattr(m, a) in vs)  # type: ignore[misc]
+        macs = {v.lower() for v in form.getlist("mac_address")}
+        if macs:
+            p.append(lambda m: any(i.mac_address.lower() in macs for i in m.interfaces))
+        domains = set(form.getlist("domain"))
+        if domains:
+            ids_ = {d.id for d in state.domains.values() if d.name in domains}
+            p.append(lambda m: m.domain_id in ids_)
+
+    cpu = _numbers(form, "cpu_count", "Invalid CPU count: number required.")
+    if cpu is not None:
+        c.cpu_count = int(cpu)
+        p.append(lambda m: m.cpu_count >= cpu)
+        c.described["cpu_count"] = _fmt_number(cpu)
+    mem = _numbers(form, "mem", "Invalid memory: number of MiB required.")
+    if mem is not None:
+        c.mem = int(mem)
+        p.append(lambda m: m.memory >= mem)
+        c.described["mem"] = _fmt_number(mem)
+    speed = _numbers(form, "cpu_speed", "Invalid CPU speed: number required.") if acquire else None
+    if speed is not None:
+        p.append(lambda m: m.cpu_speed >= speed)
+        c.described["cpu_speed"] = _fmt_number(speed)
+
+    arches = [v for v in form.getlist("arch") if v]
+    if arches:
+        known = known_architectures(state)
+        expanded: set[str] = set()
+        for a in arches:
+            hits = {k for k in known if k == a or k.split("/", 1)[0] == a}
+            if not hits:
+                errors["arch"] = ["Architecture not recognised."]
+            expanded |= hits
+        c.arch = min(expanded) if expanded else None
+        p.append(lambda m: m.architecture in expanded)
+        c.described["arch"] = ",".join(sorted(expanded))
+
+    _tags(state, form, c, errors, acquire)
+    _zones_pools(state, form, c, errors, acquire)
+    _pods(form, c, state)
+    if acquire:
+        _storage(form, c, errors)
+        _interfaces(state, form, c, errors)
+        _subnets(state, form, c)
+        for key in ("fabrics", "not_fabrics", "fabric_classes", "not_fabric_classes", "vlans", "not_vlans"):
+            if form.getlist(key):
+                c.described[key] = ",".join(form.getlist(key))
+    if errors:
+        raise HttpError(400, errors)
+    return c
+
+
+def _tags(state: State, form: FormData, c: Constraints, errors: dict[str, list[str]], acquire: bool) -> None:
+    tags = [t.strip() for v in form.getlist("tags") for t in v.replace(",", " ").split() if t.strip()]
+    not_tags = [t.strip() for v in form.getlist("not_tags") for t in v.replace(",", " ").split() if t.strip()]
+    unknown = [t for t in tags if t not in state.tags]
+    if unknown:
+        errors["tags"] = ["No such tag(s): " + ", ".join(repr(t) for t in unknown) + "."]
+    if tags:
+        c.tags = tags
+        required = frozenset(tags)
+        c.predicates.append(lambda m: required <= m.tags)
+        c.described["tags"] = ",".join(tags)
+    if not_tags:
+        forbidden = frozenset(not_tags)
+        c.predicates.append(lambda m: not (forbidden & m.tags))
+        c.described["not_tags"] = ",".join(not_tags)
+
+
+def _zones_pools(
+    state: State, form: FormData, c: Constraints, errors: dict[str, list[str]], acquire: bool
+) -> None:
+    for key, kind, lookup in (
+        ("zone", "zone", state.zone_by_name),
+        ("pool", "pool", state.pool_by_name),
+    ):
+        values = [v for v in form.getlist(key) if v]
+        if not values:
+            continue
+        found = [lookup(v) for v in values]
+        missing = [v for v, f in zip(values, found, strict=True) if f is None]
+        if missing:
+            if acquire:
+                errors[key] = [f"No such {kind}: '{missing[0]}'."]
+            else:
+                errors[key] = [f"No such {kind}(s): {', '.join(missing)}."]
+            continue
+        wanted = {f.id for f in found if f is not None}
+        attr = f"{key}_id"
+        c.predicates.append(lambda m, a=attr, w=wanted: getattr(m, a) in w)  # type: ignore[misc]
+        c.described[key] = ",".join(values)
+        if key == "zone":
+            c.zone = values[0]
+        else:
+            c.pool = values[0]
+    for key, kind, lookup in (
+        ("not_in_zone", "zone", state.zone_by_name),
+        ("not_in_pool", "pool", state.pool_by_name),
+    ):
+        values = [v for v in form.getlist(key) if v]
+        if not values:
+            continue
+        missing = [v for v in values if lookup(v) is None]
+        if missing:
+            errors[key] = [f"No such {kind}(s): {', '.join(missing)}."]
+            continue
+        excluded = {f.id for v in values if (f := lookup(v)) is not None}
+        attr = "zone_id" if kind == "zone" else "pool_id"
+        c.predicates.append(lambda m, a=attr, x=excluded: getattr(m, a) not in x)  # type: ignore[misc]
+        c.described[key] = ",".join(sorted(values))
+
+
+def _pods(form: FormData, c: Constraints, state: State) -> None:
+    def pod_name(m: Machine) -> str | None:
+        host = state.vm_hosts.get(m.pod_id) if m.pod_id is not None else None
+        return host.name if host else None
+
+    def pod_type(m: Machine) -> str | None:
+        host = state.vm_hosts.get(m.pod_id) if m.pod_id is not None else None
+        return host.type if host else None
+
+    for key, fn, negate in (
+        ("pod", pod_name, False),
+        ("not_pod", pod_name, True),
+        ("pod_type", pod_type, False),
+        ("not_pod_type", pod_type, True),
+    ):
+        values = set(form.getlist(key))
+        if values:
+            c.predicates.append(lambda m, f=fn, vs=values, n=negate: (f(m) in vs) != n)  # type: ignore[misc]
+            c.described[key] = ",".join(sorted(values))
+
+
+def split_outside_parens(value: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for ch in value:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    parts.append(current)
+    return parts
+
+
+def parse_storage(value: str) -> list[StorageGroup] | None:
+    groups = []
+    for n, item in enumerate(split_outside_parens(value)):
+        match = STORAGE_RE.match(item.strip())
+        if not match:
+            return None
+        try:
+            size = int(float(match["size"]) * 1000**3)
+        except ValueError:
+            return None
+        tags = frozenset(t.strip() for t in (match["tags"] or "").split(",") if t.strip())
+        groups.append(StorageGroup(match["label"] or str(n), size, tags))
+    return groups
+
+
+def _storage(form: FormData, c: Constraints, errors: dict[str, list[str]]) -> None:
+    value = form.get("storage")
+    if not value:
+        return
+    groups = parse_storage(value)
+    if groups is None:
+        errors["storage"] = [f'Malformed storage constraint, "{value}".']
+        return
+    c.storage = groups
+    c.predicates.append(lambda m: match_storage(m, groups) is not None)
+    c.described["storage"] = value
+
+
+def match_storage(m: Machine, groups: list[StorageGroup]) -> dict[str, list[int]] | None:
+    """Assign a distinct disk to each group (first fit); None when the machine cannot satisfy them."""
+    used: set[int] = set()
+    out: dict[str, list[int]] = {}
+    for g in groups:
+        disk = next(
+            (d for d in m.disks if d.id not in used and d.size >= g.size and g.tags <= set(d.tags)),
+            None,
+        )
+        if disk is None:
+            return None
+        used.add(disk.id)
+        out[g.label] = [disk.id]
+    return out
+
+
+def _interfaces(state: State, form: FormData, c: Constraints, errors: dict[str, list[str]]) -> None:
+    value = form.get("interfaces")
+    if not value:
+        return
+    labeled: list[tuple[str, dict[str, str]]] = []
+    for n, chunk in enumerate(value.split(";")):
+        label, sep, rest = chunk.partition(":")
+        if not sep:
+            label, rest = str(n), chunk
+        pairs: dict[str, str] = {}
+        for kv in rest.split(","):
+            key, eq, val = kv.partition("=")
+            if not eq or not key.strip():
+                errors["interfaces"] = [f"Malformed interfaces constraint, {value!r}."]
+                return
+            pairs[key.strip()] = val.strip()
+        labeled.append((label.strip(), pairs))
+    c.interfaces = labeled
+    c.predicates.append(lambda m: match_interfaces(state, m, labeled) is not None)
+    c.described["interfaces"] = value
+
+
+def _iface_ok(state: State, subnet_id: int | None, pairs: dict[str, str]) -> bool:
+    subnet = state.subnets.get(subnet_id) if subnet_id is not None else None
+    for key, want in pairs.items():
+        if key == "subnet":
+            if subnet is None or want not in (subnet.cidr, subnet.name, f"id:{subnet.id}", str(subnet.id)):
+                return False
+        elif key == "space" and (subnet is None or subnet.space != want):
+            return False
+    return True
+
+
+def match_interfaces(
+    state: State, m: Machine, labeled: list[tuple[str, dict[str, str]]]
+) -> dict[str, list[int]] | None:
+    used: set[int] = set()
+    out: dict[str, list[int]] = {}
+    for label, pairs in labeled:
+        iface = next(
+            (i for i in m.interfaces if i.id not in used and _iface_ok(state, i.subnet_id, pairs)),
+            None,
+        )
+        if iface is None:
+            return None
+        used.add(iface.id)
+        out[label] = [iface.id]
+    return out
+
+
+def _subnets(state: State, form: FormData, c: Constraints) -> None:
+    for key, negate in (("subnets", False), ("not_subnets", True)):
+        values = form.getlist(key)
+        if not values:
+            continue
+        ids = {
+            s.id
+            for s in state.subnets.values()
+            for v in values
+            if v in (s.cidr, s.name, f"id:{s.id}", str(s.id), f"space:{s.space}")
+        }
+        c.predicates.append(
+            lambda m, w=ids, n=negate: any(i.subnet_id in w for i in m.interfaces) != n  # type: ignore[misc]
+        )
+        c.described[key] = ",".join(sorted(values))

@@ -1,0 +1,407 @@
+"""Inventories: a YAML description of a MAAS (or a generated one) turned into simulator state.
+
+The YAML shape (every section optional; see examples/inventory-sample.yaml)::
+
+    zones: [{name, description}]            # "default" always exists
+    pools: [{name, description}]            # "default" (id 0) always exists
+    tags: [{name, comment, definition, kernel_opts}]
+    domains: [{name, ttl, authoritative}]   # "maas" (id 0) always exists and is the default
+    subnets: [{cidr, name, gateway_ip, dns_servers, vid, space}]
+    boot_resources: [{name: ubuntu/jammy, architecture: amd64/generic, type: synced|uploaded, title}]
+    users: [{username, api_key, admin, password}]
+    machines: [{hostname, system_id, zone, pool, domain, arch, cpu_count, cpu_speed, memory, tags,
+                disks: [{name, size, tags}], interfaces: [{name, mac, subnet, ip}],
+                power_type, power_state, status, owner}]
+    vm_hosts: [{name, host (machine hostname), type, cores, memory, zone, pool, tags,
+                cpu_over_commit_ratio, memory_over_commit_ratio,
+                storage_pools: [{name, size, type, path, default}]}]
+
+Sizes accept bytes or ``500G``/``2T`` (decimal, as MAAS counts storage); memory accepts MiB or ``16G`` (GiB).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from capmaas.simulator.models import (
+    ANY_STATUS_BY_NAME,
+    BootResource,
+    Disk,
+    Domain,
+    Interface,
+    Machine,
+    NodeStatus,
+    Pool,
+    StoragePool,
+    Subnet,
+    Tag,
+    VmHost,
+    Zone,
+)
+from capmaas.simulator.state import State
+
+SYSTEM_ID_ALPHABET = "abcdefghkmnpqrstwxy34678"
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(i?)B?\s*$", re.IGNORECASE)
+_POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
+
+
+class InventoryError(ValueError):
+    """The inventory is malformed; the message names the offending entry."""
+
+
+@dataclass(slots=True)
+class UserSpec:
+    username: str
+    api_key: str | None = None
+    admin: bool = False
+    password: str | None = None
+
+
+def parse_size(value: object, what: str) -> int:
+    """Bytes from an int or a string like ``500G``/``1.5T`` (decimal) or ``64GiB`` (binary)."""
+    if isinstance(value, bool):
+        raise InventoryError(f"{what}: not a size: {value!r}")
+    if isinstance(value, int | float):
+        return int(value)
+    match = _SIZE.match(str(value))
+    if not match:
+        raise InventoryError(f"{what}: not a size: {value!r}")
+    number, unit, binary = match.groups()
+    base = 1024 if binary else 1000
+    return int(float(number) * base ** _POWERS[unit.upper()])
+
+
+def parse_memory(value: object, what: str) -> int:
+    """MiB from an int (MiB) or a string like ``16G`` (GiB)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    size = parse_size(value if str(value)[-1:].lower() in "ib" else f"{value}iB", what)
+    return size // (1024 * 1024)
+
+
+def _require(entry: dict[str, Any], key: str, where: str) -> Any:
+    if key not in entry:
+        raise InventoryError(f"{where}: missing required field {key!r}")
+    return entry[key]
+
+
+def _list(data: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = data.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise InventoryError(f"{key}: expected a list of mappings")
+    return value
+
+
+@dataclass
+class Inventory:
+    """A parsed inventory description; :meth:`build` turns it into fresh simulator state."""
+
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> Inventory:
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except yaml.YAMLError as exc:
+            raise InventoryError(f"{path}: invalid YAML: {exc}") from exc
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise InventoryError(f"{path}: the top level must be a mapping")
+        inventory = cls(data)
+        inventory.build()  # validate now, so a bad file fails at load time with its message
+        return inventory
+
+    @classmethod
+    def generate(cls, machines: int = 100, zones: int = 3, vmhosts: int = 0, seed: int = 0) -> Inventory:
+        return cls(generate_data(machines=machines, zones=zones, vmhosts=vmhosts, seed=seed))
+
+    def users(self) -> list[UserSpec]:
+        out = []
+        for entry in _list(self.data, "users"):
+            out.append(
+                UserSpec(
+                    str(_require(entry, "username", "users")),
+                    entry.get("api_key"),
+                    bool(entry.get("admin", False)),
+                    entry.get("password"),
+                )
+            )
+        return out
+
+    def build(self) -> State:
+        state = State()
+        state.zones[1] = Zone(1, "default", "")
+        state.next_ids["zone"] = 2
+        state.pools[0] = Pool(0, "default", "Default pool")
+        state.domains[0] = Domain(0, "maas", None, True)
+        for entry in _list(self.data, "zones"):
+            name = str(_require(entry, "name", "zones"))
+            if state.zone_by_name(name) is None:
+                zid = state.new_id("zone")
+                state.zones[zid] = Zone(zid, name, str(entry.get("description", "")))
+        for entry in _list(self.data, "pools"):
+            name = str(_require(entry, "name", "pools"))
+            if state.pool_by_name(name) is None:
+                pid = state.new_id("pool")
+                state.pools[pid] = Pool(pid, name, str(entry.get("description", "")))
+        for entry in _list(self.data, "tags"):
+            name = str(_require(entry, "name", "tags"))
+            state.tags[name] = Tag(
+                name,
+                str(entry.get("definition", "")),
+                str(entry.get("comment", "")),
+                str(entry.get("kernel_opts", "")),
+            )
+        for entry in _list(self.data, "domains"):
+            name = str(_require(entry, "name", "domains"))
+            if state.domain_by_name(name) is None:
+                did = state.new_id("domain")
+                state.domains[did] = Domain(
+                    did, name, entry.get("ttl"), bool(entry.get("authoritative", True))
+                )
+        for entry in _list(self.data, "subnets"):
+            cidr = str(_require(entry, "cidr", "subnets"))
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError as exc:
+                raise InventoryError(f"subnets: invalid cidr {cidr!r}") from exc
+            sid = state.new_id("subnet")
+            state.subnets[sid] = Subnet(
+                sid,
+                str(entry.get("name", cidr)),
+                cidr,
+                entry.get("gateway_ip"),
+                list(entry.get("dns_servers", [])),
+                int(entry.get("vid", 0)),
+                str(entry.get("space", "undefined")),
+            )
+        for entry in _list(self.data, "boot_resources"):
+            bid = state.new_id("boot")
+            kind = str(entry.get("type", "synced")).capitalize()
+            if kind not in ("Synced", "Uploaded"):
+                raise InventoryError(f"boot_resources: type must be synced or uploaded, not {kind!r}")
+            state.boot_resources[bid] = BootResource(
+                bid,
+                str(_require(entry, "name", "boot_resources")),
+                str(entry.get("architecture", "amd64/generic")),
+                kind,
+                str(entry.get("title", "")),
+                str(entry.get("base_image", "")),
+            )
+        rng = random.Random(0)
+        for entry in _list(self.data, "machines"):
+            state.add_machine(_machine(state, entry, rng))
+        for entry in _list(self.data, "vm_hosts"):
+            _vm_host(state, entry)
+        return state
+
+
+def new_system_id(state: State, rng: random.Random) -> str:
+    while True:
+        sid = "".join(rng.choice(SYSTEM_ID_ALPHABET) for _ in range(6))
+        if sid not in state.machines:
+            return sid
+
+
+def _machine(state: State, entry: dict[str, Any], rng: random.Random) -> Machine:
+    hostname = str(_require(entry, "hostname", "machines"))
+    where = f"machines[{hostname}]"
+    if hostname in state.by_hostname:
+        raise InventoryError(f"{where}: duplicate hostname")
+    sid = str(entry.get("system_id") or new_system_id(state, rng))
+    if sid in state.machines:
+        raise InventoryError(f"{where}: duplicate system_id {sid!r}")
+    zone = state.zone_by_name(str(entry.get("zone", "default")))
+    pool = state.pool_by_name(str(entry.get("pool", "default")))
+    domain = state.domain_by_name(str(entry.get("domain", "maas")))
+    if zone is None or pool is None or domain is None:
+        raise InventoryError(f"{where}: unknown zone, pool or domain")
+    tags = {str(t) for t in entry.get("tags", [])}
+    for tag in sorted(tags - set(state.tags)):
+        state.tags[tag] = Tag(tag)
+    mid = state.new_id("machine")
+    disks = []
+    for n, d in enumerate(entry.get("disks") or [{"name": "sda", "size": "500G"}]):
+        for tag in d.get("tags", []):
+            state.tags.setdefault(str(tag), Tag(str(tag)))
+        disks.append(
+            Disk(
+                state.new_id("disk"),
+                str(d.get("name", f"sd{chr(97 + n)}")),
+                parse_size(_require(d, "size", where), where),
+                [str(t) for t in d.get("tags", [])],
+            )
+        )
+    interfaces = []
+    for n, i in enumerate(entry.get("interfaces") or [{"name": "eth0"}]):
+        subnet_id = None
+        if "subnet" in i:
+            subnet = next((s for s in state.subnets.values() if i["subnet"] in (s.cidr, s.name)), None)
+            if subnet is None:
+                raise InventoryError(f"{where}: unknown subnet {i['subnet']!r}")
+            subnet_id = subnet.id
+        iid = state.new_id("interface")
+        mac = str(i.get("mac") or f"52:54:00:{(iid >> 16) & 255:02x}:{(iid >> 8) & 255:02x}:{iid & 255:02x}")
+        interfaces.append(Interface(iid, str(i.get("name", f"eth{n}")), mac, subnet_id, i.get("ip")))
+    status_name = str(entry.get("status", "ready")).lower()
+    if status_name not in ANY_STATUS_BY_NAME:
+        raise InventoryError(f"{where}: unknown status {status_name!r}")
+    status = ANY_STATUS_BY_NAME[status_name]
+    owner = entry.get("owner")
+    if status in (NodeStatus.ALLOCATED, NodeStatus.DEPLOYED, NodeStatus.DEPLOYING) and not owner:
+        owner = "admin"
+    m = Machine(
+        id=mid,
+        system_id=sid,
+        hostname=hostname,
+        domain_id=domain.id,
+        zone_id=zone.id,
+        pool_id=pool.id,
+        architecture=str(entry.get("arch", "amd64/generic")),
+        cpu_count=int(entry.get("cpu_count", 4)),
+        cpu_speed=int(entry.get("cpu_speed", 2400)),
+        memory=parse_memory(entry.get("memory", 8192), where),
+        disks=disks,
+        interfaces=interfaces,
+        tags=tags,
+        power_type=str(entry.get("power_type", "ipmi")),
+        power_state=str(entry.get("power_state", "on" if status is NodeStatus.DEPLOYED else "off")),
+        status=status,
+        owner=owner,
+        hardware_uuid=f"{mid:08x}-0000-4000-8000-{sid.encode().hex():0>12}"[:36],
+    )
+    if status is NodeStatus.DEPLOYED:
+        m.osystem, m.distro_series = "ubuntu", "jammy"
+    return m
+
+
+def _vm_host(state: State, entry: dict[str, Any]) -> VmHost:
+    name = str(_require(entry, "name", "vm_hosts"))
+    where = f"vm_hosts[{name}]"
+    host_sid = None
+    backing = None
+    if entry.get("host"):
+        backing = state.by_hostname.get(str(entry["host"]))
+        if backing is None:
+            raise InventoryError(f"{where}: unknown backing machine {entry['host']!r}")
+        host_sid = backing.system_id
+    zone = state.zone_by_name(str(entry.get("zone"))) if entry.get("zone") else None
+    pool = state.pool_by_name(str(entry.get("pool"))) if entry.get("pool") else None
+    if (entry.get("zone") and zone is None) or (entry.get("pool") and pool is None):
+        raise InventoryError(f"{where}: unknown zone or pool")
+    if zone is None:
+        zone = state.zones[backing.zone_id] if backing else state.default_zone
+    if pool is None:
+        pool = state.pools[backing.pool_id] if backing else state.pools[0]
+    pools = []
+    for n, p in enumerate(entry.get("storage_pools") or [{"name": "default", "size": "1T"}]):
+        pname = str(p.get("name", f"pool{n}"))
+        pools.append(
+            StoragePool(
+                state.new_id("storage_pool"),
+                pname,
+                parse_size(_require(p, "size", where), where),
+                str(p.get("type", "dir")),
+                str(p.get("path", f"/var/snap/lxd/common/lxd/storage-pools/{pname}")),
+                bool(p.get("default", False)),
+            )
+        )
+    if not any(p.default for p in pools):
+        pools[0].default = True
+    hid = state.new_id("vmhost")
+    host = VmHost(
+        id=hid,
+        name=name,
+        zone_id=zone.id,
+        pool_id=pool.id,
+        cores=int(entry.get("cores", backing.cpu_count if backing else 16)),
+        memory=parse_memory(entry.get("memory", backing.memory if backing else 65536), where),
+        storage_pools=pools,
+        type=str(entry.get("type", "lxd")),
+        tags=[str(t) for t in entry.get("tags", [])],
+        cpu_over_commit_ratio=float(entry.get("cpu_over_commit_ratio", 1.0)),
+        memory_over_commit_ratio=float(entry.get("memory_over_commit_ratio", 1.0)),
+        host_system_id=host_sid,
+        power_address=str(entry.get("power_address", f"https://{name}:8443")),
+    )
+    state.vm_hosts[hid] = host
+    return host
+
+
+SHAPES = [  # (cpu_count, memory MiB, disk GB, weight)
+    (2, 4096, 120, 2),
+    (4, 8192, 240, 4),
+    (8, 16384, 480, 5),
+    (16, 32768, 960, 4),
+    (32, 131072, 1920, 2),
+    (64, 262144, 3840, 1),
+]
+GEN_TAGS = ["ssd", "nvme", "gpu", "10g", "hdd", "storage"]
+
+
+def generate_data(machines: int, zones: int, vmhosts: int, seed: int) -> dict[str, Any]:
+    """A deterministic inventory of ``machines`` machines spread over ``zones`` zones; the first ``vmhosts``
+    are deployed and back LXD VM hosts (one per machine, round-robin over the zones)."""
+    if machines < 0 or zones < 1 or vmhosts < 0 or vmhosts > machines:
+        raise InventoryError("generate: need machines >= vmhosts >= 0 and zones >= 1")
+    rng = random.Random(seed)
+    zone_names = [f"az{n + 1}" for n in range(zones)]
+    network = ipaddress.ip_network("10.0.0.0/16" if machines < 60000 else "10.0.0.0/8")
+    shapes = [s for s in SHAPES for _ in range(s[3])]
+    out_machines: list[dict[str, Any]] = []
+    out_hosts: list[dict[str, Any]] = []
+    for n in range(machines):
+        zone = zone_names[n % zones]
+        if n < vmhosts:
+            cpu, mem, disk = 64, 262144, 3840
+            tags = ["vmhost"]
+        else:
+            cpu, mem, disk, _ = rng.choice(shapes)
+            tags = sorted(rng.sample(GEN_TAGS, rng.randint(0, 2)))
+        hostname = f"m{n + 1:05d}"
+        out_machines.append(
+            {
+                "hostname": hostname,
+                "zone": zone,
+                "pool": "default" if n % 4 else "compute",
+                "cpu_count": cpu,
+                "memory": mem,
+                "tags": tags,
+                "disks": [{"name": "sda", "size": disk * 1000**3, "tags": ["ssd"] if "ssd" in tags else []}],
+                "interfaces": [{"name": "eth0", "subnet": str(network), "ip": str(network[10 + n])}],
+                "status": "deployed" if n < vmhosts else "ready",
+            }
+        )
+        if n < vmhosts:
+            out_hosts.append(
+                {
+                    "name": f"vmhost{n + 1:03d}",
+                    "host": hostname,
+                    "zone": zone,
+                    "cores": cpu,
+                    "memory": mem,
+                    "cpu_over_commit_ratio": 4.0,
+                    "memory_over_commit_ratio": 1.5,
+                    "storage_pools": [{"name": "default", "size": disk * 1000**3}],
+                }
+            )
+    return {
+        "zones": [{"name": z} for z in zone_names],
+        "pools": [{"name": "compute", "description": "Generated compute pool"}],
+        "tags": [{"name": t} for t in [*GEN_TAGS, "vmhost"]],
+        "subnets": [{"cidr": str(network), "name": "generated", "gateway_ip": str(network[1])}],
+        "boot_resources": [
+            {"name": "ubuntu/jammy", "architecture": "amd64/generic", "title": "22.04 LTS"},
+            {"name": "ubuntu/noble", "architecture": "amd64/generic", "title": "24.04 LTS"},
+        ],
+        "machines": out_machines,
+        "vm_hosts": out_hosts,
+    }

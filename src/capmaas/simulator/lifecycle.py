@@ -1,0 +1,274 @@
+"""The NODE_STATUS lifecycle: what allocate, deploy, release, erase, commission and compose do to a machine.
+
+Asynchronous steps (deploy completing, a release observing power-off, erasing, commissioning) are timers in
+``State.timers``; :meth:`Lifecycle.tick` runs the due ones. The simulator calls ``tick`` at the start of every
+request and from its background task, so a test that reads after a deadline always sees the new state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import random
+from collections.abc import Callable
+from typing import Any
+
+from capmaas.simulator.faults import Faults, Timings
+from capmaas.simulator.inventory import new_system_id
+from capmaas.simulator.models import Disk, Interface, Machine, NodeStatus, StoragePool, VmHost
+from capmaas.simulator.serialize import machine_dict
+from capmaas.simulator.state import State
+
+S = NodeStatus
+PETNAME_A = ["able", "brave", "calm", "eager", "fair", "keen", "noble", "proud", "quick", "wise"]
+PETNAME_B = ["ant", "bee", "cat", "doe", "eel", "fox", "gnu", "hen", "owl", "yak"]
+DeployHook = Callable[[dict[str, Any]], object]
+
+
+class Lifecycle:
+    state: State
+    timings: Timings
+    faults: Faults
+    clock: Callable[[], float]
+    rng: random.Random
+    maas4: bool
+    on_deployed: DeployHook | None
+    violations: list[str]
+    _hook_tasks: set[asyncio.Future[Any]]
+
+    def tick(self) -> int:
+        """Run every timer that is due now (including ones scheduled by the steps it runs)."""
+        done = 0
+        while True:
+            due = self.state.pop_due(self.clock())
+            if not due:
+                return done
+            for machine, action in due:
+                getattr(self, f"_on_{action}")(machine)
+                done += 1
+
+    def _after(self, m: Machine, seconds: float, action: str) -> None:
+        self.state.schedule(m, self.clock() + seconds, action)
+
+    # -- allocate / deploy ---------------------------------------------------------------------------------
+    def acquire(self, m: Machine, username: str, agent_name: str = "", comment: str | None = None) -> None:
+        if m.owner is not None and m.owner != username:
+            self.violations.append(f"machine {m.system_id} acquired by {username} while owned by {m.owner}")
+        self.state.set_status(m, S.ALLOCATED)
+        m.owner = username
+        self.state.set_agent(m, agent_name)
+        m.status_message = "Allocated" if not comment else f"Allocated - {comment}"
+        m.status_action = ""
+
+    def start_deploy(self, m: Machine) -> None:
+        self.state.set_status(m, S.DEPLOYING)
+        m.power_state = "on"
+        m.error_description = ""
+        m.status_message = "Deploying"
+        self._after(m, self.timings.deploy, "deployed")
+
+    def _on_deployed(self, m: Machine) -> None:
+        if self.faults.goes_broken():
+            self.state.set_status(m, S.BROKEN)
+            m.power_state = "off"
+            m.error_description = "Simulated hardware failure"
+            m.status_message = "Marked broken"
+            return
+        if self.faults.deploy_fails():
+            self.state.set_status(m, S.FAILED_DEPLOYMENT)
+            m.error_description = "Simulated deployment failure: curtin install failed"
+            m.status_message = "Failed deployment"
+            return
+        self.state.set_status(m, S.DEPLOYED)
+        m.status_message = "Deployed"
+        if (m.register_vmhost or m.install_kvm) and not self.state.hosts_of(m.system_id):
+            self.register_vm_host(m)
+        if self.on_deployed is not None:
+            result = self.on_deployed(machine_dict(self.state, m, self.maas4))
+            if inspect.isawaitable(result):
+                task = asyncio.ensure_future(result)
+                self._hook_tasks.add(task)
+                task.add_done_callback(self._hook_tasks.discard)
+
+    def abort(self, m: Machine) -> None:
+        if m.status is S.DEPLOYING:
+            m.power_state = "off"
+            self.state.set_status(m, S.ALLOCATED)
+        elif m.status is S.DISK_ERASING:
+            self.state.set_status(m, S.FAILED_DISK_ERASING)
+        elif m.status is S.COMMISSIONING:
+            self.state.set_status(m, S.NEW)
+            m.power_state = "off"
+        else:  # TESTING
+            self.state.set_status(m, S.READY if m.commissioned else S.NEW)
+        m.status_message = "Aborted"
+
+    # -- release / erase -----------------------------------------------------------------------------------
+    def start_release(self, m: Machine, erase: bool) -> None:
+        self._clear_deployment(m)
+        if erase:
+            self.state.set_status(m, S.DISK_ERASING)
+            m.power_state = "on"
+            m.status_message = "Erasing disks"
+            self._after(m, self.timings.erase, "erased")
+            return
+        self.state.set_status(m, S.RELEASING)
+        m.status_message = "Releasing"
+        if m.power_state == "off" or m.power_type == "manual":
+            self.finalize_release(m)
+        else:
+            self._after(m, self.timings.release, "released")
+
+    def _clear_deployment(self, m: Machine) -> None:
+        self.state.set_agent(m, "")
+        m.osystem = m.distro_series = ""
+        m.hwe_kernel = None
+        m.ephemeral_deploy = m.enable_hw_sync = m.install_kvm = m.register_vmhost = False
+        m.user_data = None
+
+    def _on_released(self, m: Machine) -> None:
+        m.power_state = "off"
+        self.finalize_release(m)
+
+    def _on_erased(self, m: Machine) -> None:
+        m.power_state = "off"
+        self.finalize_release(m)
+
+    def finalize_release(self, m: Machine) -> None:
+        """``_finalize_release``: composed-by-allocate machines vanish; the rest return READY, unowned."""
+        if m.dynamic:
+            self.delete_machine(m)
+            return
+        self.state.set_status(m, S.READY if m.commissioned else S.NEW)
+        m.owner = None
+        m.annotations = {}
+        m.error_description = ""
+        m.status_message = "Released"
+
+    def mark_broken(self, m: Machine, comment: str) -> None:
+        if m.status in (S.ALLOCATED, S.DEPLOYING, S.DEPLOYED, S.FAILED_DEPLOYMENT):
+            self._clear_deployment(m)
+            m.annotations = {}
+        previous = m.status
+        self.state.set_status(m, S.BROKEN)
+        m.previous_status = previous
+        m.power_state = "off"
+        m.error_description = comment
+        m.status_message = "Marked broken"
+
+    def mark_fixed(self, m: Machine) -> None:
+        if m.previous_status is S.DEPLOYED and m.owner is not None:
+            self.state.set_status(m, S.DEPLOYED)
+            m.power_state = "on"
+        else:
+            self.state.set_status(m, S.READY)
+            m.owner = None
+            m.annotations = {}
+        m.error_description = ""
+        m.status_message = "Marked fixed"
+
+    # -- commission / compose ------------------------------------------------------------------------------
+    def commission(self, m: Machine) -> None:
+        self.state.set_status(m, S.COMMISSIONING)
+        m.power_state = "on"
+        m.status_message = "Commissioning"
+        self._after(m, self.timings.commission, "commissioned")
+
+    def _on_commissioned(self, m: Machine) -> None:
+        m.power_state = "off"
+        m.commissioned = True
+        if self.faults.goes_broken():
+            self.state.set_status(m, S.FAILED_COMMISSIONING)
+            m.error_description = "Simulated commissioning failure"
+            return
+        self.state.set_status(m, S.READY)
+        m.status_message = "Ready"
+
+    def petname(self) -> str:
+        while True:
+            name = f"{self.rng.choice(PETNAME_A)}-{self.rng.choice(PETNAME_B)}"
+            if name not in self.state.by_hostname:
+                return name
+            name = f"{name}-{self.rng.randrange(1000)}"
+            if name not in self.state.by_hostname:
+                return name
+
+    def compose(
+        self,
+        host: VmHost,
+        *,
+        cores: int,
+        memory: int,
+        disks: list[tuple[str, int, StoragePool]],
+        hostname: str,
+        zone_id: int,
+        pool_id: int,
+        architecture: str,
+        skip_commissioning: bool = False,
+        dynamic: bool = False,
+    ) -> Machine:
+        """Create the VM's machine and charge the host; the caller has checked the capacity."""
+        state = self.state
+        sid = new_system_id(state, self.rng)
+        iface_id = state.new_id("interface")
+        mac = f"00:16:3e:{(iface_id >> 16) & 255:02x}:{(iface_id >> 8) & 255:02x}:{iface_id & 255:02x}"
+        m = Machine(
+            id=state.new_id("machine"),
+            system_id=sid,
+            hostname=hostname,
+            domain_id=state.default_domain_id,
+            zone_id=zone_id,
+            pool_id=pool_id,
+            architecture=architecture,
+            cpu_count=cores,
+            memory=memory,
+            disks=[Disk(state.new_id("disk"), label, size) for label, size, _ in disks],
+            interfaces=[Interface(iface_id, "eth0", mac)],
+            power_type=host.type,
+            power_state="off",
+            status=S.READY if skip_commissioning else S.NEW,
+            pod_id=host.id,
+            virtualmachine_id=state.new_id("vm"),
+            dynamic=dynamic,
+            commissioned=skip_commissioning,
+        )
+        state.add_machine(m)
+        storage: dict[int, int] = {}
+        for _, size, pool in disks:
+            storage[pool.id] = storage.get(pool.id, 0) + size
+        host.vms[sid] = (cores, memory, storage)
+        if not skip_commissioning:
+            self.commission(m)
+        return m
+
+    def delete_machine(self, m: Machine) -> None:
+        """Delete (and for a composed VM, decompose: the host gets its resources back)."""
+        if m.pod_id is not None and m.pod_id in self.state.vm_hosts:
+            self.state.vm_hosts[m.pod_id].vms.pop(m.system_id, None)
+        self.state.remove_machine(m)
+
+    def register_vm_host(self, m: Machine) -> VmHost:
+        """``register_vmhost=true`` once Deployed: the machine becomes an LXD VM host of its own size."""
+        state = self.state
+        hid = state.new_id("vmhost")
+        pool = StoragePool(
+            state.new_id("storage_pool"),
+            "default",
+            sum(d.size for d in m.disks),
+            default=True,
+        )
+        host = VmHost(
+            id=hid,
+            name=m.hostname,
+            zone_id=m.zone_id,
+            pool_id=m.pool_id,
+            cores=m.cpu_count,
+            memory=m.memory,
+            storage_pools=[pool],
+            type="lxd" if m.register_vmhost else "virsh",
+            host_system_id=m.system_id,
+            architectures=[m.architecture],
+            power_address=f"https://{m.hostname}:8443",
+        )
+        state.vm_hosts[hid] = host
+        return host

@@ -1,0 +1,506 @@
+"""Zones, resource pools, tags, domains and DNS resources (M ``api/{zones,resourcepools,tags,domains,
+dnsresources}.py``)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import TYPE_CHECKING, Any
+
+from capmaas.simulator.http import (
+    HttpError,
+    Request,
+    Response,
+    admin_only,
+    bad_request,
+    conflict,
+    forbidden,
+    not_found,
+    raw_json_response,
+)
+from capmaas.simulator.machines import visible
+from capmaas.simulator.models import DnsResource, Domain, Pool, Tag, Zone
+from capmaas.simulator.router import Resource, resource
+from capmaas.simulator.serialize import (
+    dns_resource_json,
+    domain_json,
+    machines_bytes,
+    pool_json,
+    tag_json,
+    zone_json,
+)
+
+if TYPE_CHECKING:
+    from capmaas.simulator.core import Simulator
+
+RESOURCES: list[Resource] = []
+zones_res = resource(RESOURCES, "ZonesHandler", "zones/")
+zone_res = resource(RESOURCES, "ZoneHandler", "zones/{name}/")
+pools_res = resource(RESOURCES, "ResourcePoolsHandler", "resourcepools/")
+pool_res = resource(RESOURCES, "ResourcePoolHandler", "resourcepool/{id}/")
+tags_res = resource(RESOURCES, "TagsHandler", "tags/")
+tag_res = resource(RESOURCES, "TagHandler", "tags/{name}/")
+domains_res = resource(RESOURCES, "DomainsHandler", "domains/")
+domain_res = resource(RESOURCES, "DomainHandler", "domains/{id}/")
+dns_res = resource(RESOURCES, "DNSResourcesHandler", "dnsresources/")
+dns_one_res = resource(RESOURCES, "DNSResourceHandler", "dnsresources/{id}/")
+NO_CONTENT = Response(204, b"", "text/plain")
+TAG_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
+DNS_LABEL = re.compile(r"^(\*|@|[a-zA-Z0-9_]([a-zA-Z0-9_-]{0,61}[a-zA-Z0-9_])?)$")
+
+
+# -- zones ------------------------------------------------------------------------------------------------
+@zones_res.op("GET")
+def list_zones(sim: Simulator, req: Request) -> list[dict[str, Any]]:
+    """List zones, ordered by name."""
+    return [zone_json(z) for z in sorted(sim.state.zones.values(), key=lambda z: z.name)]
+
+
+@zones_res.op("POST")
+def create_zone(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Create a zone (admin)."""
+    if not req.is_admin:
+        raise admin_only()
+    name = req.form.get("name") or ""
+    if not name:
+        raise bad_request({"name": ["This field is required."]})
+    if sim.state.zone_by_name(name):
+        raise bad_request({"name": ["Physical zone with this Name already exists."]})
+    zid = sim.state.new_id("zone")
+    zone = sim.state.zones[zid] = Zone(zid, name, req.form.get("description") or "")
+    return zone_json(zone)
+
+
+def _zone(sim: Simulator, req: Request) -> Zone:
+    zone = sim.state.zone_by_name(req.params["name"])
+    if zone is None:
+        raise not_found("Zone")
+    return zone
+
+
+@zone_res.op("GET")
+def read_zone(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Read a zone."""
+    return zone_json(_zone(sim, req))
+
+
+@zone_res.op("PUT")
+def update_zone(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Update a zone (admin)."""
+    zone = _zone(sim, req)
+    if not req.is_admin:
+        raise admin_only()
+    name = req.form.get("name")
+    if name and name != zone.name:
+        if sim.state.zone_by_name(name):
+            raise bad_request({"name": ["Physical zone with this Name already exists."]})
+        zone.name = name
+    if "description" in req.form:
+        zone.description = req.form.get("description") or ""
+    sim.state.invalidate_all()
+    return zone_json(zone)
+
+
+@zone_res.op("DELETE")
+def delete_zone(sim: Simulator, req: Request) -> Response:
+    """Delete a zone (admin); its machines move to the default zone."""
+    zone = _zone(sim, req)
+    if not req.is_admin:
+        raise admin_only()
+    if zone.name == "default":
+        raise bad_request("This zone is the default zone, it cannot be deleted.")
+    default = sim.state.default_zone
+    for m in sim.state.machines.values():
+        if m.zone_id == zone.id:
+            m.zone_id = default.id
+            m.cached_json = None
+    for h in sim.state.vm_hosts.values():
+        if h.zone_id == zone.id:
+            h.zone_id = default.id
+    del sim.state.zones[zone.id]
+    return NO_CONTENT
+
+
+# -- resource pools ---------------------------------------------------------------------------------------
+@pools_res.op("GET")
+def list_pools(sim: Simulator, req: Request) -> list[dict[str, Any]]:
+    """List resource pools, ordered by name."""
+    return [pool_json(p) for p in sorted(sim.state.pools.values(), key=lambda p: p.name)]
+
+
+@pools_res.op("POST")
+def create_pool(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Create a resource pool (superuser)."""
+    if not req.is_admin:
+        raise forbidden()
+    name = req.form.get("name") or ""
+    if not name:
+        raise bad_request({"name": ["This field is required."]})
+    if sim.state.pool_by_name(name):
+        raise bad_request({"name": ["Resource pool with this Name already exists."]})
+    pid = sim.state.new_id("pool")
+    pool = sim.state.pools[pid] = Pool(pid, name, req.form.get("description") or "")
+    return pool_json(pool)
+
+
+def _pool(sim: Simulator, req: Request) -> Pool:
+    key = req.params["id"]
+    pool = sim.state.pools.get(int(key)) if key.isdigit() else sim.state.pool_by_name(key)
+    if pool is None:
+        raise not_found("ResourcePool")
+    return pool
+
+
+@pool_res.op("GET")
+def read_pool(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Read a resource pool (by id or name)."""
+    return pool_json(_pool(sim, req))
+
+
+@pool_res.op("PUT")
+def update_pool(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Update a resource pool (superuser)."""
+    pool = _pool(sim, req)
+    if not req.is_admin:
+        raise forbidden()
+    name = req.form.get("name")
+    if name and name != pool.name:
+        if sim.state.pool_by_name(name):
+            raise bad_request({"name": ["Resource pool with this Name already exists."]})
+        pool.name = name
+    if "description" in req.form:
+        pool.description = req.form.get("description") or ""
+    sim.state.invalidate_all()
+    return pool_json(pool)
+
+
+@pool_res.op("DELETE")
+def delete_pool(sim: Simulator, req: Request) -> Response:
+    """Delete an empty, non-default resource pool (superuser)."""
+    pool = _pool(sim, req)
+    if not req.is_admin:
+        raise forbidden()
+    if pool.id == 0:
+        raise bad_request("This is the default pool, it cannot be deleted.")
+    if any(m.pool_id == pool.id for m in sim.state.machines.values()):
+        raise bad_request("Pool has machines in it, it cannot be deleted.")
+    del sim.state.pools[pool.id]
+    return NO_CONTENT
+
+
+# -- tags -------------------------------------------------------------------------------------------------
+@tags_res.op("GET")
+def list_tags(sim: Simulator, req: Request) -> list[dict[str, Any]]:
+    """List tags."""
+    return [tag_json(t) for t in sorted(sim.state.tags.values(), key=lambda t: t.name)]
+
+
+@tags_res.op("POST")
+def create_tag(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Create a tag (admin; others get 403 with an empty body)."""
+    if not req.is_admin:
+        raise forbidden()
+    form = req.form
+    name = form.get("name") or ""
+    if not name:
+        raise bad_request({"name": ["This field is required."]})
+    if not TAG_NAME.match(name):
+        raise bad_request({"name": ["Invalid character in tag name."]})
+    if name in sim.state.tags:
+        raise bad_request({"name": ["Tag with this Name already exists."]})
+    definition = form.get("definition") or ""
+    _check_xpath(definition)
+    tag = sim.state.tags[name] = Tag(
+        name, definition, form.get("comment") or "", form.get("kernel_opts") or ""
+    )
+    return tag_json(tag)
+
+
+def _check_xpath(definition: str) -> None:
+    if definition and (
+        definition.count("[") != definition.count("]") or definition.count("(") != definition.count(")")
+    ):
+        raise bad_request({"definition": [f"Invalid xpath expression: {definition}"]})
+
+
+def _tag(sim: Simulator, req: Request) -> Tag:
+    tag = sim.state.tags.get(req.params["name"])
+    if tag is None:
+        raise not_found("Tag")
+    return tag
+
+
+@tag_res.op("GET")
+def read_tag(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Read a tag."""
+    return tag_json(_tag(sim, req))
+
+
+@tag_res.op("PUT")
+def update_tag(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Update a tag's comment, definition or kernel options (admin)."""
+    tag = _tag(sim, req)
+    if not req.is_admin:
+        raise forbidden()
+    for key in ("comment", "kernel_opts"):
+        if key in req.form:
+            setattr(tag, key, req.form.get(key) or "")
+    if "definition" in req.form:
+        _check_xpath(req.form.get("definition") or "")
+        tag.definition = req.form.get("definition") or ""
+    return tag_json(tag)
+
+
+@tag_res.op("DELETE")
+def delete_tag(sim: Simulator, req: Request) -> Response:
+    """Delete a tag (admin); machines lose it."""
+    tag = _tag(sim, req)
+    if not req.is_admin:
+        raise forbidden()
+    for m in sim.state.machines.values():
+        if tag.name in m.tags:
+            m.tags.discard(tag.name)
+            m.cached_json = None
+    del sim.state.tags[tag.name]
+    return NO_CONTENT
+
+
+@tag_res.op("GET", "machines")
+@tag_res.op("GET", "nodes")
+def tag_machines(sim: Simulator, req: Request) -> Response:
+    """Machines carrying the tag."""
+    tag = _tag(sim, req)
+    result = [m for m in sim.state.machines.values() if tag.name in m.tags and visible(req, m)]
+    return raw_json_response(machines_bytes(sim.state, result, sim.maas4))
+
+
+@tag_res.op("POST", "update_nodes")
+def update_nodes(sim: Simulator, req: Request) -> dict[str, int]:
+    """Add the tag to (``add``) and remove it from (``remove``) machines (admin)."""
+    tag = _tag(sim, req)
+    if not req.is_admin:
+        raise forbidden()
+    definition = req.form.get("definition")
+    if definition is not None and definition != tag.definition:
+        raise conflict(
+            f"Definition supplied '{definition}' doesn't match current definition '{tag.definition}'"
+        )
+    added = removed = 0
+    for sid in req.form.getlist("add"):
+        m = sim.state.machines.get(sid)
+        if m is not None and tag.name not in m.tags:
+            m.tags.add(tag.name)
+            m.cached_json = None
+            added += 1
+    for sid in req.form.getlist("remove"):
+        m = sim.state.machines.get(sid)
+        if m is not None and tag.name in m.tags:
+            m.tags.discard(tag.name)
+            m.cached_json = None
+            removed += 1
+    return {"added": added, "removed": removed}
+
+
+@tag_res.op("POST", "rebuild")
+def rebuild(sim: Simulator, req: Request) -> dict[str, str]:
+    """Re-evaluate the tag's definition (a no-op here)."""
+    tag = _tag(sim, req)
+    if not req.is_admin:
+        raise forbidden()
+    return {"rebuilding": tag.name}
+
+
+# -- domains ----------------------------------------------------------------------------------------------
+@domains_res.op("GET")
+def list_domains(sim: Simulator, req: Request) -> list[dict[str, Any]]:
+    """List domains."""
+    return [domain_json(sim.state, d) for d in sorted(sim.state.domains.values(), key=lambda d: d.id)]
+
+
+@domains_res.op("POST")
+def create_domain(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Create a domain (admin)."""
+    if not req.is_admin:
+        raise admin_only()
+    name = req.form.get("name") or ""
+    if not name:
+        raise bad_request({"name": ["This field is required."]})
+    if sim.state.domain_by_name(name):
+        raise bad_request({"name": ["Domain with this Name already exists."]})
+    did = sim.state.new_id("domain")
+    ttl = req.form.get("ttl")
+    authoritative = (req.form.get("authoritative") or "true").lower() in ("true", "1", "yes", "on")
+    domain = sim.state.domains[did] = Domain(
+        did, name, int(ttl) if ttl and ttl.isdigit() else None, authoritative
+    )
+    return domain_json(sim.state, domain)
+
+
+def _domain(sim: Simulator, req: Request) -> Domain:
+    key = req.params["id"]
+    domain = sim.state.domains.get(int(key)) if key.isdigit() else sim.state.domain_by_name(key)
+    if domain is None:
+        raise not_found("Domain")
+    return domain
+
+
+@domain_res.op("GET")
+def read_domain(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Read a domain."""
+    return domain_json(sim.state, _domain(sim, req))
+
+
+@domain_res.op("PUT")
+def update_domain(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Update a domain (admin)."""
+    domain = _domain(sim, req)
+    if not req.is_admin:
+        raise admin_only()
+    if req.form.get("name"):
+        domain.name = req.form.get("name") or domain.name
+        sim.state.invalidate_all()
+    ttl = req.form.get("ttl")
+    if ttl and ttl.isdigit():
+        domain.ttl = int(ttl)
+    return domain_json(sim.state, domain)
+
+
+@domain_res.op("DELETE")
+def delete_domain(sim: Simulator, req: Request) -> Response:
+    """Delete a domain (admin); the default domain and domains with records cannot be deleted."""
+    domain = _domain(sim, req)
+    if not req.is_admin:
+        raise admin_only()
+    if domain.id == sim.state.default_domain_id:
+        raise bad_request("This domain is the default domain, it cannot be deleted.")
+    if any(r.domain_id == domain.id for r in sim.state.dns_resources.values()) or any(
+        m.domain_id == domain.id for m in sim.state.machines.values()
+    ):
+        raise bad_request("Domain has resource records in it, it cannot be deleted.")
+    del sim.state.domains[domain.id]
+    return NO_CONTENT
+
+
+@domain_res.op("POST", "set_default")
+def set_default_domain(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Make this the default domain (admin)."""
+    domain = _domain(sim, req)
+    if not req.is_admin:
+        raise admin_only()
+    sim.state.default_domain_id = domain.id
+    return domain_json(sim.state, domain)
+
+
+# -- DNS resources ----------------------------------------------------------------------------------------
+@dns_res.op("GET")
+def list_dns(sim: Simulator, req: Request) -> list[dict[str, Any]]:
+    """List DNS resources, filtered by fqdn, domain or name."""
+    q, state = req.query, sim.state
+    out = []
+    for r in sorted(state.dns_resources.values(), key=lambda r: r.id):
+        body = dns_resource_json(state, r)
+        domain = state.domains[r.domain_id]
+        if q.get("fqdn") and body["fqdn"] != q.get("fqdn"):
+            continue
+        if q.get("domain") and q.get("domain") not in (domain.name, str(domain.id)):
+            continue
+        if q.get("name") and r.name != q.get("name"):
+            continue
+        if q.get("rrtype") and (q.get("rrtype") or "").upper() not in ("A", "AAAA"):
+            continue
+        out.append(body)
+    return out
+
+
+def _dns_fields(
+    sim: Simulator, req: Request, current: DnsResource | None
+) -> tuple[str, int, list[str] | None]:
+    form, state = req.form, sim.state
+    fqdn = form.get("fqdn")
+    name = form.get("name")
+    domain_key = form.get("domain")
+    if fqdn:
+        name, _, domain_key = fqdn.partition(".")
+    if current is not None:
+        name = name or current.name
+    if not name:
+        raise bad_request({"name": ["This field is required."]})
+    if domain_key:
+        domain = (
+            state.domains.get(int(domain_key)) if domain_key.isdigit() else state.domain_by_name(domain_key)
+        )
+        if domain is None:
+            raise not_found("Domain")
+        domain_id = domain.id
+    else:
+        domain_id = current.domain_id if current else state.default_domain_id
+    if not DNS_LABEL.match(name):
+        raise bad_request({"name": [f"Invalid dnsresource name: {name}."]})
+    ips: list[str] | None = None
+    if "ip_addresses" in form:
+        ips = []
+        for token in " ".join(form.getlist("ip_addresses")).replace(",", " ").split():
+            try:
+                ips.append(str(ipaddress.ip_address(token)))
+            except ValueError:
+                raise bad_request({"ip_addresses": [f"'{token}' is not a valid IP address."]}) from None
+    for other in state.dns_resources.values():
+        if other is not current and other.name == name and other.domain_id == domain_id:
+            raise bad_request({"__all__": ["Labels must be unique within their zone."]})
+    return name, domain_id, ips
+
+
+@dns_res.op("POST")
+def create_dns(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Create a DNS resource from ``fqdn`` (or ``name`` + ``domain``) and ``ip_addresses`` (admin)."""
+    if not req.is_admin:
+        raise forbidden()
+    name, domain_id, ips = _dns_fields(sim, req, None)
+    ttl = req.form.get("address_ttl")
+    rid = sim.state.new_id("dnsresource")
+    record = DnsResource(rid, name, domain_id, ips or [], int(ttl) if ttl and ttl.isdigit() else None)
+    sim.state.dns_resources[rid] = record
+    return dns_resource_json(sim.state, record)
+
+
+def _dns(sim: Simulator, req: Request) -> DnsResource:
+    key = req.params["id"]
+    record = sim.state.dns_resources.get(int(key)) if key.isdigit() else None
+    if record is None:
+        raise not_found("DNSResource")
+    return record
+
+
+@dns_one_res.op("GET")
+def read_dns(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Read a DNS resource."""
+    return dns_resource_json(sim.state, _dns(sim, req))
+
+
+@dns_one_res.op("PUT")
+def update_dns(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Update a DNS resource (admin)."""
+    record = _dns(sim, req)
+    if not req.is_admin:
+        raise forbidden()
+    name, domain_id, ips = _dns_fields(sim, req, record)
+    record.name, record.domain_id = name, domain_id
+    if ips is not None:
+        record.ips = ips
+    ttl = req.form.get("address_ttl")
+    if ttl and ttl.isdigit():
+        record.address_ttl = int(ttl)
+    return dns_resource_json(sim.state, record)
+
+
+@dns_one_res.op("DELETE")
+def delete_dns(sim: Simulator, req: Request) -> Response:
+    """Delete a DNS resource (admin)."""
+    record = _dns(sim, req)
+    if not req.is_admin:
+        raise forbidden()
+    del sim.state.dns_resources[record.id]
+    return NO_CONTENT
+
+
+__all__ = ["RESOURCES", "HttpError"]

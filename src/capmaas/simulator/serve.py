@@ -1,0 +1,143 @@
+"""Serving the simulator on a real socket: :func:`serve` for tests, ``capmaas simulate`` for people.
+
+capmaas simulate --inventory examples/inventory-sample.yaml --port 5240 --api-key a:b:c
+capmaas simulate --generate machines=5000,zones=3,vmhosts=30 --timings realistic --seed 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, TextIO
+
+import uvicorn
+
+from capmaas.simulator.faults import Faults, Timings
+from capmaas.simulator.inventory import Inventory, InventoryError
+
+if TYPE_CHECKING:
+    from capmaas.simulator.core import Simulator
+
+
+@contextlib.asynccontextmanager
+async def serve(sim: Simulator, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
+    """Serve ``sim`` with uvicorn on ``host:port`` (0 = a free port); yields ``http://host:port/MAAS``.
+
+    The simulator's ticker runs while serving (it is stopped afterwards only if this started it).
+    """
+    config = uvicorn.Config(
+        sim.app, host=host, port=port, lifespan="off", log_level="warning", access_log=False
+    )
+    server = uvicorn.Server(config)
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]  # the caller owns signals
+    started_ticker = sim._task is None
+    await sim.start()
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if task.done():
+                task.result()  # re-raise a bind failure
+                raise OSError(f"simulator failed to start on {host}:{port}")
+            await asyncio.sleep(0.01)
+        bound = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://{host}:{bound}/MAAS"
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if started_ticker:
+            await sim.stop()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--inventory", metavar="FILE", help="inventory YAML (see examples/inventory-sample.yaml)"
+    )
+    source.add_argument(
+        "--generate",
+        metavar="SPEC",
+        help="generate an inventory, e.g. machines=5000,zones=3,vmhosts=30",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=5240, help="port (0 picks a free one; default 5240)")
+    parser.add_argument("--api-key", metavar="C:T:S", help="the admin API key (default: a random one)")
+    parser.add_argument("--timings", choices=["fast", "realistic"], default="realistic")
+    parser.add_argument("--seed", type=int, default=0, help="seed for generated inventories and faults")
+    parser.add_argument(
+        "--maas4", action="store_true", help="behave like MAAS 4.0 (VM hosts answer 410 Gone)"
+    )
+    parser.add_argument("--deploy-failure-rate", type=float, default=0.0)
+    parser.add_argument("--broken-rate", type=float, default=0.0)
+    parser.add_argument("--unavailable-rate", type=float, default=0.0)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds added to every API request")
+
+
+def parse_generate(spec: str) -> dict[str, int]:
+    """``machines=5000,zones=3,vmhosts=30`` -> keyword arguments for :meth:`Inventory.generate`."""
+    out: dict[str, int] = {}
+    for item in spec.split(","):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in ("machines", "zones", "vmhosts") or not value.strip().isdigit():
+            raise InventoryError(f"--generate: expected machines=N,zones=N,vmhosts=N, got {item!r}")
+        out[key] = int(value)
+    return out
+
+
+def build(args: argparse.Namespace) -> Simulator:
+    from capmaas.simulator.core import Simulator
+
+    if args.generate:
+        inventory = Inventory.generate(seed=args.seed, **parse_generate(args.generate))
+    elif args.inventory:
+        inventory = Inventory.from_yaml(args.inventory)
+    else:
+        inventory = Inventory()
+    faults = Faults(
+        seed=args.seed,
+        deploy_failure_rate=args.deploy_failure_rate,
+        broken_rate=args.broken_rate,
+        unavailable_rate=args.unavailable_rate,
+        latency=args.latency,
+    )
+    timings = Timings.realistic() if args.timings == "realistic" else Timings.fast()
+    return Simulator(
+        inventory, timings=timings, faults=faults, api_key=args.api_key, maas4=args.maas4, seed=args.seed
+    )
+
+
+async def main(args: argparse.Namespace, stop: asyncio.Event | None = None, out: TextIO = sys.stdout) -> int:
+    """Serve until ``stop`` is set (or SIGINT/SIGTERM when run from the CLI)."""
+    sim = build(args)
+    stop = stop or asyncio.Event()
+    async with serve(sim, args.host, args.port) as url:
+        print(f"MAAS simulator (API 2.0) listening on {url}/", file=out)
+        print(f"admin API key: {sim.api_key}", file=out)
+        state = sim.state
+        print(
+            f"machines: {len(state.machines)}, VM hosts: {len(state.vm_hosts)}, zones: {len(state.zones)}",
+            file=out,
+        )
+        out.flush()
+        await stop.wait()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    async def _main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        return await main(args, stop)
+
+    try:
+        return asyncio.run(_main())
+    except (InventoryError, ValueError, OSError) as exc:
+        print(f"capmaas simulate: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,168 @@
+"""The inventory as live state: records, the indexes that keep 5,000-machine requests fast, the timer queue.
+
+Indexes (status, agent_name, hostname, READY-by-cost) are kept right on every mutation by the methods here;
+handlers never assign ``machine.status`` directly, which is what lets ``check_invariants`` trust them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Iterable
+
+from capmaas.simulator.http import conflict
+from capmaas.simulator.models import (
+    TRANSITIONS,
+    BootResource,
+    DnsResource,
+    Domain,
+    Machine,
+    NodeStatus,
+    Pool,
+    Subnet,
+    Tag,
+    VmHost,
+    Zone,
+)
+
+
+class State:
+    def __init__(self) -> None:
+        self.zones: dict[int, Zone] = {}
+        self.pools: dict[int, Pool] = {}
+        self.tags: dict[str, Tag] = {}
+        self.domains: dict[int, Domain] = {}
+        self.default_domain_id = 0
+        self.subnets: dict[int, Subnet] = {}
+        self.boot_resources: dict[int, BootResource] = {}
+        self.dns_resources: dict[int, DnsResource] = {}
+        self.vm_hosts: dict[int, VmHost] = {}
+        self.machines: dict[str, Machine] = {}  # insertion order is id order
+        self.by_status: dict[NodeStatus, dict[str, Machine]] = {s: {} for s in NodeStatus}
+        self.by_agent: dict[str, dict[str, Machine]] = {}
+        self.by_hostname: dict[str, Machine] = {}
+        self.ready: list[tuple[float, int, str]] = []  # READY machines by (cost, id)
+        self.timers: list[tuple[float, int, str, int, str]] = []  # (due, seq, system_id, epoch, action)
+        self._seq = 0
+        self.next_ids: dict[str, int] = {}
+        self.used_ips: set[str] = set()
+
+    def new_id(self, kind: str, start: int = 1) -> int:
+        value = self.next_ids.get(kind, start)
+        self.next_ids[kind] = value + 1
+        return value
+
+    # -- lookups -----------------------------------------------------------------------------------------
+    def zone_by_name(self, name: str) -> Zone | None:
+        return next((z for z in self.zones.values() if z.name == name), None)
+
+    def pool_by_name(self, name: str) -> Pool | None:
+        return next((p for p in self.pools.values() if p.name == name), None)
+
+    def domain_by_name(self, name: str) -> Domain | None:
+        return next((d for d in self.domains.values() if d.name == name), None)
+
+    @property
+    def default_zone(self) -> Zone:
+        zone = self.zone_by_name("default")
+        return zone if zone is not None else next(iter(self.zones.values()))
+
+    def hosts_of(self, system_id: str) -> list[VmHost]:
+        return [h for h in self.vm_hosts.values() if h.host_system_id == system_id]
+
+    # -- machine mutation (keeps the indexes right) -------------------------------------------------------
+    def add_machine(self, m: Machine) -> None:
+        self.machines[m.system_id] = m
+        self.by_status[m.status][m.system_id] = m
+        self.by_hostname[m.hostname] = m
+        if m.agent_name:
+            self.by_agent.setdefault(m.agent_name, {})[m.system_id] = m
+        if m.status is NodeStatus.READY:
+            bisect.insort(self.ready, (m.cost, m.id, m.system_id))
+        self.used_ips.update(i.ip for i in m.interfaces if i.ip)
+
+    def remove_machine(self, m: Machine) -> None:
+        self._unready(m)
+        self.set_agent(m, "")
+        del self.machines[m.system_id]
+        del self.by_status[m.status][m.system_id]
+        self.by_hostname.pop(m.hostname, None)
+        self.used_ips.difference_update(i.ip for i in m.interfaces if i.ip)
+        m.epoch += 1
+
+    def _unready(self, m: Machine) -> None:
+        if m.status is NodeStatus.READY:
+            key = (m.cost, m.id, m.system_id)
+            idx = bisect.bisect_left(self.ready, key)
+            if idx < len(self.ready) and self.ready[idx] == key:
+                del self.ready[idx]
+
+    def set_status(self, m: Machine, new: NodeStatus, *, check: bool = True) -> None:
+        """Move ``m`` to ``new``; an illegal edge is MAAS's 409 ``Invalid transition: Old -> New.``"""
+        old = m.status
+        if check and new is not old and new not in TRANSITIONS[old]:
+            raise conflict(f"Invalid transition: {old.label} -> {new.label}.")
+        self._unready(m)
+        del self.by_status[old][m.system_id]
+        if new is not old:
+            m.previous_status = old
+        m.status = new
+        m.epoch += 1
+        self.by_status[new][m.system_id] = m
+        if new is NodeStatus.READY:
+            bisect.insort(self.ready, (m.cost, m.id, m.system_id))
+        m.cached_json = None
+
+    def set_agent(self, m: Machine, agent_name: str) -> None:
+        if m.agent_name:
+            bucket = self.by_agent.get(m.agent_name)
+            if bucket is not None:
+                bucket.pop(m.system_id, None)
+                if not bucket:
+                    del self.by_agent[m.agent_name]
+        m.agent_name = agent_name
+        if agent_name:
+            self.by_agent.setdefault(agent_name, {})[m.system_id] = m
+        m.cached_json = None
+
+    def rename(self, m: Machine, hostname: str) -> None:
+        self.by_hostname.pop(m.hostname, None)
+        m.hostname = hostname
+        self.by_hostname[hostname] = m
+        m.cached_json = None
+
+    def resize(self, m: Machine, cpu_count: int | None = None, memory: int | None = None) -> None:
+        """Change cpu/memory while keeping the READY-by-cost index sorted."""
+        self._unready(m)
+        if cpu_count is not None:
+            m.cpu_count = cpu_count
+        if memory is not None:
+            m.memory = memory
+        if m.status is NodeStatus.READY:
+            bisect.insort(self.ready, (m.cost, m.id, m.system_id))
+        m.cached_json = None
+
+    def invalidate_all(self) -> None:
+        """Nested zone/pool/domain JSON changed: every cached machine body is stale."""
+        for m in self.machines.values():
+            m.cached_json = None
+
+    def ready_by_cost(self) -> Iterable[Machine]:
+        machines = self.machines
+        for _, _, sid in self.ready:
+            yield machines[sid]
+
+    # -- timers -------------------------------------------------------------------------------------------
+    def schedule(self, m: Machine, due: float, action: str) -> None:
+        self._seq += 1
+        heapq.heappush(self.timers, (due, self._seq, m.system_id, m.epoch, action))
+
+    def pop_due(self, now: float) -> list[tuple[Machine, str]]:
+        """Timers due at ``now`` whose machine still exists and has not changed status since scheduling."""
+        out: list[tuple[Machine, str]] = []
+        while self.timers and self.timers[0][0] <= now:
+            _, _, sid, epoch, action = heapq.heappop(self.timers)
+            m = self.machines.get(sid)
+            if m is not None and m.epoch == epoch:
+                out.append((m, action))
+        return out

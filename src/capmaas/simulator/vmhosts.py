@@ -1,0 +1,360 @@
+"""``vm-hosts/`` and the deprecated ``pods/`` alias (MAAS 3.7): list, read, update, delete, compose."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from capmaas.simulator.constraints import parse_storage
+from capmaas.simulator.forms import FormData
+from capmaas.simulator.http import (
+    HttpError,
+    Request,
+    Response,
+    admin_only,
+    bad_request,
+    unavailable,
+)
+from capmaas.simulator.machines import bool_opt
+from capmaas.simulator.models import StoragePool, VmHost
+from capmaas.simulator.router import Resource, resource
+from capmaas.simulator.serialize import API, vm_host_json
+
+if TYPE_CHECKING:
+    from capmaas.simulator.core import Simulator
+
+RESOURCES: list[Resource] = []
+_collections = [
+    resource(RESOURCES, "VmHostsHandler", "vm-hosts/", vmhost=True),
+    resource(RESOURCES, "PodsHandler", "pods/", vmhost=True),
+]
+_singles = [
+    resource(RESOURCES, "VmHostHandler", "vm-hosts/{id}/", vmhost=True),
+    resource(RESOURCES, "PodHandler", "pods/{id}/", vmhost=True),
+]
+GONE = "VM host (KVM) support has been removed from MAAS."
+
+
+def _family(req: Request) -> str:
+    return "pods" if req.path.startswith("/MAAS/api/2.0/pods/") else "vm-hosts"
+
+
+def get_host(sim: Simulator, req: Request) -> VmHost:
+    try:
+        host = sim.state.vm_hosts.get(int(req.params["id"]))
+    except ValueError:
+        host = None
+    if host is None:
+        raise HttpError(404, "Not Found")
+    return host
+
+
+def require_admin(req: Request) -> None:
+    if not req.is_admin:
+        raise admin_only()
+
+
+def list_hosts(sim: Simulator, req: Request) -> list[dict[str, object]]:
+    """List VM hosts, ordered by id."""
+    return [vm_host_json(sim.state, h, _family(req)) for _, h in sorted(sim.state.vm_hosts.items())]
+
+
+def create_host(sim: Simulator, req: Request) -> dict[str, object]:
+    """Register a VM host; its resources come from the machine at ``power_address`` when there is one."""
+    require_admin(req)
+    form = req.form
+    kind = form.get("type") or ""
+    if kind not in ("lxd", "virsh"):
+        raise bad_request({"type": [f"Select a valid choice. {kind} is not one of the available choices."]})
+    address = form.get("power_address") or ""
+    if not address:
+        raise bad_request({"power_address": ["This field is required."]})
+    state = sim.state
+    backing = next(
+        (
+            m
+            for m in state.machines.values()
+            if m.hostname in address or any(i.ip and i.ip in address for i in m.interfaces)
+        ),
+        None,
+    )
+    name = form.get("name") or (backing.hostname if backing else sim.petname())
+    if any(h.name == name for h in state.vm_hosts.values()):
+        raise bad_request({"name": ["Pod with this Name already exists."]})
+    zone = state.zone_by_name(form.get("zone") or "") or state.default_zone
+    pool = state.pool_by_name(form.get("pool") or "") or state.pools[0]
+    hid = state.new_id("vmhost")
+    size = sum(d.size for d in backing.disks) if backing else 1_000_000_000_000
+    host = VmHost(
+        id=hid,
+        name=name,
+        zone_id=zone.id,
+        pool_id=pool.id,
+        cores=backing.cpu_count if backing else 16,
+        memory=backing.memory if backing else 65536,
+        storage_pools=[StoragePool(state.new_id("storage_pool"), "default", size, default=True)],
+        type=kind,
+        tags=[t for v in form.getlist("tags") for t in v.split(",") if t],
+        host_system_id=backing.system_id if backing else None,
+        power_address=address,
+    )
+    state.vm_hosts[hid] = host
+    return vm_host_json(state, host, _family(req))
+
+
+def read_host(sim: Simulator, req: Request) -> dict[str, object]:
+    """Read a VM host."""
+    return vm_host_json(sim.state, get_host(sim, req), _family(req))
+
+
+def _ratio(form: FormData, key: str, errors: dict[str, list[str]]) -> float | None:
+    value = form.get(key)
+    if value is None or value == "":
+        return None
+    try:
+        ratio = float(value)
+    except ValueError:
+        errors[key] = ["Enter a number."]
+        return None
+    if not 0 <= ratio <= 10:
+        errors[key] = [
+            "Ensure this value is less than or equal to 10."
+            if ratio > 10
+            else "Ensure this value is greater than or equal to 0."
+        ]
+        return None
+    return ratio
+
+
+def update_host(sim: Simulator, req: Request) -> dict[str, object]:
+    """Update name, tags, zone, pool, over-commit ratios, default storage pool, macvlan mode (admin)."""
+    host = get_host(sim, req)
+    require_admin(req)
+    form, state = req.form, sim.state
+    errors: dict[str, list[str]] = {}
+    cpu = _ratio(form, "cpu_over_commit_ratio", errors)
+    mem = _ratio(form, "memory_over_commit_ratio", errors)
+    zone = state.zone_by_name(form.get("zone") or "") if form.get("zone") else None
+    if form.get("zone") and zone is None:
+        errors["zone"] = [f"Select a valid choice. {form.get('zone')} is not one of the available choices."]
+    pool = state.pool_by_name(form.get("pool") or "") if form.get("pool") else None
+    if form.get("pool") and pool is None:
+        errors["pool"] = [f"Select a valid choice. {form.get('pool')} is not one of the available choices."]
+    mode = form.get("default_macvlan_mode")
+    if mode and mode not in ("bridge", "passthru", "private", "vepa"):
+        errors["default_macvlan_mode"] = [
+            f"Select a valid choice. {mode} is not one of the available choices."
+        ]
+    default_pool = form.get("default_storage_pool")
+    if default_pool and not any(default_pool in (p.name, str(p.id)) for p in host.storage_pools):
+        errors["default_storage_pool"] = [
+            "Select a valid choice. That choice is not one of the available choices."
+        ]
+    if errors:
+        raise bad_request(errors)
+    if cpu is not None:
+        host.cpu_over_commit_ratio = cpu
+    if mem is not None:
+        host.memory_over_commit_ratio = mem
+    if zone is not None:
+        host.zone_id = zone.id
+    if pool is not None:
+        host.pool_id = pool.id
+    if mode:
+        host.default_macvlan_mode = mode
+    if default_pool:
+        for p in host.storage_pools:
+            p.default = default_pool in (p.name, str(p.id))
+    if form.get("name"):
+        host.name = form.get("name") or host.name
+    if "tags" in form:
+        host.tags = [t for v in form.getlist("tags") for t in v.split(",") if t]
+    return vm_host_json(state, host, _family(req))
+
+
+def delete_host(sim: Simulator, req: Request) -> Response:
+    """Delete a VM host; with ``decompose=true`` its VMs are decomposed, otherwise they stay as machines."""
+    host = get_host(sim, req)
+    require_admin(req)
+    sim.delete_vm_host(host, decompose=bool_opt(req.query, "decompose") or bool_opt(req.form, "decompose"))
+    return Response(204, b"", "text/plain")
+
+
+def _int_field(
+    form: FormData, key: str, *, default: int, low: int, high: int, errors: dict[str, list[str]]
+) -> int:
+    raw = form.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        errors[key] = ["Enter a whole number."]
+        return default
+    if value < low:
+        errors[key] = [f"Ensure this value is greater than or equal to {low}."]
+    elif value > high:
+        errors[key] = [f"Ensure this value is less than or equal to {high}."]
+    return value
+
+
+def compose(sim: Simulator, req: Request) -> dict[str, str]:
+    """Compose a VM; it appears as a machine going Commissioning -> Ready (admin)."""
+    host = get_host(sim, req)
+    require_admin(req)
+    form, state = req.form, sim.state
+    errors: dict[str, list[str]] = {}
+    pinned = [p for v in form.getlist("pinned_cores") for p in v.split(",") if p.strip()]
+    cores = (
+        len(pinned) if pinned else _int_field(form, "cores", default=1, low=1, high=host.cores, errors=errors)
+    )
+    memory = _int_field(form, "memory", default=2048, low=1024, high=host.memory, errors=errors)
+    arch = form.get("architecture") or host.architectures[0]
+    if arch not in host.architectures:
+        errors["architecture"] = [f"Select a valid choice. {arch} is not one of the available choices."]
+    hostname = form.get("hostname") or ""
+    if hostname and hostname in state.by_hostname:
+        errors["hostname"] = [f'Node with hostname "{hostname}" already exists']
+    zone_id = state.default_zone.id
+    pool_id = host.pool_id
+    for key in ("zone", "pool", "domain"):
+        raw = form.get(key)
+        if not raw:
+            continue
+        table: dict[int, object] = {"zone": state.zones, "pool": state.pools, "domain": state.domains}[key]  # type: ignore[assignment]
+        if not raw.isdigit() or int(raw) not in table:
+            errors[key] = ["Select a valid choice. That choice is not one of the available choices."]
+        elif key == "zone":
+            zone_id = int(raw)
+        elif key == "pool":
+            pool_id = int(raw)
+    storage_text = form.get("storage") or "root:8(local)"
+    groups = parse_storage(storage_text)
+    if groups is None:
+        errors["storage"] = [f'Malformed storage constraint, "{storage_text}".']
+    if form.get("interfaces") and host.host_system_id is None:
+        raise bad_request("Pod must be on a known host if interfaces are specified.")
+    if errors:
+        raise bad_request(errors)
+    assert groups is not None
+    disks = []
+    for g in groups:
+        pool = pick_storage_pool(host, set(g.tags))
+        if pool is None:
+            raise unavailable(
+                f"Unable to compose machine because: storage pool {sorted(g.tags)[0]!r} does not exist."
+            )
+        disks.append((g.label, g.size, pool))
+    check_capacity(host, cores, memory, disks)
+    m = sim.compose(
+        host,
+        cores=cores,
+        memory=memory,
+        disks=disks,
+        hostname=hostname or sim.petname(),
+        zone_id=zone_id,
+        pool_id=pool_id,
+        architecture=arch,
+        skip_commissioning=bool_opt(form, "skip_commissioning"),
+    )
+    return {"system_id": m.system_id, "resource_uri": f"{API}/machines/{m.system_id}/"}
+
+
+def pick_storage_pool(host: VmHost, tags: set[str]) -> StoragePool | None:
+    """LXD selects storage pools by name from the tags; no tags (or MAAS's default ``local``) -> default."""
+    named = [p for p in host.storage_pools if p.name in tags]
+    if named:
+        return named[0]
+    if tags - {"local"}:
+        return None
+    return next(p for p in host.storage_pools if p.default)
+
+
+def check_capacity(host: VmHost, cores: int, memory: int, disks: list[tuple[str, int, StoragePool]]) -> None:
+    """``check_over_commit_ratios`` plus the LXD driver's storage check: 503 when the host cannot fit it."""
+    used_cores, used_mem, used_storage = host.used()
+    message = ""
+    if used_cores + cores > host.cores * host.cpu_over_commit_ratio:
+        message += (
+            f"CPU overcommit ratio is {float(host.cpu_over_commit_ratio)} and there are "
+            f"{host.cores - used_cores} available resources; {cores} requested."
+        )
+    if used_mem + memory > host.memory * host.memory_over_commit_ratio:
+        message += (
+            f"Memory overcommit ratio is {float(host.memory_over_commit_ratio)} and there are "
+            f"{host.memory - used_mem} available resources; {memory} requested."
+        )
+    if message:
+        raise unavailable(f"Unable to compose KVM instance in '{host.name}'. {message}")
+    wanted: dict[int, int] = {}
+    for _, size, pool in disks:
+        wanted[pool.id] = wanted.get(pool.id, 0) + size
+    short = [p.name for p in host.storage_pools if used_storage.get(p.id, 0) + wanted.get(p.id, 0) > p.total]
+    if short:
+        raise unavailable(
+            "Unable to compose machine because: Not enough storage space on storage pools: "
+            + ", ".join(short)
+        )
+
+
+def fits(host: VmHost, cores: int, memory: int, disks: list[tuple[str, int, StoragePool]]) -> bool:
+    try:
+        check_capacity(host, cores, memory, disks)
+    except HttpError:
+        return False
+    return True
+
+
+def refresh(sim: Simulator, req: Request) -> dict[str, object]:
+    """Refresh the host's resources (nothing changes in a simulation)."""
+    host = get_host(sim, req)
+    require_admin(req)
+    return vm_host_json(sim.state, host, _family(req))
+
+
+def parameters(sim: Simulator, req: Request) -> dict[str, str]:
+    """The host's power parameters (admin)."""
+    host = get_host(sim, req)
+    require_admin(req)
+    params = {"power_address": host.power_address}
+    if host.type == "lxd":
+        params["project"] = "default"
+    return params
+
+
+def add_tag(sim: Simulator, req: Request) -> dict[str, object]:
+    """Add a tag to the host (admin)."""
+    return _change_tag(sim, req, add=True)
+
+
+def remove_tag(sim: Simulator, req: Request) -> dict[str, object]:
+    """Remove a tag from the host (admin)."""
+    return _change_tag(sim, req, add=False)
+
+
+def _change_tag(sim: Simulator, req: Request, *, add: bool) -> dict[str, object]:
+    host = get_host(sim, req)
+    require_admin(req)
+    tag = req.form.get("tag") or ""
+    if not tag:
+        raise bad_request({"tag": ["This field is required."]})
+    if "," in tag:
+        raise bad_request('Tag may not contain a ",".')
+    if add and tag not in host.tags:
+        host.tags.append(tag)
+    elif not add and tag in host.tags:
+        host.tags.remove(tag)
+    return vm_host_json(sim.state, host, _family(req))
+
+
+for _res in _collections:
+    _res.op("GET")(list_hosts)
+    _res.op("POST")(create_host)
+for _res in _singles:
+    _res.op("GET")(read_host)
+    _res.op("PUT")(update_host)
+    _res.op("DELETE")(delete_host)
+    _res.op("POST", "compose")(compose)
+    _res.op("POST", "refresh")(refresh)
+    _res.op("GET", "parameters")(parameters)
+    _res.op("POST", "add_tag")(add_tag)
+    _res.op("POST", "remove_tag")(remove_tag)

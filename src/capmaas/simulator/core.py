@@ -180,6 +180,8 @@ class Simulator(Lifecycle):
             if not set(c.tags) <= set(host.tags) or (c.arch and c.arch not in host.architectures):
                 continue
             cores, memory = max(1, c.cpu_count or 1), max(1024, c.mem or 2048)
+            if cores > host.cores or memory > host.memory:  # ComposeMachineForm's bounds (the pod's hints)
+                continue
             disks: list[tuple[str, int, StoragePool]] = []
             for g in c.storage or []:
                 sp = vmhosts.pick_storage_pool(host, set(g.tags))

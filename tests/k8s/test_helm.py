@@ -359,3 +359,40 @@ def test_install_with_bad_values_creates_nothing(
     assert "/image/pullPolicy" in proc.stderr
     assert kubectl("get", "deployments", "-n", namespace, "-o", "name").stdout.strip() == ""
     assert helm("list", "-n", namespace, "-q", kube=kube).stdout.strip() == ""
+
+
+# -- the image the chart runs -----------------------------------------------------------------------------
+
+
+def test_dockerfile_matches_the_chart(helm: Helm) -> None:
+    """No engine runs here, so the image is not built; this checks what can be checked without one: the
+    user, entrypoint and ports the chart relies on, and that everything COPY'd exists and is sent."""
+    lines = [ln.strip() for ln in (REPO / "Dockerfile").read_text().splitlines()]
+    froms = [ln for ln in lines if ln.startswith("FROM ")]
+    assert froms == ["FROM ${PYTHON_IMAGE} AS builder", "FROM ${PYTHON_IMAGE}"]
+    final = lines[lines.index(froms[-1]) :]
+    assert "USER 65532:65532" in final
+    assert 'ENTRYPOINT ["capmaas"]' in final
+    assert 'CMD ["run"]' in final
+    assert "EXPOSE 8080 9090" in final
+    assert "COPY --from=builder /opt/venv /opt/venv" in final
+
+    (dep,) = by_kind(render(helm), "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["runAsGroup"] == 65532
+    assert pod["containers"][0]["args"][0] == "run"
+
+    allowed = {
+        ln[1:].rstrip("/") for ln in (REPO / ".dockerignore").read_text().splitlines() if ln.startswith("!")
+    }
+    assert "*" in (REPO / ".dockerignore").read_text().splitlines()
+    copied = [
+        src for ln in lines if ln.startswith("COPY ") and "--from" not in ln for src in ln.split()[1:-1]
+    ]
+    assert copied == ["pyproject.toml", "README.md", "src"]
+    for src in copied:
+        assert src in allowed, f"{src} is excluded from the build context by .dockerignore"
+        assert (REPO / src).exists(), (
+            f"the Dockerfile copies {src}, which is missing (pip install . needs it)"
+        )

@@ -27,11 +27,11 @@ controlplane: ## Build (once, cached) etcd, kube-apiserver, kube-controller-mana
 
 .PHONY: generate
 generate: venv ## Regenerate crds/ and the chart's CRDs from the pydantic models
-	$(BIN)/capmaas crds --out crds
+	$(BIN)/capmaas crds --out crds --chart-dir deploy/charts/capmaas
 
 .PHONY: verify
 verify: venv ## Fail when generated files (CRDs) disagree with the models
-	$(BIN)/capmaas crds --check --out crds
+	$(BIN)/capmaas crds --check --out crds --chart-dir deploy/charts/capmaas
 
 .PHONY: lint
 lint: venv ## ruff + mypy strict + import contracts

@@ -20,11 +20,12 @@ import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
-from capmaas.devcluster import ControlPlane, MissingToolError, StartError, apply_capi_crds, run_kubectl
+if TYPE_CHECKING:  # imported lazily: collecting unit tests should not pay for ssl/urllib/yaml imports
+    from capmaas.devcluster import ControlPlane
 
 K8S_FIXTURES = frozenset({"kube", "workload_kube", "namespace", "kubectl"})
 
@@ -48,21 +49,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _start(*, controller_manager: bool | None, capi_crds: bool) -> ControlPlane:
+    """Start a control plane, or fail the requesting test with the reason (never skip: see module doc)."""
+    from capmaas.devcluster import ControlPlane, MissingToolError, StartError, apply_capi_crds
+
+    problem = None
     try:
         cp = ControlPlane.start(controller_manager=controller_manager)
     except MissingToolError as exc:
-        pytest.fail(f"k8s test needs the local control plane: {exc}", pytrace=False)
+        problem = f"k8s test needs the local control plane: {exc}"
     except StartError as exc:
-        pytest.fail(f"the local control plane did not start: {exc}", pytrace=False)
+        problem = f"the local control plane did not start: {exc}"
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
     if capi_crds:
         try:
             apply_capi_crds(cp.kubeconfig)
         except MissingToolError as exc:
-            cp.stop()
-            pytest.fail(f"k8s test needs the Cluster API CRDs: {exc}", pytrace=False)
+            problem = f"k8s test needs the Cluster API CRDs: {exc}"
         except BaseException:
             cp.stop()
             raise
+        if problem is not None:
+            cp.stop()
+            pytest.fail(problem, pytrace=False)
     return cp
 
 
@@ -89,6 +98,8 @@ def kubectl(kube: ControlPlane) -> Kubectl:
         kubeconfig: str | Path | None = None,
         timeout: float = 120.0,
     ) -> subprocess.CompletedProcess[str]:
+        from capmaas.devcluster import run_kubectl
+
         return run_kubectl(kubeconfig or kube.kubeconfig, *args, check=check, input=input, timeout=timeout)
 
     return run

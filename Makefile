@@ -22,8 +22,8 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed ## Create .venv with capmaas and its test/lint tools
 
 .PHONY: controlplane
-controlplane: ## Build (once, cached) etcd, kube-apiserver, kube-controller-manager and helm from Go modules
-	bash hack/build-tools.sh etcd kube-apiserver kube-controller-manager helm
+controlplane: ## Build (once, cached) etcd, kube-apiserver, kube-controller-manager, helm; fetch the CAPI core CRDs
+	bash hack/build-tools.sh etcd kube-apiserver kube-controller-manager helm capi-crds
 
 .PHONY: generate
 generate: venv ## Regenerate crds/ and the chart's CRDs from the pydantic models

@@ -117,7 +117,8 @@ class Workers:
                 timeout = self._resync if delay is None else delay
                 if timeout > 0:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(wake.wait(), timeout=timeout)
+                        async with asyncio.timeout(timeout):
+                            await wake.wait()
         finally:
             self._tasks.pop(key, None)
             self._wake.pop(key, None)

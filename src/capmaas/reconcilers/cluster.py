@@ -188,7 +188,7 @@ class ClusterReconciler:
             elif count == 0 and record.ips:
                 await port.dns_update(record.id, frozenset())  # no control plane left at all
         except maas_errors.MaasError as exc:
-            err = maas_failure(exc, None, f"DNS record {fqdn}")
+            err = maas_failure(exc, None, f"DNS record {fqdn}", reason=C.DNS_UPDATE_FAILED_REASON)
             scope.set_condition(C.DNS_READY_CONDITION, False, C.DNS_UPDATE_FAILED_REASON, err.message)
             raise err from exc
         scope.set_spec(controlPlaneEndpoint={"host": fqdn, "port": api_port})

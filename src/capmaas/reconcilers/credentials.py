@@ -72,9 +72,16 @@ async def resolve_credentials(
 
 
 def maas_failure(
-    exc: maas_errors.MaasError, credentials: MaasCredentials | None, doing: str
+    exc: maas_errors.MaasError,
+    credentials: MaasCredentials | None,
+    doing: str,
+    *,
+    reason: str = C.MAAS_UNREACHABLE_REASON,
 ) -> TransientError:
-    """A MAAS error as a retryable outcome with a reason a person can act on (never including the key)."""
+    """A MAAS error as a retryable outcome with a reason a person can act on (never including the key).
+
+    ``reason`` is used for MAAS answers that are neither auth nor availability problems (a 400/404/409).
+    """
     where = f"{credentials.endpoint} ({credentials.source})" if credentials else "MAAS"
     if isinstance(exc, maas_errors.InvalidApiKeyError | maas_errors.InvalidBaseUrlError):
         return TransientError(

@@ -139,7 +139,8 @@ class MachinePoller:
     async def _run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), timeout=self._interval())
+                async with asyncio.timeout(self._interval()):
+                    await self._kick.wait()
             self._kick.clear()
             if not self._watched:
                 continue

@@ -48,6 +48,8 @@ from capmaas.reconcilers.scope import (
 FINALIZER = "maasmachine.infrastructure.cluster.x-k8s.io"
 ALLOCATING = "allocating"
 DEPLOY_STARTED = "deploy-started"
+#: Seconds a zone that had nothing for a spread-chosen allocation is left out of the spreading choice.
+DRY_ZONE_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,7 @@ class MachineReconciler:
         self._power_on_sent: dict[str, float] = {}
         self._released: set[str] = set()
         self._node_done: set[str] = set()
-        self._alloc_started: dict[str, float] = {}
+        self._dry_zones: dict[str, float] = {}  # zone -> until: spreading there found nothing recently
 
     async def reconcile(self, body: Body) -> Requeue:
         scope = MachineScope(self.kube, MAASMACHINE, body)
@@ -254,6 +256,7 @@ class MachineReconciler:
             except maas_errors.NoMachineAvailableError:
                 if not chosen_zone:
                     raise
+                self._dry_zones[str(constraints.zone)] = self.clock() + DRY_ZONE_SECONDS
                 # The zone was our spreading choice, not a requirement: take any zone rather than wait.
                 constraints = constraints.model_copy(update={"zone": None})
                 m = await port.allocate(constraints, agent_name=scope.uid, comment=f"capmaas {scope.key}")
@@ -293,6 +296,10 @@ class MachineReconciler:
                 for d in ((scope.maascluster.get("status") or {}).get("failureDomains") or ())
                 if d.get("name")
             ]
+            now = self.clock()
+            wet = [d for d in domains if self._dry_zones.get(d, 0.0) < now]
+            if wet:
+                domains = wet
             if domains:
                 counts: dict[str, int] = {}
                 for sibling in self.kube.list_maasmachines(scope.namespace, scope.cluster_name or ""):

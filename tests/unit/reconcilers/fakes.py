@@ -1,0 +1,114 @@
+"""A small in-memory stand-in for *our own* Kubernetes port (not for Kubernetes itself).
+
+Used only where the apiserver is beside the point: the reconcilers' domain rules against the real simulator.
+Patches are applied as JSON merge patches with a resourceVersion bump, like the apiserver does.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from capmaas.reconcilers.ports import Body, EventType, NodePatchResult, ObjectPlural
+from capmaas.reconcilers.scope import CLUSTER_NAME_LABEL
+
+
+def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    for k, v in patch.items():
+        if v is None:
+            target.pop(k, None)
+        elif isinstance(v, Mapping) and isinstance(target.get(k), dict):
+            merge(target[k], v)
+        else:
+            target[k] = copy.deepcopy(v)
+    return target
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.secrets: dict[tuple[str, str], dict[str, bytes]] = {}
+        self.nodes: dict[str, str] = {}  # node name -> providerID ("" = unset)
+        self.events: list[tuple[str, str, str, str]] = []
+        self.writes = 0
+        self._rv = 1
+
+    # helpers for tests
+    def add(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+        body = copy.deepcopy(body)
+        meta = body.setdefault("metadata", {})
+        meta.setdefault("namespace", "ns")
+        meta.setdefault("uid", f"uid-{plural}-{meta['name']}")
+        meta.setdefault("generation", 1)
+        self._rv += 1
+        meta["resourceVersion"] = str(self._rv)
+        self.objects[(plural, meta["namespace"], meta["name"])] = body
+        return body
+
+    def get(self, plural: str, name: str, namespace: str = "ns") -> dict[str, Any]:
+        return self.objects[(plural, namespace, name)]
+
+    def reasons(self) -> list[str]:
+        return [e[2] for e in self.events]
+
+    # KubePort
+    def get_machine(self, namespace: str, name: str) -> Body | None:
+        return self.objects.get(("machines", namespace, name))
+
+    def get_cluster(self, namespace: str, name: str) -> Body | None:
+        return self.objects.get(("clusters", namespace, name))
+
+    def get_maascluster(self, namespace: str, name: str) -> Body | None:
+        return self.objects.get(("maasclusters", namespace, name))
+
+    def list_maasmachines(self, namespace: str, cluster_name: str) -> Sequence[Body]:
+        return [
+            b
+            for (p, ns, _), b in self.objects.items()
+            if p == "maasmachines"
+            and ns == namespace
+            and (b["metadata"].get("labels") or {}).get(CLUSTER_NAME_LABEL) == cluster_name
+        ]
+
+    async def get_secret(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
+        return self.secrets.get((namespace, name))
+
+    async def read_secret_fresh(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
+        return self.secrets.get((namespace, name))
+
+    async def patch(
+        self, plural: ObjectPlural, namespace: str, name: str, body: Mapping[str, Any], *, status: bool
+    ) -> Body | None:
+        obj = self.objects.get((plural, namespace, name))
+        if obj is None:
+            return None
+        self.writes += 1
+        patch = dict(body)
+        if status:
+            patch = {"status": patch["status"]}
+        else:
+            patch.pop("status", None)
+            patch.get("metadata", {}).pop("resourceVersion", None)
+        merge(obj, patch)
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+        if obj["metadata"].get("deletionTimestamp") and not obj["metadata"].get("finalizers"):
+            del self.objects[(plural, namespace, name)]
+        return copy.deepcopy(obj)
+
+    async def set_node_provider_id(
+        self, kubeconfig: bytes, node_name: str, provider_id: str
+    ) -> tuple[NodePatchResult, str]:
+        if node_name not in self.nodes:
+            return NodePatchResult.NOT_FOUND, ""
+        current = self.nodes[node_name]
+        if current == provider_id:
+            return NodePatchResult.ALREADY_SET, current
+        if current:
+            return NodePatchResult.CONFLICT, current
+        self.nodes[node_name] = provider_id
+        return NodePatchResult.PATCHED, provider_id
+
+    def emit_event(self, obj: Body, type: EventType, reason: str, message: str) -> None:
+        self.events.append((obj["metadata"]["name"], type, reason, message))

@@ -1,0 +1,99 @@
+"""Bare-metal MaasMachine lifecycle against the simulator: allocate, deploy, Ready, release; MAAS budget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from capmaas.api import conditions as C
+from capmaas.reconcilers.errors import TransientError
+from capmaas.reconcilers.machine import FINALIZER
+from conftest import Env
+
+
+def ready(b: dict[str, Any]) -> bool:
+    return bool((b.get("status") or {}).get("ready"))
+
+
+def cond(b: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(c for c in b["status"]["conditions"] if c["type"] == type_)
+
+
+async def test_six_machines_go_ready_and_are_released_within_the_request_budget(env: Env) -> None:
+    await env.cluster()
+    names = [f"cp{i}" for i in range(3)] + [f"w{i}" for i in range(3)]
+    for n in names:
+        env.machine(n, cp=n.startswith("cp"))
+    env.sim.reset_counters()
+    await env.drive(names, ready)
+    for n in names:
+        b = env.kube.get("maasmachines", n)
+        sid = b["spec"]["systemID"]
+        zone = b["status"]["failureDomain"]
+        assert b["spec"]["providerID"] == f"maas://{zone}/{sid}"
+        assert b["status"]["initialization"] == {"provisioned": True}
+        assert b["status"]["machineState"] == "Deployed"
+        types = {a["type"] for a in b["status"]["addresses"]}
+        assert {"Hostname", "InternalDNS", "InternalIP", "ExternalIP"} <= types
+        assert cond(b, C.READY_CONDITION)["status"] == "True"
+        assert FINALIZER in b["metadata"]["finalizers"]
+        assert [m["system_id"] for m in env.sim.machines_by_agent(b["metadata"]["uid"])] == [sid]
+    zones = {env.kube.get("maasmachines", n)["status"]["failureDomain"] for n in names}
+    assert len(zones) == 3  # spread over the cluster's failure domains
+
+    for n in names:
+        env.kube.get("maasmachines", n)["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    for _ in range(10):
+        for n in names:
+            if ("maasmachines", "ns", n) in env.kube.objects:
+                await env.step(n)
+        await env.settle()
+    assert not [n for n in names if ("maasmachines", "ns", n) in env.kube.objects]
+    assert env.sim.check_invariants() == []
+    per_machine = env.requests() / len(names)
+    print(f"MAAS requests per machine lifecycle: {per_machine:.2f}", dict(env.sim.counters))
+    assert per_machine <= 6, env.sim.counters
+
+
+async def test_waits_for_bootstrap_data_without_touching_maas(env: Env) -> None:
+    await env.cluster()
+    env.machine("w0", bootstrap=False)
+    env.sim.reset_counters()
+    await env.step("w0")
+    b = env.kube.get("maasmachines", "w0")
+    assert cond(b, C.READY_CONDITION)["reason"] == C.WAITING_FOR_BOOTSTRAP_DATA_REASON
+    assert "systemID" not in b["spec"]
+    assert env.requests() == 0
+
+
+async def test_crash_after_allocate_adopts_instead_of_allocating_again(env: Env) -> None:
+    await env.cluster()
+    env.machine("w0")
+    b = env.kube.get("maasmachines", "w0")
+    uid = b["metadata"]["uid"]
+    # Simulate: the annotation was written and MAAS allocated, but the spec write never happened.
+    session = await env.connections.connect(env.creds)
+    from capmaas import maas
+
+    m = await session.allocate(maas.AllocateConstraints(cpu_count=2), agent_name=uid, comment="t")
+    b.setdefault("metadata", {}).setdefault("annotations", {})[
+        "capmaas.infrastructure.cluster.x-k8s.io/allocating"
+    ] = "1"
+    await env.drive(["w0"], ready)
+    b = env.kube.get("maasmachines", "w0")
+    assert b["spec"]["systemID"] == m.system_id
+    assert len(env.sim.machines_by_agent(uid)) == 1
+    assert "MachineAdopted" in env.kube.reasons()
+
+
+async def test_no_matching_machine_names_the_constraints(env: Env) -> None:
+    await env.cluster()
+    env.machine("big", min_cpu=4096)
+    with pytest.raises(TransientError):
+        await env.step("big")
+    b = env.kube.get("maasmachines", "big")
+    c = cond(b, C.READY_CONDITION)
+    assert c["reason"] == C.NO_MACHINE_AVAILABLE_REASON
+    assert "cpu_count=4096" in c["message"]
+    assert "systemID" not in b["spec"]

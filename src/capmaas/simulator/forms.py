@@ -96,7 +96,7 @@ def _split_header(value: str) -> tuple[str, dict[str, str]]:
 def _parse_multipart(body: bytes, boundary: bytes) -> FormData:
     delimiter = b"--" + boundary
     chunks = body.split(delimiter)
-    if len(chunks) < 3 or not chunks[-1].startswith(b"--"):
+    if len(chunks) < 2 or not chunks[-1].startswith(b"--"):
         raise FormError("Invalid multipart body: missing closing boundary.")
     items: list[tuple[str, str]] = []
     for chunk in chunks[1:-1]:
@@ -105,7 +105,7 @@ def _parse_multipart(body: bytes, boundary: bytes) -> FormData:
         if not sep:
             raise FormError("Invalid multipart body: part without headers.")
         headers: dict[str, str] = {}
-        for line in head.decode("latin-1").split("\r\n"):
+        for line in head.decode("utf-8", errors="replace").split("\r\n"):
             key, colon, val = line.partition(":")
             if colon:
                 headers[key.strip().lower()] = val.strip()
@@ -115,7 +115,7 @@ def _parse_multipart(body: bytes, boundary: bytes) -> FormData:
             raise FormError("Invalid multipart body: part without a name.")
         if headers.get("content-transfer-encoding", "").lower() == "base64":
             try:
-                content = base64.b64decode(content, validate=False)
+                content = base64.b64decode(b"".join(content.split()), validate=True)
             except (binascii.Error, ValueError) as exc:
                 raise FormError(f"Invalid base64 in multipart part {name!r}.") from exc
         items.append((name, content.decode("utf-8", errors="replace")))

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, TextIO
@@ -29,21 +30,26 @@ async def serve(sim: Simulator, host: str = "127.0.0.1", port: int = 0) -> Async
 
     The simulator's ticker runs while serving (it is stopped afterwards only if this started it).
     """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))  # bound here, so a busy port is an OSError rather than uvicorn's sys.exit
+    except OSError:
+        sock.close()
+        raise
     config = uvicorn.Config(
-        sim.app, host=host, port=port, lifespan="off", log_level="warning", access_log=False
+        sim.app, interface="asgi3", lifespan="off", log_level="warning", access_log=False, timeout_graceful_shutdown=1
     )
     server = uvicorn.Server(config)
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]  # the caller owns signals
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]  # caller owns signals
     started_ticker = sim._task is None
     await sim.start()
-    task = asyncio.create_task(server.serve())
+    task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
-            if task.done():
-                task.result()  # re-raise a bind failure
-                raise OSError(f"simulator failed to start on {host}:{port}")
             await asyncio.sleep(0.01)
-        bound = server.servers[0].sockets[0].getsockname()[1]
+        bound = sock.getsockname()[1]
         yield f"http://{host}:{bound}/MAAS"
     finally:
         server.should_exit = True

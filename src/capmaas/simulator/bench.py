@@ -56,7 +56,9 @@ async def bench(machines: int, rounds: int) -> dict[str, tuple[float, float]]:
         results["list (status=ready, zone=az1, cpu_count=16)"] = await measure(
             rounds,
             lambda i: client.get(
-                "machines/", params={"status": "ready", "zone": "az1", "cpu_count": "16"}, headers=oauth_header()
+                "machines/",
+                params={"status": "ready", "zone": "az1", "cpu_count": "16"},
+                headers=oauth_header(),
             ),
         )
         results["list (agent_name=...)"] = await measure(
@@ -83,10 +85,10 @@ async def bench(machines: int, rounds: int) -> dict[str, tuple[float, float]]:
     return results
 
 
-def main() -> int:
+def main(sizes: tuple[int, ...] = (1000, 5000), rounds: int = 300) -> int:
     print("capmaas MAAS simulator benchmark (in-process ASGI, sequential requests)")
-    for machines in (1000, 5000):
-        results = asyncio.run(bench(machines, rounds=300))
+    for machines in sizes:
+        results = asyncio.run(bench(machines, rounds=rounds))
         print(f"\n{machines} machines")
         for name, (rps, median_ms) in results.items():
             print(f"  {name:<46} {rps:8.0f} req/s   median {median_ms:6.2f} ms")

@@ -39,7 +39,12 @@ async def serve(sim: Simulator, host: str = "127.0.0.1", port: int = 0) -> Async
         sock.close()
         raise
     config = uvicorn.Config(
-        sim.app, interface="asgi3", lifespan="off", log_level="warning", access_log=False, timeout_graceful_shutdown=1
+        sim.app,
+        interface="asgi3",
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=1,
     )
     server = uvicorn.Server(config)
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]  # caller owns signals
@@ -47,7 +52,10 @@ async def serve(sim: Simulator, host: str = "127.0.0.1", port: int = 0) -> Async
     await sim.start()
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        while not server.started:
+        while not server.started:  # uvicorn exposes only a flag, no event
+            if task.done():
+                task.result()
+                raise OSError(f"the simulator's server stopped before it started on {host}:{port}")
             await asyncio.sleep(0.01)
         bound = sock.getsockname()[1]
         yield f"http://{host}:{bound}/MAAS"

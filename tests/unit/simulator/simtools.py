@@ -20,7 +20,9 @@ BASE = "http://maas.test/MAAS/api/2.0/"
 _nonces = itertools.count(1)
 
 
-def oauth_header(api_key: str, *, nonce: str | None = None, timestamp: int | None = None, **override: str) -> str:
+def oauth_header(
+    api_key: str, *, nonce: str | None = None, timestamp: int | None = None, **override: str
+) -> str:
     consumer, token, secret = api_key.split(":")
     fields = {
         "oauth_nonce": nonce or f"n{next(_nonces)}",
@@ -67,8 +69,8 @@ def multipart(fields: list[tuple[str, str]], boundary: str = "XyZ") -> tuple[byt
     out = b""
     for name, value in fields:
         out += (
-            f"--{boundary}\r\nContent-Type: text/plain; charset=\"utf-8\"\r\nMIME-Version: 1.0\r\n"
-            f"Content-Transfer-Encoding: base64\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n"
+            f'--{boundary}\r\nContent-Type: text/plain; charset="utf-8"\r\nMIME-Version: 1.0\r\n'
+            f'Content-Transfer-Encoding: base64\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'
         ).encode()
         out += base64.b64encode(value.encode()) + b"\r\n"
     out += f"--{boundary}--\r\n".encode()

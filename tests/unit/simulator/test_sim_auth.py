@@ -14,10 +14,13 @@ from capmaas.simulator import Simulator
 async def test_valid_plaintext_signature_authenticates(anon: httpx.AsyncClient) -> None:
     r = await anon.get("users/", params={"op": "whoami"}, headers={"Authorization": oauth_header(ADMIN_KEY)})
     assert r.status_code == 200
-    assert r.json()["username"] == "admin" and r.json()["is_superuser"] is True
+    assert r.json()["username"] == "admin"
+    assert r.json()["is_superuser"] is True
 
 
-async def test_no_credentials_on_resource_without_anonymous_handler_is_401_forbidden(anon: httpx.AsyncClient) -> None:
+async def test_no_credentials_on_resource_without_anonymous_handler_is_401_forbidden(
+    anon: httpx.AsyncClient,
+) -> None:
     r = await anon.get("users/", params={"op": "whoami"})
     assert (r.status_code, r.text) == (401, "Forbidden")
     assert r.headers["www-authenticate"] == 'OAuth realm="OAuth"'
@@ -61,7 +64,9 @@ async def test_stale_timestamp_rejected_future_accepted(anon: httpx.AsyncClient)
     assert r.text.endswith("has a greater difference than threshold 300'")
     future = int(time.time()) + 3600
     r = await anon.get(
-        "users/", params={"op": "whoami"}, headers={"Authorization": oauth_header(ADMIN_KEY, timestamp=future)}
+        "users/",
+        params={"op": "whoami"},
+        headers={"Authorization": oauth_header(ADMIN_KEY, timestamp=future)},
     )
     assert r.status_code == 200
 
@@ -75,14 +80,18 @@ async def test_non_integer_timestamp_is_400(anon: httpx.AsyncClient) -> None:
 
 async def test_reused_nonce_rejected(anon: httpx.AsyncClient) -> None:
     header = oauth_header(ADMIN_KEY, nonce="once")
-    assert (await anon.get("users/", params={"op": "whoami"}, headers={"Authorization": header})).status_code == 200
+    assert (
+        await anon.get("users/", params={"op": "whoami"}, headers={"Authorization": header})
+    ).status_code == 200
     r = await anon.get("users/", params={"op": "whoami"}, headers={"Authorization": header})
     assert (r.status_code, r.text) == (401, "Authorization Error: 'Nonce already used: once'")
 
 
 async def test_wrong_signature_and_method_and_version(anon: httpx.AsyncClient) -> None:
     r = await anon.get(
-        "users/", params={"op": "whoami"}, headers={"Authorization": oauth_header(ADMIN_KEY, oauth_signature="%26bad")}
+        "users/",
+        params={"op": "whoami"},
+        headers={"Authorization": oauth_header(ADMIN_KEY, oauth_signature="%26bad")},
     )
     assert r.status_code == 401
     assert r.text.startswith("Authorization Error: 'Invalid signature. Expected signature base string: &")
@@ -93,7 +102,9 @@ async def test_wrong_signature_and_method_and_version(anon: httpx.AsyncClient) -
     )
     assert r.text == "Authorization Error: 'Signature method RSA-SHA1 not supported.'"
     r = await anon.get(
-        "users/", params={"op": "whoami"}, headers={"Authorization": oauth_header(ADMIN_KEY, oauth_version="2.0")}
+        "users/",
+        params={"op": "whoami"},
+        headers={"Authorization": oauth_header(ADMIN_KEY, oauth_version="2.0")},
     )
     assert r.status_code == 401
 
@@ -129,7 +140,9 @@ async def test_non_admin_user_and_admin_only_operations(sim: Simulator, alice: h
         "resource_uri": "/MAAS/api/2.0/users/alice/",
     }
     assert (await alice.post("tags/", data={"name": "x"})).status_code == 403
-    assert (await alice.post("dnsresources/", data={"fqdn": "a.maas", "ip_addresses": "10.0.0.1"})).status_code == 403
+    assert (
+        await alice.post("dnsresources/", data={"fqdn": "a.maas", "ip_addresses": "10.0.0.1"})
+    ).status_code == 403
     r = await alice.post("zones/", data={"name": "z"})
     assert (r.status_code, r.text) == (403, "This method is reserved for admin users.")
     r = await alice.get("debug/", params={"op": "counters"})
@@ -140,12 +153,20 @@ async def test_add_user_and_login_view(sim: Simulator, anon: httpx.AsyncClient) 
     bob = sim.add_user("bob", password="pw")
     async with client(sim, bob.api_key) as c:
         assert (await c.get("users/", params={"op": "whoami"})).json()["username"] == "bob"
-    r = await anon.post("http://maas.test/MAAS/accounts/authenticate/", data={"username": "bob", "password": "pw"})
+    r = await anon.post(
+        "http://maas.test/MAAS/accounts/authenticate/", data={"username": "bob", "password": "pw"}
+    )
     assert r.status_code == 200
     assert f"{r.json()['consumer_key']}:{r.json()['token_key']}:{r.json()['token_secret']}" == bob.api_key
-    r = await anon.post("http://maas.test/MAAS/accounts/authenticate/", data={"username": "bob", "password": "nope"})
+    r = await anon.post(
+        "http://maas.test/MAAS/accounts/authenticate/", data={"username": "bob", "password": "nope"}
+    )
     assert (r.status_code, r.text) == (403, "")
-    r = await anon.post("http://maas.test/MAAS/accounts/authenticate/", content=b"--x", headers={"content-type": "multipart/form-data"})
+    r = await anon.post(
+        "http://maas.test/MAAS/accounts/authenticate/",
+        content=b"--x",
+        headers={"content-type": "multipart/form-data"},
+    )
     assert r.status_code == 403
     assert (await anon.get("http://maas.test/MAAS/accounts/authenticate/")).status_code == 405
     with pytest.raises(ValueError, match="already exists"):

@@ -18,17 +18,26 @@ from capmaas.simulator.inventory import parse_memory, parse_size
 
 def test_urlencoded_repeated_keys_in_order() -> None:
     form = parse_body("application/x-www-form-urlencoded", b"tags=a&zone=z&tags=b&empty=")
-    assert form.getlist("tags") == ["a", "b"] and form.get("tags") == "b" and form.get("empty") == ""
-    assert form.keys() == ["tags", "zone", "empty"] and len(form) == 4 and "zone" in form
+    assert form.getlist("tags") == ["a", "b"]
+    assert form.get("tags") == "b"
+    assert form.get("empty") == ""
+    assert form.keys() == ["tags", "zone", "empty"]
+    assert len(form) == 4
+    assert "zone" in form
     assert form.grouped(exclude=["zone"]) == [("tags", ["a", "b"]), ("empty", [""])]
-    assert list(form) == ["tags", "zone", "empty"] and "FormData" in repr(form)
+    assert list(form) == ["tags", "zone", "empty"]
+    assert "FormData" in repr(form)
 
 
 def test_multipart_base64_and_plain_parts() -> None:
     body, ctype = multipart([("a", "1"), ("a", "2"), ("user_data", "héllo")])
-    body = body.replace(b"--XyZ--", b'--XyZ\r\nContent-Disposition: form-data; name="plain"\r\n\r\nraw\r\n--XyZ--')
+    body = body.replace(
+        b"--XyZ--", b'--XyZ\r\nContent-Disposition: form-data; name="plain"\r\n\r\nraw\r\n--XyZ--'
+    )
     form = parse_body(ctype, body)
-    assert form.getlist("a") == ["1", "2"] and form.get("user_data") == "héllo" and form.get("plain") == "raw"
+    assert form.getlist("a") == ["1", "2"]
+    assert form.get("user_data") == "héllo"
+    assert form.get("plain") == "raw"
 
 
 @pytest.mark.parametrize(
@@ -37,10 +46,15 @@ def test_multipart_base64_and_plain_parts() -> None:
         ("multipart/form-data", b"--x\r\n", "Invalid boundary in multipart: None"),
         ("multipart/form-data; boundary=x", b"--x\r\nno headers here--x--", "part without headers"),
         ("multipart/form-data; boundary=x", b"--x\r\nA: b\r\n\r\nv\r\n--x", "missing closing boundary"),
-        ("multipart/form-data; boundary=x", b"--x\r\nContent-Disposition: form-data\r\n\r\nv\r\n--x--", "without a name"),
         (
             "multipart/form-data; boundary=x",
-            b'--x\r\nContent-Disposition: form-data; name="a"\r\nContent-Transfer-Encoding: base64\r\n\r\n@@@\r\n--x--',
+            b"--x\r\nContent-Disposition: form-data\r\n\r\nv\r\n--x--",
+            "without a name",
+        ),
+        (
+            "multipart/form-data; boundary=x",
+            b'--x\r\nContent-Disposition: form-data; name="a"\r\n'
+            b"Content-Transfer-Encoding: base64\r\n\r\n@@@\r\n--x--",
             "Invalid base64",
         ),
         ("application/x-www-form-urlencoded", b"a=\xff\xfe", "not UTF-8"),
@@ -58,7 +72,9 @@ def test_other_content_types_and_empty_bodies_are_empty_forms() -> None:
 
 def test_parse_bool() -> None:
     form = FormData([("t", "True"), ("f", "off"), ("e", ""), ("bad", "sure")])
-    assert parse_bool(form, "t") is True and parse_bool(form, "f") is False and parse_bool(form, "e") is False
+    assert parse_bool(form, "t") is True
+    assert parse_bool(form, "f") is False
+    assert parse_bool(form, "e") is False
     assert parse_bool(form, "missing", default=True) is True
     with pytest.raises(FormError, match="Invalid bad: Value should be 'true' or 'false'"):
         parse_bool(form, "bad")
@@ -66,12 +82,18 @@ def test_parse_bool() -> None:
 
 async def test_malformed_request_bodies_get_400(admin: httpx.AsyncClient) -> None:
     r = await admin.post(
-        "machines/", params={"op": "allocate"}, content=b"--x\r\n", headers={"content-type": "multipart/form-data"}
+        "machines/",
+        params={"op": "allocate"},
+        content=b"--x\r\n",
+        headers={"content-type": "multipart/form-data"},
     )
     assert (r.status_code, r.text) == (400, "Invalid boundary in multipart: None")
 
 
-@given(st.binary(max_size=200), st.sampled_from(["multipart/form-data; boundary=b", "application/x-www-form-urlencoded"]))
+@given(
+    st.binary(max_size=200),
+    st.sampled_from(["multipart/form-data; boundary=b", "application/x-www-form-urlencoded"]),
+)
 def test_garbage_bodies_never_crash_the_parser(body: bytes, ctype: str) -> None:
     try:
         form = parse_body(ctype, body)
@@ -80,25 +102,39 @@ def test_garbage_bodies_never_crash_the_parser(body: bytes, ctype: str) -> None:
     assert isinstance(form, FormData)
 
 
-@given(st.lists(st.tuples(st.from_regex(r"[A-Za-z0-9_.-]{1,10}", fullmatch=True), st.text(max_size=20)), max_size=6))
+@given(
+    st.lists(
+        st.tuples(st.from_regex(r"[A-Za-z0-9_.-]{1,10}", fullmatch=True), st.text(max_size=20)), max_size=6
+    )
+)
 def test_multipart_round_trip(fields: list[tuple[str, str]]) -> None:
     body, ctype = multipart(fields, boundary="b0undary")
     assert parse_body(ctype, body).items() == fields
 
 
-# -- inventories -----------------------------------------------------------------------------------------------
+# -- inventories ------------------------------------------------------------------------------------------
 def test_sample_inventory_loads() -> None:
     state = Inventory.from_yaml(SAMPLE).build()
-    assert len(state.machines) == 12 and {z.name for z in state.zones.values()} == {"default", "az1", "az2", "az3"}
+    assert len(state.machines) == 12
+    assert {z.name for z in state.zones.values()} == {
+        "default",
+        "az1",
+        "az2",
+        "az3",
+    }
     assert {p.name for p in state.pools.values()} == {"default", "control-plane", "workers"}
     assert state.by_hostname["worker-1"].disks[1].size == 2 * 1000**4
     assert state.by_hostname["big-1"].memory == 131072
 
 
 def test_sizes() -> None:
-    assert parse_size("500G", "x") == 500 * 1000**3 and parse_size("1.5T", "x") == 1_500_000_000_000
-    assert parse_size("64GiB", "x") == 64 * 1024**3 and parse_size(1234, "x") == 1234
-    assert parse_memory("16G", "x") == 16384 and parse_memory("512MiB", "x") == 512 and parse_memory(2048, "x") == 2048
+    assert parse_size("500G", "x") == 500 * 1000**3
+    assert parse_size("1.5T", "x") == 1_500_000_000_000
+    assert parse_size("64GiB", "x") == 64 * 1024**3
+    assert parse_size(1234, "x") == 1234
+    assert parse_memory("16G", "x") == 16384
+    assert parse_memory("512MiB", "x") == 512
+    assert parse_memory(2048, "x") == 2048
     for bad in ("lots", True):
         with pytest.raises(InventoryError, match="not a size"):
             parse_size(bad, "where")
@@ -143,7 +179,8 @@ boot_resources: [{name: mycustom, type: uploaded, base_image: ubuntu/jammy}]
 users: [{username: bob, admin: true, password: pw}]
 machines:
   - {hostname: m1, status: deployed, zone: z1, pool: p1, domain: d.example, tags: [newtag],
-     disks: [{size: 10G, tags: [fast]}], interfaces: [{subnet: 192.168.0.0/24, ip: 192.168.0.5, mac: "aa:bb:cc:dd:ee:ff"}]}
+     disks: [{size: 10G, tags: [fast]}],
+     interfaces: [{subnet: 192.168.0.0/24, ip: 192.168.0.5, mac: "aa:bb:cc:dd:ee:ff"}]}
   - {hostname: m2, status: new}
 vm_hosts:
   - {name: free-standing}
@@ -154,8 +191,11 @@ vm_hosts:
     state = sim.state
     m1 = state.by_hostname["m1"]
     assert (m1.owner, m1.osystem, m1.power_state) == ("admin", "ubuntu", "on")
-    assert "newtag" in state.tags and "fast" in state.tags and len(state.zones) == 2
-    assert state.vm_hosts[1].host_system_id is None and state.vm_hosts[2].pool_id == 1
+    assert "newtag" in state.tags
+    assert "fast" in state.tags
+    assert len(state.zones) == 2
+    assert state.vm_hosts[1].host_system_id is None
+    assert state.vm_hosts[2].pool_id == 1
     assert sim.auth.users["bob"].is_superuser
     assert sim.state.boot_resources[1].type == "Uploaded"
     assert sim.check_invariants() == []
@@ -174,11 +214,16 @@ def test_generator_is_deterministic_and_shaped() -> None:
     assert [m.cpu_count for m in a.machines.values()] == [m.cpu_count for m in b.machines.values()]
     c = Inventory.generate(machines=300, zones=3, vmhosts=6, seed=5).build()
     assert [m.cpu_count for m in a.machines.values()] != [m.cpu_count for m in c.machines.values()]
-    assert len(a.machines) == 300 and len(a.vm_hosts) == 6
+    assert len(a.machines) == 300
+    assert len(a.vm_hosts) == 6
     assert {a.zones[h.zone_id].name for h in a.vm_hosts.values()} == {"az1", "az2", "az3"}
     ips = [i.ip for m in a.machines.values() for i in m.interfaces]
     assert len(set(ips)) == 300
-    assert all(a.machines[h.host_system_id].status.label == "Deployed" for h in a.vm_hosts.values() if h.host_system_id)
+    assert all(
+        a.machines[h.host_system_id].status.label == "Deployed"
+        for h in a.vm_hosts.values()
+        if h.host_system_id
+    )
     with pytest.raises(InventoryError):
         Inventory.generate(machines=1, vmhosts=2)
 

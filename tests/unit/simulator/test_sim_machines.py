@@ -26,12 +26,23 @@ async def test_list_sorted_by_id_with_machine_fields(admin: httpx.AsyncClient) -
     body = r.json()
     assert [m["hostname"] for m in body][:3] == ["cp-1", "cp-2", "cp-3"]
     m = body[0]
-    assert m["status"] == 4 and m["status_name"] == "Ready" and m["power_state"] == "off"
-    assert m["fqdn"] == "cp-1.maas" and m["ip_addresses"] == ["10.10.0.11"]
-    assert m["zone"] == {"id": 2, "name": "az1", "description": "Rack A", "resource_uri": "/MAAS/api/2.0/zones/az1/"}
+    assert m["status"] == 4
+    assert m["status_name"] == "Ready"
+    assert m["power_state"] == "off"
+    assert m["fqdn"] == "cp-1.maas"
+    assert m["ip_addresses"] == ["10.10.0.11"]
+    assert m["zone"] == {
+        "id": 2,
+        "name": "az1",
+        "description": "Rack A",
+        "resource_uri": "/MAAS/api/2.0/zones/az1/",
+    }
     assert m["pool"]["resource_uri"].startswith("/MAAS/api/2.0/resourcepool/")
-    assert m["storage"] == 240000.0 and m["memory"] == 8192 and m["tag_names"] == ["control-plane", "ssd"]
-    assert m["pod"] is None and m["virtualmachine_id"] is None
+    assert m["storage"] == 240000.0
+    assert m["memory"] == 8192
+    assert m["tag_names"] == ["control-plane", "ssd"]
+    assert m["pod"] is None
+    assert m["virtualmachine_id"] is None
     assert m["interface_set"][0]["links"][0]["ip_address"] == "10.10.0.11"
     assert m["resource_uri"] == f"/MAAS/api/2.0/machines/{m['system_id']}/"
     assert r.headers["content-type"] == "application/json"
@@ -80,8 +91,14 @@ async def test_list_by_id_and_agent_name(sim: Simulator, admin: httpx.AsyncClien
         ({"zone": "x"}, {"zone": ["No such zone(s): x."]}),
         ({"pool": "x"}, {"pool": ["No such pool(s): x."]}),
         ({"tags": "x"}, {"tags": ["No such tag(s): 'x'."]}),
-        ({"status": "sleeping"}, {"status": ["Select a valid choice. sleeping is not one of the available choices."]}),
-        ({"simple_status": "x"}, {"simple_status": ["Select a valid choice. x is not one of the available choices."]}),
+        (
+            {"status": "sleeping"},
+            {"status": ["Select a valid choice. sleeping is not one of the available choices."]},
+        ),
+        (
+            {"simple_status": "x"},
+            {"simple_status": ["Select a valid choice. x is not one of the available choices."]},
+        ),
         ({"cpu_count": "many"}, {"cpu_count": ["Invalid CPU count: number required."]}),
         ({"mem": "lots"}, {"mem": ["Invalid memory: number of MiB required."]}),
         ({"arch": "sparc"}, {"arch": ["Architecture not recognised."]}),
@@ -99,11 +116,14 @@ async def test_get_unknown_machine_is_404(admin: httpx.AsyncClient) -> None:
     assert (r.status_code, r.text) == (404, "No Machine matches the given query.")
 
 
-async def test_non_admin_sees_only_unowned_or_own(sim: Simulator, admin: httpx.AsyncClient, alice: httpx.AsyncClient) -> None:
+async def test_non_admin_sees_only_unowned_or_own(
+    sim: Simulator, admin: httpx.AsyncClient, alice: httpx.AsyncClient
+) -> None:
     mine = (await allocate(alice, tags="gpu")).json()["system_id"]
     theirs = (await allocate(admin, zone="az1", cpu_count="32")).json()["system_id"]
     listed = {m["system_id"] for m in (await alice.get("machines/")).json()}
-    assert mine in listed and theirs not in listed
+    assert mine in listed
+    assert theirs not in listed
     assert len(listed) == 11
     r = await alice.get(f"machines/{theirs}/")
     assert (r.status_code, r.text) == (403, "")
@@ -137,12 +157,15 @@ async def test_non_admin_sees_only_unowned_or_own(sim: Simulator, admin: httpx.A
         ({"not_subnets": "nope", "fabrics": "fabric-0"}, "small-1"),
     ],
 )
-async def test_allocate_picks_cheapest_match(admin: httpx.AsyncClient, data: dict[str, str], hostname: str) -> None:
+async def test_allocate_picks_cheapest_match(
+    admin: httpx.AsyncClient, data: dict[str, str], hostname: str
+) -> None:
     r = await allocate(admin, **data)
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["hostname"] == hostname
-    assert body["status_name"] == "Allocated" and body["owner"] == "admin"
+    assert body["status_name"] == "Allocated"
+    assert body["owner"] == "admin"
     assert "constraints_by_type" in body
 
 
@@ -150,7 +173,8 @@ async def test_allocate_constraints_by_type_and_dry_run(sim: Simulator, admin: h
     r = await allocate(admin, storage="root:10,data:1000", interfaces="eth0:space=undefined", dry_run="true")
     body = r.json()
     m = sim.state.by_hostname["worker-1"]
-    assert body["hostname"] == "worker-1" and body["status_name"] == "Ready"
+    assert body["hostname"] == "worker-1"
+    assert body["status_name"] == "Ready"
     assert body["constraints_by_type"] == {
         "storage": {"root": [m.disks[0].id], "data": [m.disks[1].id]},
         "interfaces": {"eth0": [m.interfaces[0].id]},
@@ -192,11 +216,16 @@ async def test_allocate_no_match_texts(admin: httpx.AsyncClient) -> None:
         ({"pool": "nowhere"}, {"pool": ["No such pool: 'nowhere'."]}),
         ({"storage": "root:big"}, {"storage": ['Malformed storage constraint, "root:big".']}),
         ({"storage": "root:1.2.3"}, {"storage": ['Malformed storage constraint, "root:1.2.3".']}),
-        ({"interfaces": "eth0:nonsense"}, {"interfaces": ["Malformed interfaces constraint, 'eth0:nonsense'."]}),
+        (
+            {"interfaces": "eth0:nonsense"},
+            {"interfaces": ["Malformed interfaces constraint, 'eth0:nonsense'."]},
+        ),
         ({"cpu_speed": "fast"}, {"cpu_speed": ["Invalid CPU speed: number required."]}),
     ],
 )
-async def test_allocate_bad_constraints_are_400(admin: httpx.AsyncClient, data: dict[str, str], body: object) -> None:
+async def test_allocate_bad_constraints_are_400(
+    admin: httpx.AsyncClient, data: dict[str, str], body: object
+) -> None:
     r = await allocate(admin, **data)
     assert r.status_code == 400
     assert r.json() == body
@@ -209,7 +238,9 @@ async def test_allocate_bad_boolean_is_400(admin: httpx.AsyncClient) -> None:
 
 async def test_allocate_from_multipart_base64_body(sim: Simulator, admin: httpx.AsyncClient) -> None:
     body, ctype = multipart([("tags", "ssd"), ("zone", "az3"), ("agent_name", "mp")])
-    r = await admin.post("machines/", params={"op": "allocate"}, content=body, headers={"content-type": ctype})
+    r = await admin.post(
+        "machines/", params={"op": "allocate"}, content=body, headers={"content-type": ctype}
+    )
     assert r.status_code == 200, r.text
     assert r.json()["hostname"] == "cp-3"
     assert sim.state.by_hostname["cp-3"].agent_name == "mp"
@@ -227,11 +258,18 @@ async def test_deploy_from_ready_allocates_then_deploys(sim: Simulator, admin: h
     r = await admin.post(
         f"machines/{sid}/",
         params={"op": "deploy"},
-        data={"distro_series": "ubuntu/22.04", "user_data": user_data, "agent_name": "dep", "hwe_kernel": "ga-22.04"},
+        data={
+            "distro_series": "ubuntu/22.04",
+            "user_data": user_data,
+            "agent_name": "dep",
+            "hwe_kernel": "ga-22.04",
+        },
     )
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["status_name"] == "Deploying" and body["owner"] == "admin" and body["power_state"] == "on"
+    assert body["status_name"] == "Deploying"
+    assert body["owner"] == "admin"
+    assert body["power_state"] == "on"
     assert (body["osystem"], body["distro_series"], body["hwe_kernel"]) == ("ubuntu", "jammy", "ga-22.04")
     assert sim.state.machines[sid].user_data == b"#cloud-config\n"
     r = await admin.get(f"machines/{sid}/")
@@ -244,7 +282,9 @@ async def test_deploy_with_multipart_base64_user_data(sim: Simulator, admin: htt
     sid = sid_of(sim, "cp-1")
     encoded = base64.b64encode(b"#!/bin/sh\necho hi\n").decode()
     body, ctype = multipart([("user_data", encoded), ("distro_series", "noble")])
-    r = await admin.post(f"machines/{sid}/", params={"op": "deploy"}, content=body, headers={"content-type": ctype})
+    r = await admin.post(
+        f"machines/{sid}/", params={"op": "deploy"}, content=body, headers={"content-type": ctype}
+    )
     assert r.status_code == 200, r.text
     assert r.json()["distro_series"] == "noble"
     assert sim.state.machines[sid].user_data == b"#!/bin/sh\necho hi\n"
@@ -253,7 +293,11 @@ async def test_deploy_with_multipart_base64_user_data(sim: Simulator, admin: htt
 @pytest.mark.parametrize(
     ("data", "status", "text"),
     [
-        ({"install_rackd": "true"}, 400, "Deploying a machine as a rackd has been disabled and it's not supported anymore."),
+        (
+            {"install_rackd": "true"},
+            400,
+            "Deploying a machine as a rackd has been disabled and it's not supported anymore.",
+        ),
         (
             {"register_vmhost": "true", "ephemeral_deploy": "true"},
             400,
@@ -269,19 +313,27 @@ async def test_deploy_rejections(
 
 
 async def test_deploy_invalid_distro_series(sim: Simulator, admin: httpx.AsyncClient) -> None:
-    r = await admin.post(f"machines/{sid_of(sim, 'cp-1')}/", params={"op": "deploy"}, data={"distro_series": "xenial"})
+    r = await admin.post(
+        f"machines/{sid_of(sim, 'cp-1')}/", params={"op": "deploy"}, data={"distro_series": "xenial"}
+    )
     assert r.status_code == 400
     message = r.json()["distro_series"][0]
-    assert message.startswith("'xenial' is not a valid distro_series.  It should be one of: '', 'ubuntu/jammy'")
+    assert message.startswith(
+        "'xenial' is not a valid distro_series.  It should be one of: '', 'ubuntu/jammy'"
+    )
     assert sim.state.by_hostname["cp-1"].status is NodeStatus.READY
 
 
 async def test_non_admin_cannot_deploy_vm_hosts(sim: Simulator, alice: httpx.AsyncClient) -> None:
-    r = await alice.post(f"machines/{sid_of(sim, 'cp-1')}/", params={"op": "deploy"}, data={"install_kvm": "true"})
+    r = await alice.post(
+        f"machines/{sid_of(sim, 'cp-1')}/", params={"op": "deploy"}, data={"install_kvm": "true"}
+    )
     assert (r.status_code, r.text) == (403, "Only administratros can deploy VM hosts")
 
 
-async def test_deploy_of_ready_machine_owned_by_someone_else_is_409(sim: Simulator, admin: httpx.AsyncClient) -> None:
+async def test_deploy_of_ready_machine_owned_by_someone_else_is_409(
+    sim: Simulator, admin: httpx.AsyncClient
+) -> None:
     m = sim.state.by_hostname["cp-1"]
     m.owner = "alice"  # "somehow" (MAAS's word) owned while Ready
     r = await admin.post(f"machines/{m.system_id}/", params={"op": "deploy"})
@@ -294,15 +346,20 @@ async def test_failed_deployment_cannot_be_redeployed(sim: Simulator, admin: htt
     sid = sid_of(sim, "cp-2")
     await admin.post(f"machines/{sid}/", params={"op": "deploy"})
     body = (await admin.get(f"machines/{sid}/")).json()
-    assert body["status_name"] == "Failed deployment" and body["error_description"]
+    assert body["status_name"] == "Failed deployment"
+    assert body["error_description"]
     r = await admin.post(f"machines/{sid}/", params={"op": "deploy"})
     assert (r.status_code, r.text) == (409, "Can't deploy a machine that is in the 'Failed deployment' state")
 
 
 # -- release ------------------------------------------------------------------------------------------------
-async def test_release_cycle_clears_owner_agent_and_annotations(sim: Simulator, admin: httpx.AsyncClient) -> None:
+async def test_release_cycle_clears_owner_agent_and_annotations(
+    sim: Simulator, admin: httpx.AsyncClient
+) -> None:
     sid = (await allocate(admin, tags="gpu", agent_name="ag")).json()["system_id"]
-    r = await admin.post(f"machines/{sid}/", params={"op": "set_workload_annotations"}, data={"a": "1", "b": "2"})
+    r = await admin.post(
+        f"machines/{sid}/", params={"op": "set_workload_annotations"}, data={"a": "1", "b": "2"}
+    )
     assert r.json()["workload_annotations"] == {"a": "1", "b": "2"} == r.json()["owner_data"]
     r = await admin.post(f"machines/{sid}/", params={"op": "set_owner_data"}, data={"a": ""})
     assert r.json()["workload_annotations"] == {"b": "2"}
@@ -311,8 +368,11 @@ async def test_release_cycle_clears_owner_agent_and_annotations(sim: Simulator, 
     r = await admin.post(f"machines/{sid}/", params={"op": "release"}, data={"comment": "done"})
     assert r.json()["status_name"] == "Releasing"
     body = (await admin.get(f"machines/{sid}/")).json()
-    assert body["status_name"] == "Ready" and body["owner"] is None and body["power_state"] == "off"
-    assert body["workload_annotations"] == {} and body["osystem"] == ""
+    assert body["status_name"] == "Ready"
+    assert body["owner"] is None
+    assert body["power_state"] == "off"
+    assert body["workload_annotations"] == {}
+    assert body["osystem"] == ""
     assert sim.machines_by_agent("ag") == []
     r = await admin.post(f"machines/{sid}/", params={"op": "release"})
     assert (r.status_code, r.json()["status_name"]) == (200, "Ready")
@@ -330,7 +390,9 @@ async def test_release_while_releasing_is_a_no_op(sim: Simulator, admin: httpx.A
     await admin.post(f"machines/{sid}/", params={"op": "power_on"})
     assert (await admin.get(f"machines/{sid}/")).json()["status_name"] == "Deploying"
     sim.tick()
-    assert (await admin.post(f"machines/{sid}/", params={"op": "release"})).json()["status_name"] == "Releasing"
+    assert (await admin.post(f"machines/{sid}/", params={"op": "release"})).json()[
+        "status_name"
+    ] == "Releasing"
     r = await admin.post(f"machines/{sid}/", params={"op": "release"})
     assert (r.status_code, r.json()["status_name"]) == (200, "Releasing")
 
@@ -338,8 +400,11 @@ async def test_release_while_releasing_is_a_no_op(sim: Simulator, admin: httpx.A
 async def test_release_with_erase_goes_through_disk_erasing(sim: Simulator, admin: httpx.AsyncClient) -> None:
     sim.timings = type(sim.timings)(erase=3600)
     sid = (await allocate(admin)).json()["system_id"]
-    r = await admin.post(f"machines/{sid}/", params={"op": "release"}, data={"erase": "true", "quick_erase": "true"})
-    assert r.json()["status_name"] == "Disk erasing" and r.json()["power_state"] == "on"
+    r = await admin.post(
+        f"machines/{sid}/", params={"op": "release"}, data={"erase": "true", "quick_erase": "true"}
+    )
+    assert r.json()["status_name"] == "Disk erasing"
+    assert r.json()["power_state"] == "on"
     r = await admin.post(f"machines/{sid}/", params={"op": "abort"})
     assert r.json()["status_name"] == "Failed disk erasing"
     r = await admin.post(f"machines/{sid}/", params={"op": "release"}, data={"secure_erase": "1"})
@@ -353,7 +418,10 @@ async def test_release_in_illegal_state_is_409(sim: Simulator, admin: httpx.Asyn
     m = sim.state.by_hostname["cp-1"]
     sim.state.set_status(m, NodeStatus.COMMISSIONING)
     r = await admin.post(f"machines/{m.system_id}/", params={"op": "release"})
-    assert (r.status_code, r.text) == (409, "Machine cannot be released in its current state ('Commissioning').")
+    assert (r.status_code, r.text) == (
+        409,
+        "Machine cannot be released in its current state ('Commissioning').",
+    )
 
 
 async def test_bulk_release(sim: Simulator, admin: httpx.AsyncClient, alice: httpx.AsyncClient) -> None:
@@ -395,11 +463,15 @@ async def test_power_operations(sim: Simulator, admin: httpx.AsyncClient) -> Non
 
 
 async def test_annotations_need_ownership(sim: Simulator, admin: httpx.AsyncClient) -> None:
-    r = await admin.post(f"machines/{sid_of(sim, 'cp-1')}/", params={"op": "set_workload_annotations"}, data={"a": "b"})
+    r = await admin.post(
+        f"machines/{sid_of(sim, 'cp-1')}/", params={"op": "set_workload_annotations"}, data={"a": "b"}
+    )
     assert (r.status_code, r.text) == (409, "Cannot set workload annotation: it hasn't been acquired.")
 
 
-async def test_mark_broken_and_fixed(sim: Simulator, admin: httpx.AsyncClient, alice: httpx.AsyncClient) -> None:
+async def test_mark_broken_and_fixed(
+    sim: Simulator, admin: httpx.AsyncClient, alice: httpx.AsyncClient
+) -> None:
     ready = sid_of(sim, "cp-1")
     r = await admin.post(f"machines/{ready}/", params={"op": "mark_broken"})
     assert (r.status_code, r.text) == (403, "")
@@ -407,7 +479,8 @@ async def test_mark_broken_and_fixed(sim: Simulator, admin: httpx.AsyncClient, a
     await admin.post(f"machines/{sid}/", params={"op": "deploy"})
     await admin.get("version/")
     r = await admin.post(f"machines/{sid}/", params={"op": "mark_broken"}, data={"comment": "fan failed"})
-    assert r.json()["status_name"] == "Broken" and r.json()["error_description"] == "fan failed"
+    assert r.json()["status_name"] == "Broken"
+    assert r.json()["error_description"] == "fan failed"
     r = await alice.post(f"machines/{sid}/", params={"op": "mark_fixed"})
     assert r.status_code == 403
     r = await admin.post(f"machines/{sid}/", params={"op": "mark_fixed"})
@@ -417,17 +490,22 @@ async def test_mark_broken_and_fixed(sim: Simulator, admin: httpx.AsyncClient, a
     sid2 = (await allocate(admin)).json()["system_id"]
     await admin.post(f"machines/{sid2}/", params={"op": "mark_broken"}, data={"error_description": "x"})
     r = await admin.post(f"machines/{sid2}/", params={"op": "mark_fixed"})
-    assert r.json()["status_name"] == "Ready" and r.json()["owner"] is None
+    assert r.json()["status_name"] == "Ready"
+    assert r.json()["owner"] is None
 
 
 async def test_abort(sim: Simulator, admin: httpx.AsyncClient) -> None:
     sim.timings = type(sim.timings)(deploy=3600, commission=3600)
     sid = (await allocate(admin)).json()["system_id"]
     r = await admin.post(f"machines/{sid}/", params={"op": "abort"})
-    assert (r.status_code, r.text) == (409, f"Cannot abort in current state: node {sid} is in state Allocated.")
+    assert (r.status_code, r.text) == (
+        409,
+        f"Cannot abort in current state: node {sid} is in state Allocated.",
+    )
     await admin.post(f"machines/{sid}/", params={"op": "deploy"})
     r = await admin.post(f"machines/{sid}/", params={"op": "abort"})
-    assert r.json()["status_name"] == "Allocated" and r.json()["power_state"] == "off"
+    assert r.json()["status_name"] == "Allocated"
+    assert r.json()["power_state"] == "off"
     m = sim.state.by_hostname["big-2"]
     sim.commission(m)
     r = await admin.post(f"machines/{m.system_id}/", params={"op": "abort"})
@@ -443,7 +521,13 @@ async def test_update_machine(sim: Simulator, admin: httpx.AsyncClient, alice: h
     sid = sid_of(sim, "small-1")
     r = await admin.put(
         f"machines/{sid}/",
-        data={"hostname": "tiny", "zone": "az2", "pool": "control-plane", "cpu_count": "64", "description": "d"},
+        data={
+            "hostname": "tiny",
+            "zone": "az2",
+            "pool": "control-plane",
+            "cpu_count": "64",
+            "description": "d",
+        },
     )
     body = r.json()
     assert (body["hostname"], body["zone"]["name"], body["pool"]["name"], body["cpu_count"]) == (

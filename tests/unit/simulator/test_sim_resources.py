@@ -13,7 +13,12 @@ from capmaas.simulator import Simulator
 async def test_zones_crud(admin: httpx.AsyncClient, alice: httpx.AsyncClient) -> None:
     assert [z["name"] for z in (await admin.get("zones/")).json()] == ["az1", "az2", "az3", "default"]
     r = await admin.post("zones/", data={"name": "az4", "description": "new"})
-    assert r.json() == {"id": 5, "name": "az4", "description": "new", "resource_uri": "/MAAS/api/2.0/zones/az4/"}
+    assert r.json() == {
+        "id": 5,
+        "name": "az4",
+        "description": "new",
+        "resource_uri": "/MAAS/api/2.0/zones/az4/",
+    }
     r = await admin.post("zones/", data={"name": "az4"})
     assert r.json() == {"name": ["Physical zone with this Name already exists."]}
     assert (await admin.post("zones/", data={})).status_code == 400
@@ -33,7 +38,11 @@ async def test_zones_crud(admin: httpx.AsyncClient, alice: httpx.AsyncClient) ->
 
 
 async def test_pools_crud(sim: Simulator, admin: httpx.AsyncClient, alice: httpx.AsyncClient) -> None:
-    assert [p["name"] for p in (await admin.get("resourcepools/")).json()] == ["control-plane", "default", "workers"]
+    assert [p["name"] for p in (await admin.get("resourcepools/")).json()] == [
+        "control-plane",
+        "default",
+        "workers",
+    ]
     assert (await admin.get("resourcepool/0/")).json() == {
         "id": 0,
         "name": "default",
@@ -48,7 +57,9 @@ async def test_pools_crud(sim: Simulator, admin: httpx.AsyncClient, alice: httpx
     }
     assert (await admin.post("resourcepools/", data={})).status_code == 400
     assert (await alice.post("resourcepools/", data={"name": "x"})).status_code == 403
-    assert (await admin.put(f"resourcepool/{pid}/", data={"name": "spare2", "description": "d"})).json()["name"] == "spare2"
+    assert (await admin.put(f"resourcepool/{pid}/", data={"name": "spare2", "description": "d"})).json()[
+        "name"
+    ] == "spare2"
     assert (await admin.put(f"resourcepool/{pid}/", data={"name": "workers"})).status_code == 400
     assert (await alice.put(f"resourcepool/{pid}/", data={})).status_code == 403
     r = await admin.delete("resourcepool/0/")
@@ -70,7 +81,9 @@ async def test_tags(sim: Simulator, admin: httpx.AsyncClient, alice: httpx.Async
         "kernel_opts": "quiet",
         "resource_uri": "/MAAS/api/2.0/tags/fast/",
     }
-    assert (await admin.post("tags/", data={"name": "fast"})).json() == {"name": ["Tag with this Name already exists."]}
+    assert (await admin.post("tags/", data={"name": "fast"})).json() == {
+        "name": ["Tag with this Name already exists."]
+    }
     assert (await admin.post("tags/", data={"name": "bad name"})).status_code == 400
     assert (await admin.post("tags/", data={})).status_code == 400
     r = await admin.post("tags/", data={"name": "x", "definition": "//node[@id='a'"})
@@ -85,10 +98,13 @@ async def test_tags(sim: Simulator, admin: httpx.AsyncClient, alice: httpx.Async
     r = await admin.post("tags/fast/", params={"op": "update_nodes"}, data={"add": b, "definition": "//x"})
     assert (r.status_code, r.text) == (409, "Definition supplied '//x' doesn't match current definition ''")
     assert (await alice.post("tags/fast/", params={"op": "update_nodes"}, data={"add": b})).status_code == 403
-    assert [m["hostname"] for m in (await admin.get("tags/fast/", params={"op": "machines"})).json()] == ["cp-1"]
+    assert [m["hostname"] for m in (await admin.get("tags/fast/", params={"op": "machines"})).json()] == [
+        "cp-1"
+    ]
     assert (await admin.get("machines/", params={"tags": "fast"})).json()[0]["hostname"] == "cp-1"
     r = await admin.put("tags/fast/", data={"comment": "new", "definition": "//node"})
-    assert r.json()["comment"] == "new" and r.json()["definition"] == "//node"
+    assert r.json()["comment"] == "new"
+    assert r.json()["definition"] == "//node"
     assert (await alice.put("tags/fast/", data={"comment": "x"})).status_code == 403
     assert (await admin.post("tags/fast/", params={"op": "rebuild"})).json() == {"rebuilding": "fast"}
     assert (await alice.post("tags/fast/", params={"op": "rebuild"})).status_code == 403
@@ -100,16 +116,20 @@ async def test_tags(sim: Simulator, admin: httpx.AsyncClient, alice: httpx.Async
 
 async def test_domains(sim: Simulator, admin: httpx.AsyncClient, alice: httpx.AsyncClient) -> None:
     domains = (await admin.get("domains/")).json()
-    assert domains[0]["name"] == "maas" and domains[0]["is_default"] is True
+    assert domains[0]["name"] == "maas"
+    assert domains[0]["is_default"] is True
     assert domains[1]["resource_record_count"] == 1  # lab-1
     r = await admin.post("domains/", data={"name": "new.example", "ttl": "60", "authoritative": "false"})
     did = r.json()["id"]
-    assert r.json()["ttl"] == 60 and r.json()["authoritative"] is False
+    assert r.json()["ttl"] == 60
+    assert r.json()["authoritative"] is False
     assert (await admin.post("domains/", data={"name": "new.example"})).status_code == 400
     assert (await admin.post("domains/", data={})).status_code == 400
     assert (await alice.post("domains/", data={"name": "z"})).status_code == 403
     assert (await admin.get("domains/new.example/")).json()["id"] == did
-    assert (await admin.put(f"domains/{did}/", data={"name": "renamed.example", "ttl": "30"})).json()["ttl"] == 30
+    assert (await admin.put(f"domains/{did}/", data={"name": "renamed.example", "ttl": "30"})).json()[
+        "ttl"
+    ] == 30
     assert (await alice.put(f"domains/{did}/", data={"ttl": "1"})).status_code == 403
     r = await admin.post(f"domains/{did}/", params={"op": "set_default"})
     assert r.json()["is_default"] is True
@@ -125,7 +145,9 @@ async def test_domains(sim: Simulator, admin: httpx.AsyncClient, alice: httpx.As
 
 
 async def test_dns_resources(admin: httpx.AsyncClient, alice: httpx.AsyncClient) -> None:
-    r = await admin.post("dnsresources/", data={"fqdn": "api.lab.example", "ip_addresses": "10.10.0.100 10.10.0.101"})
+    r = await admin.post(
+        "dnsresources/", data={"fqdn": "api.lab.example", "ip_addresses": "10.10.0.100 10.10.0.101"}
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     rid = body["id"]
@@ -134,10 +156,15 @@ async def test_dns_resources(admin: httpx.AsyncClient, alice: httpx.AsyncClient)
     assert body["ip_addresses"][0]["subnet"]["cidr"] == "10.10.0.0/24"
     assert body["ip_addresses"][0]["alloc_type_name"] == "User reserved"
     assert body["resource_uri"] == f"/MAAS/api/2.0/dnsresources/{rid}/"
-    r = await admin.post("dnsresources/", data={"name": "api", "domain": "lab.example", "ip_addresses": "1.2.3.4"})
+    r = await admin.post(
+        "dnsresources/", data={"name": "api", "domain": "lab.example", "ip_addresses": "1.2.3.4"}
+    )
     assert r.json() == {"__all__": ["Labels must be unique within their zone."]}
-    r = await admin.post("dnsresources/", data={"name": "other", "ip_addresses": "192.0.2.1", "address_ttl": "5"})
-    assert r.json()["fqdn"] == "other.maas" and r.json()["ip_addresses"][0]["subnet"] is None
+    r = await admin.post(
+        "dnsresources/", data={"name": "other", "ip_addresses": "192.0.2.1", "address_ttl": "5"}
+    )
+    assert r.json()["fqdn"] == "other.maas"
+    assert r.json()["ip_addresses"][0]["subnet"] is None
     r = await admin.post("dnsresources/", data={"fqdn": "x.nowhere", "ip_addresses": "1.2.3.4"})
     assert (r.status_code, r.text) == (404, "No Domain matches the given query.")
     r = await admin.post("dnsresources/", data={"fqdn": "bad!name.maas"})
@@ -151,7 +178,8 @@ async def test_dns_resources(admin: httpx.AsyncClient, alice: httpx.AsyncClient)
     assert len((await admin.get("dnsresources/", params={"name": "other"})).json()) == 1
     assert (await admin.get("dnsresources/", params={"rrtype": "TXT"})).json() == []
     r = await admin.put(f"dnsresources/{rid}/", data={"ip_addresses": "10.10.0.102", "address_ttl": "60"})
-    assert [ip["ip"] for ip in r.json()["ip_addresses"]] == ["10.10.0.102"] and r.json()["address_ttl"] == 60
+    assert [ip["ip"] for ip in r.json()["ip_addresses"]] == ["10.10.0.102"]
+    assert r.json()["address_ttl"] == 60
     r = await admin.put(f"dnsresources/{rid}/", data={"name": "api2", "domain": "0"})
     assert r.json()["fqdn"] == "api2.maas"
     assert (await alice.put(f"dnsresources/{rid}/", data={"ip_addresses": "1.1.1.1"})).status_code == 403
@@ -163,7 +191,8 @@ async def test_dns_resources(admin: httpx.AsyncClient, alice: httpx.AsyncClient)
 
 async def test_subnets_boot_resources_users(admin: httpx.AsyncClient) -> None:
     subnets = (await admin.get("subnets/")).json()
-    assert subnets[0]["cidr"] == "10.10.0.0/24" and subnets[0]["vlan"]["vid"] == 0
+    assert subnets[0]["cidr"] == "10.10.0.0/24"
+    assert subnets[0]["vlan"]["vid"] == 0
     assert (await admin.get(f"subnets/{subnets[0]['id']}/")).json()["name"] == "lab"
     assert (await admin.get("subnets/cidr:10.10.0.0/24/")).status_code == 404  # the slash splits the path
     assert (await admin.get("subnets/lab/")).json()["id"] == subnets[0]["id"]
@@ -191,7 +220,9 @@ async def test_subnets_boot_resources_users(admin: httpx.AsyncClient) -> None:
 async def test_version_and_describe_are_anonymous(anon: httpx.AsyncClient) -> None:
     r = await anon.get("version/")
     assert r.headers["content-type"] == "application/json; charset=utf-8"
-    assert r.json()["version"] == "3.7.3" and len(r.json()["capabilities"]) == 9 and r.json()["subversion"] == ""
+    assert r.json()["version"] == "3.7.3"
+    assert len(r.json()["capabilities"]) == 9
+    assert r.json()["subversion"] == ""
     r = await anon.get("http://maas.test/MAAS/api/version/")
     assert (r.status_code, r.text) == (200, "2.0")
     r = await anon.get("describe/")
@@ -199,17 +230,27 @@ async def test_version_and_describe_are_anonymous(anon: httpx.AsyncClient) -> No
     doc = r.json()
     assert r.text == json.dumps(doc, sort_keys=True)
     names = [res["name"] for res in doc["resources"]]
-    assert names == sorted(names) and "MachinesHandler" in names and "DebugHandler" not in names
+    assert names == sorted(names)
+    assert "MachinesHandler" in names
+    assert "DebugHandler" not in names
     machines = next(res for res in doc["resources"] if res["name"] == "MachinesHandler")
     assert machines["anon"]["name"] == "AnonMachinesHandler"
     actions = {a["name"]: a for a in machines["auth"]["actions"]}
-    assert actions["allocate"] == {"name": "allocate", "method": "POST", "op": "allocate", "restful": False, "doc": actions["allocate"]["doc"]}
-    assert actions["read"]["restful"] is True and actions["read"]["op"] is None
+    assert actions["allocate"] == {
+        "name": "allocate",
+        "method": "POST",
+        "op": "allocate",
+        "restful": False,
+        "doc": actions["allocate"]["doc"],
+    }
+    assert actions["read"]["restful"] is True
+    assert actions["read"]["op"] is None
     machine = next(res for res in doc["resources"] if res["name"] == "MachineHandler")
     assert machine["auth"]["params"] == ["system_id"]
     assert machine["auth"]["path"] == "/MAAS/api/2.0/machines/{system_id}/"
     assert machine["auth"]["uri"] == "http://maas.test/MAAS/api/2.0/machines/{system_id}/"
-    assert len(doc["hash"]) == 40 and r.headers["x-maas-api-hash"] == doc["hash"]
+    assert len(doc["hash"]) == 40
+    assert r.headers["x-maas-api-hash"] == doc["hash"]
     assert (await anon.post("version/")).status_code == 400
 
 

@@ -1,10 +1,10 @@
-"""Timings, the ticker, the Deployed hook, fault injection determinism, and serving on a real loopback socket."""
+"""Timings, the ticker, the Deployed hook, seeded fault injection, and serving on a real loopback socket."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import asyncio
+import importlib
 import io
 import os
 import signal
@@ -85,7 +85,8 @@ async def test_on_deployed_hook_sync_and_async() -> None:
     m = sim2.state.by_hostname["cp-1"]
     sim2.acquire(m, "admin")
     sim2.start_deploy(m)
-    assert sim2.tick() == 1 and sync_seen == ["Deployed"]
+    assert sim2.tick() == 1
+    assert sync_seen == ["Deployed"]
 
 
 async def test_commissioning_and_broken_faults() -> None:
@@ -98,12 +99,14 @@ async def test_commissioning_and_broken_faults() -> None:
     sim.acquire(m2, "admin")
     sim.start_deploy(m2)
     sim.tick()
-    assert m2.status is NodeStatus.BROKEN and m2.error_description == "Simulated hardware failure"
+    assert m2.status is NodeStatus.BROKEN
+    assert m2.error_description == "Simulated hardware failure"
     sim.faults = Faults()
     m3 = sim.state.by_hostname["cp-3"]
     sim.commission(m3)
     sim.tick()
-    assert m3.status is NodeStatus.READY and sim.check_invariants() == []
+    assert m3.status is NodeStatus.READY
+    assert sim.check_invariants() == []
 
 
 def test_faults_validate_rates() -> None:
@@ -129,12 +132,17 @@ async def run_with_faults(seed: int) -> list[int]:
 
 async def test_unavailable_faults_are_seeded_and_deterministic() -> None:
     a, b, c = await run_with_faults(7), await run_with_faults(7), await run_with_faults(8)
-    assert a == b and 503 in a and 200 in a and a != c
+    assert a == b
+    assert 503 in a
+    assert 200 in a
+    assert a != c
 
 
 async def test_deploy_failure_rate_is_deterministic() -> None:
     async def outcomes(seed: int) -> list[str]:
-        sim = Simulator(Inventory.generate(machines=40, seed=1), faults=Faults(seed=seed, deploy_failure_rate=0.5))
+        sim = Simulator(
+            Inventory.generate(machines=40, seed=1), faults=Faults(seed=seed, deploy_failure_rate=0.5)
+        )
         for m in list(sim.state.machines.values())[:20]:
             sim.acquire(m, "admin")
             sim.start_deploy(m)
@@ -165,7 +173,8 @@ async def test_unexpected_handler_errors_are_500(sim: Simulator, admin: httpx.As
     sim.state.domains = {}  # a machine's domain vanished: serialisation fails
     r = await admin.get(f"machines/{sim.state.by_hostname['cp-1'].system_id}/")
     sim.state.domains = original
-    assert r.status_code == 500 and r.headers["content-type"].startswith("text/plain")
+    assert r.status_code == 500
+    assert r.headers["content-type"].startswith("text/plain")
     assert boom
 
 
@@ -190,10 +199,11 @@ async def test_lifespan_and_non_http_scopes(sim: Simulator) -> None:
     assert len(sent) == 2
 
 
-# -- real sockets ----------------------------------------------------------------------------------------------
+# -- real sockets -----------------------------------------------------------------------------------------
 async def test_serve_on_loopback(sim: Simulator) -> None:
     async with serve(sim, "127.0.0.1", 0) as url:
-        assert url.startswith("http://127.0.0.1:") and url.endswith("/MAAS")
+        assert url.startswith("http://127.0.0.1:")
+        assert url.endswith("/MAAS")
         async with httpx.AsyncClient(base_url=url + "/api/2.0/", auth=OAuth(ADMIN_KEY)) as c:
             assert (await c.get("version/")).json()["version"] == "3.7.3"
             r = await c.post("machines/", params={"op": "allocate"}, data={"tags": "gpu"})
@@ -204,7 +214,7 @@ async def test_serve_on_loopback(sim: Simulator) -> None:
 async def test_serve_reports_bind_failure(sim: Simulator) -> None:
     async with serve(sim) as url:
         port = int(url.rsplit(":", 1)[1].split("/")[0])
-        with pytest.raises(OSError):
+        with pytest.raises(OSError, match="(?i)address already in use"):
             async with serve(sample_sim(), "127.0.0.1", port):
                 pass
 
@@ -225,7 +235,8 @@ async def test_cli_main_in_process() -> None:
             break
         await asyncio.sleep(0.01)
     text = out.getvalue()
-    assert f"admin API key: {ADMIN_KEY}" in text and "machines: 12" in text
+    assert f"admin API key: {ADMIN_KEY}" in text
+    assert "machines: 12" in text
     url = text.split("listening on ")[1].split()[0]
     async with httpx.AsyncClient() as c:
         assert (await c.get(url + "api/2.0/version/")).status_code == 200
@@ -235,7 +246,9 @@ async def test_cli_main_in_process() -> None:
 
 def test_cli_build_variants() -> None:
     sim = build(cli_args("--generate", "machines=30,zones=2,vmhosts=2", "--seed", "3", "--maas4"))
-    assert len(sim.state.machines) == 30 and sim.maas4 and sim.timings == Timings.realistic()
+    assert len(sim.state.machines) == 30
+    assert sim.maas4
+    assert sim.timings == Timings.realistic()
     assert len(build(cli_args()).state.machines) == 0
     assert parse_generate("machines=5, zones=2") == {"machines": 5, "zones": 2}
     with pytest.raises(ValueError, match="expected machines=N"):
@@ -253,7 +266,18 @@ def test_cli_run_reports_errors(tmp_path: Any, capsys: pytest.CaptureFixture[str
 def test_capmaas_simulate_subprocess_over_loopback() -> None:
     env = dict(os.environ)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "capmaas", "simulate", "--inventory", str(SAMPLE), "--port", "0", "--api-key", ADMIN_KEY],
+        [
+            sys.executable,
+            "-m",
+            "capmaas",
+            "simulate",
+            "--inventory",
+            str(SAMPLE),
+            "--port",
+            "0",
+            "--api-key",
+            ADMIN_KEY,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -270,3 +294,12 @@ def test_capmaas_simulate_subprocess_over_loopback() -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
+
+
+def test_bench_runs_and_prints_its_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    from capmaas.simulator import bench
+
+    assert bench.main(sizes=(60,), rounds=6) == 0
+    out = capsys.readouterr().out
+    assert "60 machines" in out
+    assert out.count("req/s") == 5

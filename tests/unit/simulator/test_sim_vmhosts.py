@@ -1,4 +1,4 @@
-"""vm-hosts/ and pods/: compose with resource accounting and over-commit, decompose, register_vmhost, MAAS 4."""
+"""vm-hosts/ and pods/: compose, resource accounting, over-commit, decompose, register_vmhost, MAAS 4."""
 
 from __future__ import annotations
 
@@ -13,12 +13,15 @@ async def test_list_and_read_vm_hosts(lsim: Simulator, ladmin: httpx.AsyncClient
     hosts = (await ladmin.get("vm-hosts/")).json()
     assert [h["name"] for h in hosts] == ["lxd-az1", "lxd-az2", "lxd-az3"]
     h = hosts[0]
-    assert h["type"] == "lxd" and h["cpu_over_commit_ratio"] == 4.0 and h["memory_over_commit_ratio"] == 1.5
+    assert h["type"] == "lxd"
+    assert h["cpu_over_commit_ratio"] == 4.0
+    assert h["memory_over_commit_ratio"] == 1.5
     assert h["total"] == {"cores": 32, "memory": 131072, "local_storage": 3_500_000_000_000}
     assert h["used"] == {"cores": 0, "memory": 0, "local_storage": 0}
     assert h["host"] == {"system_id": lsim.state.by_hostname["kvm-a"].system_id, "__incomplete__": True}
     assert [p["name"] for p in h["storage_pools"]] == ["default", "fast"]
-    assert h["zone"]["name"] == "az1" and h["pool"]["name"] == "vms"
+    assert h["zone"]["name"] == "az1"
+    assert h["pool"]["name"] == "vms"
     assert h["resource_uri"] == "/MAAS/api/2.0/vm-hosts/1/"
     pod = (await ladmin.get("pods/1/")).json()
     assert pod["resource_uri"] == "/MAAS/api/2.0/pods/1/"
@@ -27,12 +30,20 @@ async def test_list_and_read_vm_hosts(lsim: Simulator, ladmin: httpx.AsyncClient
     assert (await ladmin.get("vm-hosts/abc/")).status_code == 404
 
 
-async def test_compose_commissions_then_ready_and_accounts(lsim: Simulator, ladmin: httpx.AsyncClient) -> None:
+async def test_compose_commissions_then_ready_and_accounts(
+    lsim: Simulator, ladmin: httpx.AsyncClient
+) -> None:
     lsim.timings = type(lsim.timings)(commission=3600)
     r = await ladmin.post(
         "vm-hosts/1/",
         params={"op": "compose"},
-        data={"cores": "4", "memory": "8192", "storage": "root:20(fast),data:50", "hostname": "vm-1", "zone": "3"},
+        data={
+            "cores": "4",
+            "memory": "8192",
+            "storage": "root:20(fast),data:50",
+            "hostname": "vm-1",
+            "zone": "3",
+        },
     )
     assert r.status_code == 200, r.text
     body = r.json()
@@ -41,11 +52,17 @@ async def test_compose_commissions_then_ready_and_accounts(lsim: Simulator, ladm
     m = (await ladmin.get(f"machines/{sid}/")).json()
     assert m["status_name"] == "Commissioning"
     assert m["pod"] == {"id": 1, "name": "lxd-az1", "resource_uri": "/MAAS/api/2.0/pods/1/"}
-    assert m["zone"]["id"] == 3 and m["pool"]["name"] == "vms" and m["power_type"] == "lxd"
-    assert m["virtualmachine_id"] is not None and m["storage"] == 70000.0
+    assert m["zone"]["id"] == 3
+    assert m["pool"]["name"] == "vms"
+    assert m["power_type"] == "lxd"
+    assert m["virtualmachine_id"] is not None
+    assert m["storage"] == 70000.0
     host = (await ladmin.get("vm-hosts/1/")).json()
     assert host["used"] == {"cores": 4, "memory": 8192, "local_storage": 70_000_000_000}
-    assert {p["name"]: p["used"] for p in host["storage_pools"]} == {"default": 50_000_000_000, "fast": 20_000_000_000}
+    assert {p["name"]: p["used"] for p in host["storage_pools"]} == {
+        "default": 50_000_000_000,
+        "fast": 20_000_000_000,
+    }
     lsim.state.timers = [(0.0, *t[1:]) for t in lsim.state.timers]
     assert (await ladmin.get(f"machines/{sid}/")).json()["status_name"] == "Ready"
     r = await ladmin.delete(f"machines/{sid}/")
@@ -66,20 +83,24 @@ async def test_compose_defaults_and_skip_commissioning(ladmin: httpx.AsyncClient
 async def test_compose_over_commit_is_503(ladmin: httpx.AsyncClient) -> None:
     # lxd-az3: 16 cores x 2.0, 65536 MiB x 1.0
     for _ in range(2):
-        r = await ladmin.post("vm-hosts/3/", params={"op": "compose"}, data={"cores": "16", "memory": "16384"})
+        r = await ladmin.post(
+            "vm-hosts/3/", params={"op": "compose"}, data={"cores": "16", "memory": "16384"}
+        )
         assert r.status_code == 200
     r = await ladmin.post("vm-hosts/3/", params={"op": "compose"}, data={"cores": "1", "memory": "1024"})
     assert (r.status_code, r.text) == (
         503,
-        "Unable to compose KVM instance in 'lxd-az3'. CPU overcommit ratio is 2.0 and there are -16 available "
-        "resources; 1 requested.",
+        "Unable to compose KVM instance in 'lxd-az3'. CPU overcommit ratio is 2.0 and there are -16 "
+        "available resources; 1 requested.",
     )
     assert "retry-after" not in r.headers
     r = await ladmin.post("vm-hosts/2/", params={"op": "compose"}, data={"cores": "32", "memory": "131072"})
     assert r.status_code == 200
     r = await ladmin.post("vm-hosts/2/", params={"op": "compose"}, data={"cores": "1", "memory": "65537"})
     assert r.status_code == 503
-    assert r.text.endswith("Memory overcommit ratio is 1.5 and there are 0 available resources; 65537 requested.")
+    assert r.text.endswith(
+        "Memory overcommit ratio is 1.5 and there are 0 available resources; 65537 requested."
+    )
 
 
 async def test_compose_storage_shortage_and_unknown_pool_are_503(ladmin: httpx.AsyncClient) -> None:
@@ -89,7 +110,8 @@ async def test_compose_storage_shortage_and_unknown_pool_are_503(ladmin: httpx.A
         "Unable to compose machine because: Not enough storage space on storage pools: default",
     )
     r = await ladmin.post("vm-hosts/3/", params={"op": "compose"}, data={"storage": "root:10(nvme)"})
-    assert r.status_code == 503 and "storage pool 'nvme' does not exist" in r.text
+    assert r.status_code == 503
+    assert "storage pool 'nvme' does not exist" in r.text
 
 
 @pytest.mark.parametrize(
@@ -147,8 +169,14 @@ async def test_update_vm_host(ladmin: httpx.AsyncClient) -> None:
         },
     )
     body = r.json()
-    assert body["cpu_over_commit_ratio"] == 8.0 and body["memory_over_commit_ratio"] == 2.5
-    assert (body["zone"]["name"], body["pool"]["name"], body["name"], body["tags"]) == ("az2", "default", "renamed", ["a", "b"])
+    assert body["cpu_over_commit_ratio"] == 8.0
+    assert body["memory_over_commit_ratio"] == 2.5
+    assert (body["zone"]["name"], body["pool"]["name"], body["name"], body["tags"]) == (
+        "az2",
+        "default",
+        "renamed",
+        ["a", "b"],
+    )
     assert body["default_macvlan_mode"] == "bridge"
     assert [p["default"] for p in body["storage_pools"]] == [False, True]
     r = await ladmin.put(
@@ -191,13 +219,19 @@ async def test_vm_host_ops(ladmin: httpx.AsyncClient) -> None:
 
 
 async def test_create_vm_host(lsim: Simulator, ladmin: httpx.AsyncClient) -> None:
-    r = await ladmin.post("vm-hosts/", data={"type": "lxd", "power_address": "https://10.20.0.23:8443", "tags": "x"})
+    r = await ladmin.post(
+        "vm-hosts/", data={"type": "lxd", "power_address": "https://10.20.0.23:8443", "tags": "x"}
+    )
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["name"] == "metal-3" and body["total"]["cores"] == 16
+    assert body["name"] == "metal-3"
+    assert body["total"]["cores"] == 16
     assert body["host"]["system_id"] == lsim.state.by_hostname["metal-3"].system_id
-    r = await ladmin.post("vm-hosts/", data={"type": "virsh", "power_address": "qemu+ssh://x/system", "name": "v"})
-    assert r.json()["total"]["cores"] == 16 and r.json()["host"]["system_id"] is None
+    r = await ladmin.post(
+        "vm-hosts/", data={"type": "virsh", "power_address": "qemu+ssh://x/system", "name": "v"}
+    )
+    assert r.json()["total"]["cores"] == 16
+    assert r.json()["host"]["system_id"] is None
     r = await ladmin.post("vm-hosts/", data={"type": "virsh", "power_address": "y", "name": "v"})
     assert r.json() == {"name": ["Pod with this Name already exists."]}
     assert (await ladmin.post("vm-hosts/", data={"type": "vmware", "power_address": "y"})).status_code == 400
@@ -231,19 +265,29 @@ async def test_machine_hosting_a_vm_host_cannot_be_deleted_or_released_without_f
     assert (await ladmin.delete(f"machines/{kvm_b}/", params={"force": "1"})).status_code == 204
 
 
-async def test_allocate_composes_a_dynamic_vm_when_nothing_matches(lsim: Simulator, ladmin: httpx.AsyncClient) -> None:
-    r = await ladmin.post("machines/", params={"op": "allocate"}, data={"cpu_count": "24", "zone": "az2", "tags": "lxd"})
+async def test_allocate_composes_a_dynamic_vm_when_nothing_matches(
+    lsim: Simulator, ladmin: httpx.AsyncClient
+) -> None:
+    r = await ladmin.post(
+        "machines/", params={"op": "allocate"}, data={"cpu_count": "24", "zone": "az2", "tags": "lxd"}
+    )
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["pod"]["name"] == "lxd-az2" and body["cpu_count"] == 24 and body["status_name"] == "Allocated"
+    assert body["pod"]["name"] == "lxd-az2"
+    assert body["cpu_count"] == 24
+    assert body["status_name"] == "Allocated"
     sid = body["system_id"]
     r = await ladmin.post(f"machines/{sid}/", params={"op": "release"})
     assert r.status_code == 200
     assert (await ladmin.get(f"machines/{sid}/")).status_code == 404  # dynamic: deleted on release
     assert (await ladmin.get("vm-hosts/2/")).json()["used"]["cores"] == 0
-    r = await ladmin.post("machines/", params={"op": "allocate"}, data={"storage": "root:100(fast)", "mem": "4096"})
+    r = await ladmin.post(
+        "machines/", params={"op": "allocate"}, data={"storage": "root:100(fast)", "mem": "4096"}
+    )
     assert r.json()["pod"]["name"] == "lxd-az1"
-    r = await ladmin.post("machines/", params={"op": "allocate"}, data={"storage": "root:100(nope)", "cpu_count": "40"})
+    r = await ladmin.post(
+        "machines/", params={"op": "allocate"}, data={"storage": "root:100(nope)", "cpu_count": "40"}
+    )
     assert r.status_code == 409
     r = await ladmin.post("machines/", params={"op": "allocate"}, data={"cpu_count": "200"})
     assert r.status_code == 409
@@ -266,7 +310,9 @@ async def test_register_vmhost_turns_machine_into_vm_host(lsim: Simulator, ladmi
     assert (await ladmin.get(f"machines/{sid}/")).json()["status_name"] == "Deployed"
     hosts = (await ladmin.get("vm-hosts/")).json()
     new = [h for h in hosts if h["host"]["system_id"] == sid]
-    assert len(new) == 1 and new[0]["type"] == "lxd" and new[0]["total"]["cores"] == 8
+    assert len(new) == 1
+    assert new[0]["type"] == "lxd"
+    assert new[0]["total"]["cores"] == 8
     sid3 = lsim.state.by_hostname["metal-3"].system_id
     await ladmin.post(f"machines/{sid3}/", params={"op": "deploy"}, data={"install_kvm": "true"})
     await ladmin.get("version/")
@@ -281,11 +327,15 @@ async def test_maas4_mode() -> None:
             assert (r.status_code, r.text) == (410, "VM host (KVM) support has been removed from MAAS.")
         sid = sim.state.by_hostname["metal-1"].system_id
         r = await c.post(f"machines/{sid}/", params={"op": "deploy"}, data={"register_vmhost": "true"})
-        assert (r.status_code, r.text) == (400, "Support for register_vmhost allocation parameter has been removed.")
+        assert (r.status_code, r.text) == (
+            400,
+            "Support for register_vmhost allocation parameter has been removed.",
+        )
         r = await c.post("machines/", params={"op": "allocate"}, data={"install_kvm": "1"})
         assert r.text == "Support for install_kvm allocation parameter has been removed."
         m = (await c.get(f"machines/{sid}/")).json()
-        assert "pod" not in m and "virtualmachine_id" not in m
+        assert "pod" not in m
+        assert "virtualmachine_id" not in m
         assert (await c.get("version/")).json()["version"] == "4.0.0"
         r = await c.post("machines/", params={"op": "allocate"}, data={"cpu_count": "24"})
         assert r.status_code == 409  # no on-the-fly compose in 4.0

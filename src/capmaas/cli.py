@@ -7,7 +7,8 @@
     capmaas demo         the whole system on the embedded default  -> capmaas.demo
 
 Each owner module exposes ``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only for
-the sub-command being run, so `capmaas crds` never imports kopf and configuration is never built at import time.
+the sub-command being run, so `capmaas crds` never imports kopf and configuration is never built at
+import time.
 """
 
 from __future__ import annotations

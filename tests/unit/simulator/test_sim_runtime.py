@@ -214,7 +214,7 @@ async def test_serve_on_loopback(sim: Simulator) -> None:
 async def test_serve_reports_bind_failure(sim: Simulator) -> None:
     async with serve(sim) as url:
         port = int(url.rsplit(":", 1)[1].split("/")[0])
-        with pytest.raises(OSError, match="(?i)address already in use"):
+        with pytest.raises(OSError, match=r"(?i)address already in use"):
             async with serve(sample_sim(), "127.0.0.1", port):
                 pass
 

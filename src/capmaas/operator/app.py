@@ -148,7 +148,8 @@ def _meta(body: Any) -> tuple[str, str]:
 
 
 def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
-    """Attach every handler to ``registry``."""
+    """Attach every handler to ``registry``. Handlers are async: they only touch in-memory state, and sync ones
+    would run in kopf's thread pool, away from the event loop the per-object loops live on."""
     config = rt.config
     labels = label_filter(config.kube.watch_filter)
 
@@ -165,6 +166,12 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         settings.networking.request_timeout = 60
         settings.queueing.worker_limit = None
 
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        """In-cluster service account, else the kubeconfig (``KUBECONFIG``), via the kubernetes client."""
+        info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
+        return info
+
     @kopf.on.cleanup(registry=registry)
     async def shutdown(**_: Any) -> None:
         await rt.machines.stop()
@@ -180,11 +187,11 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         return None
 
     @kopf.on.event(INFRA, "maasmachines", labels=labels, registry=registry)
-    def maasmachine_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def maasmachine_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         ns, name = _meta(body)
         key = object_key("maasmachines", ns, name)
         if type == "DELETED":
-            rt.store.delete("maasmachines", ns, name)
+            rt.store.delete("maasmachines", ns, name, uid=body.get("metadata", {}).get("uid"))
             rt.machines.wake(key)
         else:
             rt.store.put("maasmachines", body)
@@ -201,11 +208,11 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 rt.clusters.wake(mc)
 
     @kopf.on.event(INFRA, "maasclusters", labels=labels, registry=registry)
-    def maascluster_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def maascluster_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         ns, name = _meta(body)
         key = object_key("maasclusters", ns, name)
         if type == "DELETED":
-            rt.store.delete("maasclusters", ns, name)
+            rt.store.delete("maasclusters", ns, name, uid=body.get("metadata", {}).get("uid"))
             rt.clusters.wake(key)
             return
         rt.store.put("maasclusters", body)
@@ -216,7 +223,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                     rt.machines.wake(mkey)
 
     @kopf.on.event(CAPI, "machines", registry=registry)
-    def machine_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def machine_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         ns, name = _meta(body)
         if type == "DELETED":
             rt.store.delete("machines", ns, name)
@@ -227,7 +234,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             rt.machines.wake(object_key("maasmachines", ns, str(ref["name"])))
 
     @kopf.on.event(CAPI, "clusters", registry=registry)
-    def cluster_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def cluster_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         ns, name = _meta(body)
         if type == "DELETED":
             rt.store.delete("clusters", ns, name)
@@ -240,7 +247,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             rt.machines.wake(mkey)
 
     @kopf.on.probe(id="machines", registry=registry)
-    def probe_machines(**_: Any) -> int:
+    async def probe_machines(**_: Any) -> int:
         return len(rt.machines)
 
 

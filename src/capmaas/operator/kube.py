@@ -58,10 +58,17 @@ class Store:
     def __init__(self) -> None:
         self._objects: dict[str, dict[str, Any]] = {}
         self._by_cluster: dict[tuple[str, str], set[str]] = {}
+        self._tombstones: dict[str, None] = {}  # UIDs seen deleted (insertion-ordered, bounded)
 
     def put(self, plural: str, body: Mapping[str, Any]) -> bool:
-        """Store ``body`` unless a newer version is stored; returns whether it was stored."""
+        """Store ``body`` unless a newer version is stored or the object was seen deleted (a patch response
+        can arrive after the DELETED event); returns whether it was stored."""
         meta = body.get("metadata", {})
+        if meta.get("uid") in self._tombstones:
+            return False
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            self.delete(plural, meta.get("namespace", ""), meta.get("name", ""), uid=meta.get("uid"))
+            return False
         key = object_key(plural, meta.get("namespace", ""), meta.get("name", ""))
         old = self._objects.get(key)
         if old is not None and _rv(old) > _rv(body) and old.get("metadata", {}).get("uid") == meta.get("uid"):
@@ -81,9 +88,14 @@ class Store:
                 bucket = self._by_cluster.setdefault((meta.get("namespace", ""), cluster), set())
                 (bucket.add if add else bucket.discard)(key)
 
-    def delete(self, plural: str, namespace: str, name: str) -> None:
+    def delete(self, plural: str, namespace: str, name: str, uid: str | None = None) -> None:
         key = object_key(plural, namespace, name)
         old = self._objects.pop(key, None)
+        for u in (uid, (old or {}).get("metadata", {}).get("uid")):
+            if u:
+                self._tombstones[u] = None
+        while len(self._tombstones) > 10000:
+            del self._tombstones[next(iter(self._tombstones))]
         if plural == "maasmachines":
             self._index(key, old, None)
 

@@ -120,5 +120,5 @@ def setup_logging(fmt: str, level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    for noisy in ("kubernetes", "urllib3", "httpx", "httpcore"):
+    for noisy in ("kubernetes", "urllib3", "httpx", "httpcore", "kopf.objects"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

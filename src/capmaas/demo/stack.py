@@ -1,0 +1,230 @@
+"""Everything the demo and the benchmark run, started in order and torn down in reverse, whatever happens.
+
+:class:`Stack` owns: a temporary directory, a local control plane (``capmaas.devcluster``) with our CRDs and
+the Cluster API core CRDs, the MAAS simulator (in a thread, :mod:`capmaas.demo.simthread`) and the operator
+(``capmaas run`` as a child process with ``KUBECONFIG`` set, logging to a file). :meth:`Stack.close` is
+idempotent and runs from ``with`` exits, so Ctrl-C, SIGTERM and failures all leave no process or directory
+behind; every child also gets PDEATHSIG, so even a SIGKILL of
+this process takes them down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, TracebackType
+
+from capmaas.demo.kube import Kube
+from capmaas.demo.simthread import SimulatorThread
+from capmaas.devcluster import ControlPlane, apply_capi_crds
+from capmaas.devcluster import process as devprocess
+from capmaas.simulator import Faults, Inventory, Timings
+
+_PR_SET_PDEATHSIG = 1
+REPO_CRDS = Path(__file__).resolve().parents[3] / "crds"
+
+
+class StackError(RuntimeError):
+    """Something the demo needs did not come up; the message says what and where its log is."""
+
+
+@dataclass
+class StackOptions:
+    inventory: Inventory
+    timings: Timings
+    namespace: str = "capmaas-demo"
+    faults: Faults | None = None
+    operator_env: dict[str, str] = field(default_factory=dict)  # extra CAPMAAS_* settings for the operator
+    say: Callable[[str], None] = print
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class OperatorProcess:
+    """``capmaas run --namespace NS --standalone`` as a child in its own process group."""
+
+    def __init__(self, env: dict[str, str], namespace: str, log: Path) -> None:
+        self.env, self.namespace, self.log = env, namespace, log
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        cmd = [sys.executable, "-m", "capmaas", "run", "--namespace", self.namespace, "--standalone"]
+        with self.log.open("ab") as out:
+            self.popen = subprocess.Popen(
+                cmd,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # our Ctrl-C is not its Ctrl-C: it is stopped in order, by close()
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - a SIGKILL of the demo takes it down too
+            )
+        return self
+
+    @property
+    def pid(self) -> int:
+        if self.popen is None:
+            raise StackError("the operator is not running")
+        return self.popen.pid
+
+    def exited(self) -> int | None:
+        """The exit code once the operator has exited, else None."""
+        return None if self.popen is None else self.popen.poll()
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no operator log)"
+
+    def stop(self) -> None:
+        popen, self.popen = self.popen, None
+        if popen is not None:
+            devprocess.stop_group(popen.pid, popen=popen, grace=10.0)
+
+
+class Stack:
+    """Start with :meth:`start` (or ``with Stack(opts) as stack``); attributes are valid once started."""
+
+    def __init__(self, opts: StackOptions) -> None:
+        self.opts = opts
+        self.workdir = Path(tempfile.mkdtemp(prefix="capmaas-demo-"))
+        self.cp: ControlPlane | None = None
+        self.kube: Kube | None = None
+        self.sim: SimulatorThread | None = None
+        self.operator: OperatorProcess | None = None
+        self._closed = False
+
+    @property
+    def namespace(self) -> str:
+        return self.opts.namespace
+
+    @property
+    def kubeconfig(self) -> Path:
+        if self.cp is None:
+            raise StackError("the control plane is not running")
+        return self.cp.kubeconfig
+
+    def _step(self, what: str) -> contextlib.AbstractContextManager[None]:
+        @contextlib.contextmanager
+        def timed() -> Iterator[None]:
+            t0 = time.monotonic()
+            yield
+            self.opts.say(f"  {what} ({time.monotonic() - t0:.1f}s)")
+
+        return timed()
+
+    def start(self) -> Stack:
+        with self._step("control plane: etcd, kube-apiserver, kube-controller-manager"):
+            self.cp = ControlPlane.start(self.workdir / "controlplane")
+        with self._step("CRDs: capmaas (crds/) and Cluster API core"):
+            self._apply_crds()
+            apply_capi_crds(self.cp.kubeconfig)
+        self.kube = Kube(self.cp.kubeconfig)
+        self.kube.create_namespace(self.namespace)
+        with self._step("MAAS simulator"):
+            self.sim = SimulatorThread(
+                self.opts.inventory, self.opts.timings, faults=self.opts.faults
+            ).start()
+        with self._step("operator: capmaas run"):
+            self.operator = OperatorProcess(
+                self._operator_env(), self.namespace, self.workdir / "operator.log"
+            )
+            self.operator.start()
+            time.sleep(0.3)
+            self.check_operator()
+        return self
+
+    def _apply_crds(self) -> None:
+        assert self.cp is not None
+        if REPO_CRDS.is_dir():
+            self.cp.kubectl("apply", "--server-side", "-f", str(REPO_CRDS))
+            target = str(REPO_CRDS)
+        else:  # installed without the source tree: generate them from the models
+            from capmaas.api.crdgen import generate
+
+            out = self.workdir / "crds"
+            out.mkdir()
+            for name, text in generate().items():
+                (out / name).write_text(text)
+            self.cp.kubectl("apply", "--server-side", "-f", str(out))
+            target = str(out)
+        self.cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", target)
+
+    def _operator_env(self) -> dict[str, str]:
+        assert self.cp is not None
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CAPMAAS_")}
+        env.update(
+            KUBECONFIG=str(self.cp.kubeconfig),
+            CAPMAAS_SERVER__BIND_ADDRESS="127.0.0.1",
+            CAPMAAS_SERVER__HEALTH_PORT=str(devprocess.free_port()),
+            CAPMAAS_SERVER__METRICS_PORT=str(devprocess.free_port()),
+            CAPMAAS_LOGGING__FORMAT="text",
+        )
+        if os.environ.get("CAPMAAS_CACHE"):
+            env["CAPMAAS_CACHE"] = os.environ["CAPMAAS_CACHE"]
+        env.update(self.opts.operator_env)
+        return env
+
+    def check_operator(self) -> None:
+        """Raise :class:`StackError` with the log tail if the operator has exited."""
+        if self.operator is not None and (code := self.operator.exited()) is not None:
+            raise StackError(
+                f"the operator exited with code {code}; last lines of its log:\n{self.operator.tail()}"
+            )
+
+    def close(self) -> None:
+        """Stop the operator, the simulator and the control plane; remove the temporary directory.
+
+        SIGINT is ignored meanwhile, so an impatient second Ctrl-C cannot leave half of it running.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        old = signal.getsignal(signal.SIGINT)
+        with contextlib.suppress(ValueError):  # not the main thread
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            if self.operator is not None:
+                self.operator.stop()
+            if self.kube is not None:
+                self.kube.close()
+            if self.sim is not None:
+                self.sim.stop()
+            if self.cp is not None:
+                self.cp.stop()
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        finally:
+            with contextlib.suppress(ValueError):
+                signal.signal(signal.SIGINT, old)
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def sigterm_as_interrupt() -> None:
+    """Turn SIGTERM/SIGHUP into KeyboardInterrupt, so a polite kill runs the same teardown as Ctrl-C."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)

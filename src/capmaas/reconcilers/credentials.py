@@ -20,7 +20,7 @@ CA_KEYS = ("MAAS_CA_CERT", "ca.crt", "ca-cert")
 INSECURE_KEYS = ("MAAS_INSECURE_SKIP_TLS_VERIFY",)
 
 #: Retry delay (s) for a credentials problem: a person has to fix the Secret, so do not hammer anything.
-CREDENTIALS_RETRY = 30.0
+CREDENTIALS_RETRY = 15.0
 UNREACHABLE_RETRY = 10.0
 
 

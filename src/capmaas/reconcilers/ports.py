@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from capmaas import maas
+from capmaas.reconcilers.lxd_port import VmHostPort
 
 #: A Kubernetes object as the apiserver returns it (apiVersion, kind, metadata, spec, status).
 Body = Mapping[str, Any]
@@ -101,8 +102,8 @@ class DnsRecord:
     ips: frozenset[str]
 
 
-class MaasPort(Protocol):
-    """One MAAS endpoint and identity: pooled client plus the shared machine poller."""
+class MaasPort(VmHostPort, Protocol):
+    """One MAAS endpoint and identity: pooled client plus the shared machine poller (VM hosts: ``VmHostPort``)."""
 
     @property
     def endpoint(self) -> str: ...
@@ -138,6 +139,7 @@ class MaasPort(Protocol):
         hwe_kernel: str | None,
         ephemeral_deploy: bool,
         comment: str,
+        register_vmhost: bool = False,
     ) -> maas.Machine: ...
 
     async def release(

@@ -1,0 +1,260 @@
+"""Inputs of LXD placement: the shared VM-host listing per endpoint, host candidates, the cluster's placements.
+
+Why a shared listing: the Go provider lists every VM host (and every machine) for every VM it places. Here one
+``GET vm-hosts/`` (plus one ``machines`` list for host machines the poller does not already follow) serves
+every placement of the same endpoint for ``max_age`` seconds, and concurrent reconciles wait for the fetch in
+flight instead of starting their own. Reusing a listing is safe because the endpoint's
+:class:`~capmaas.placement.ReservationBook` adds every VM composed after the listing was fetched (``fetched_at``
+is taken *before* the request is sent, so a compose MAAS answered earlier is certainly included, and one it
+answered later is certainly counted as a reservation).
+
+Everything here is soft memory: lost on restart, rebuilt from MAAS and the MaasMachines' spec/status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from capmaas import maas, placement
+from capmaas.reconcilers.lxd_port import VmHostPort
+from capmaas.reconcilers.ports import Body
+from capmaas.reconcilers.scope import CONTROL_PLANE_LABEL
+
+#: Tags that take a VM host out of placement (the Go provider's maintenance/no-schedule convention).
+MAINTENANCE_TAGS = frozenset({"maintenance", "noschedule", "no-schedule", "capmaas-maintenance"})
+#: MAAS's own default when a compose names no storage: ``root:8(local)``.
+DEFAULT_DISK_GB = 8
+#: Annotation (under capmaas's prefix) with the id of the VM host a machine was placed on.
+HOST_ID_ANNOTATION = "lxd-host-id"
+
+
+def is_maintenance(tags: Iterable[str]) -> bool:
+    return any(t in MAINTENANCE_TAGS or t.startswith("maintenance-") for t in tags)
+
+
+def vm_hostname(name: str, uid: str) -> str:
+    """The VM's MAAS hostname: readable, unique and the same on every retry (the crash-recovery key).
+
+    ``<name>-<8 hex of sha256(uid)>``, reduced to a DNS label: a recreated MaasMachine of the same name gets
+    a different hostname, a retried reconcile of the same object always the same one.
+    """
+    digest = hashlib.sha256(uid.encode()).hexdigest()[:8]
+    base = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:50].strip("-") or "vm"
+    return f"{base}-{digest}"
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One VM-host listing: the hosts, their placement view, and when it was fetched (monotonic)."""
+
+    fetched_at: float
+    hosts: Mapping[int, maas.VmHost]
+    candidates: tuple[placement.HostCandidate, ...]
+    ignored: tuple[str, ...] = ()  # hosts left out before placement, with why (e.g. "lxd-x is virsh")
+
+    def host_named(self, name_or_id: str) -> maas.VmHost | None:
+        for h in self.hosts.values():
+            if name_or_id in (h.name, str(h.id)):
+                return h
+        return None
+
+
+def candidate(host: maas.VmHost, machine: maas.Machine | None) -> placement.HostCandidate:
+    """A VM host as placement sees it; ``machine`` is the host's own MAAS machine, if MAAS knows one.
+
+    A host with no MAAS machine behind it (an LXD server added by address) is taken as ready: MAAS composes on
+    it all the same. A known machine must be Deployed and powered on.
+    """
+    pools = list(host.storage_pools)
+    flagged = any(p.default for p in pools)
+    storage = tuple(
+        placement.StoragePool(
+            name=p.name,
+            total_bytes=max(p.total, 0),
+            used_bytes=max(p.used, 0),
+            default=p.default or (not flagged and host.default_storage_pool in (p.name, str(p.id))),
+        )
+        for p in pools
+    )
+    ready = machine is None or (
+        machine.status == maas.NodeStatus.DEPLOYED and machine.power_state == maas.PowerState.ON
+    )
+    return placement.HostCandidate(
+        id=host.id,
+        name=host.name,
+        zone=host.zone.name if host.zone else "default",
+        pool=host.pool.name if host.pool else None,
+        tags=frozenset(host.tags),
+        host_ready=ready,
+        maintenance=is_maintenance(host.tags),
+        cores_total=max(host.total.cores, 0),
+        cores_used=max(host.used.cores, 0),
+        memory_total_mib=max(host.total.memory, 0),
+        memory_used_mib=max(host.used.memory, 0),
+        storage_pools=storage,
+        cpu_over_commit_ratio=max(host.cpu_over_commit_ratio, 0.0),
+        memory_over_commit_ratio=max(host.memory_over_commit_ratio, 0.0),
+    )
+
+
+async def fetch_listing(port: VmHostPort, clock: Callable[[], float]) -> Listing:
+    """List VM hosts and the state of their machines; only composable LXD hosts become candidates."""
+    fetched_at = clock()
+    hosts = list(await port.list_vm_hosts())
+    machines = await port.host_machines([h.host.system_id for h in hosts if h.host and h.host.system_id])
+    ignored: list[str] = []
+    cands: list[placement.HostCandidate] = []
+    for h in hosts:
+        if h.type and h.type != "lxd":
+            ignored.append(f"{h.name} is a {h.type} host")
+            continue
+        if h.capabilities and "composable" not in h.capabilities:
+            ignored.append(f"{h.name} cannot compose")
+            continue
+        sid = h.host.system_id if h.host else None
+        cands.append(candidate(h, machines.get(sid) if sid else None))
+    return Listing(fetched_at, {h.id: h for h in hosts}, tuple(cands), tuple(ignored))
+
+
+@dataclass
+class EndpointState:
+    """Per MAAS endpoint: the reservation book and the shared listing."""
+
+    book: placement.ReservationBook = field(default_factory=placement.ReservationBook)
+    listing: Listing | None = None
+    fetching: asyncio.Future[Listing] | None = None
+    fetches: int = 0
+
+
+class LxdPlacer:
+    """Books and listings by endpoint, plus in-memory retry counts (no Kubernetes write per retry)."""
+
+    def __init__(self, *, max_age: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_age = max_age
+        self.clock = clock
+        self._endpoints: dict[str, EndpointState] = {}
+        self.waits: dict[str, int] = {}  # MaasMachine UID -> consecutive NoFit passes
+        self.allocated: set[tuple[str, str]] = set()  # (MaasMachine UID, system ID) known to be held by us
+
+    def state(self, endpoint: str) -> EndpointState:
+        return self._endpoints.setdefault(endpoint.rstrip("/"), EndpointState())
+
+    def book(self, endpoint: str) -> placement.ReservationBook:
+        return self.state(endpoint).book
+
+    def invalidate(self, endpoint: str) -> None:
+        """Forget the listing (a compose was refused, a host vanished): the next placement fetches anew."""
+        self.state(endpoint).listing = None
+
+    async def listing(self, endpoint: str, port: VmHostPort, *, fresh: bool = False) -> Listing:
+        """A listing no older than ``max_age`` (``fresh``: one fetched after this call), shared in flight."""
+        st = self.state(endpoint)
+        called = self.clock()
+        cached = st.listing
+        if cached is not None and not fresh and called - cached.fetched_at <= self.max_age:
+            return cached
+        pending = st.fetching
+        if pending is not None and not pending.done():
+            got = await asyncio.shield(pending)
+            if not fresh or got.fetched_at >= called:
+                return got
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Listing] = loop.create_future()
+        st.fetching = fut
+        try:
+            result = await fetch_listing(port, self.clock)
+        except BaseException as exc:
+            if not fut.done():
+                fut.set_exception(exc)
+                fut.exception()  # retrieved: nobody else may be waiting
+            raise
+        finally:
+            if st.fetching is fut:
+                st.fetching = None
+        fut.set_result(result)
+        st.fetches += 1
+        if st.listing is None or result.fetched_at >= st.listing.fetched_at:
+            st.listing = result
+        st.book.settle(result.fetched_at)
+        return result
+
+
+def role_of(body: Body) -> placement.Role:
+    labels = body.get("metadata", {}).get("labels") or {}
+    return placement.Role.CONTROL_PLANE if CONTROL_PLANE_LABEL in labels else placement.Role.WORKER
+
+
+def existing_placements(
+    siblings: Sequence[Body], own_uid: str, listing: Listing, annotation_prefix: str
+) -> list[placement.ExistingPlacement]:
+    """The cluster's other machines that have a place: zone from spec/status, VM host from our annotation
+    (or ``status.lxdHost`` by name). Machines with no system ID yet are in-flight: the book counts them."""
+    out: list[placement.ExistingPlacement] = []
+    for b in siblings:
+        meta = b.get("metadata", {})
+        uid = str(meta.get("uid", ""))
+        spec: Mapping[str, Any] = b.get("spec") or {}
+        status: Mapping[str, Any] = b.get("status") or {}
+        if uid == own_uid or not spec.get("systemID"):
+            continue
+        zone = status.get("failureDomain") or spec.get("failureDomain")
+        if not zone:
+            continue
+        host_id: int | None = None
+        raw = (meta.get("annotations") or {}).get(annotation_prefix + HOST_ID_ANNOTATION)
+        if raw and str(raw).isdigit():
+            host_id = int(raw)
+        elif status.get("lxdHost"):
+            host = listing.host_named(str(status["lxdHost"]))
+            host_id = host.id if host else None
+        out.append(placement.ExistingPlacement(zone=str(zone), role=role_of(b), host_id=host_id, key=uid))
+    return out
+
+
+def vm_request(
+    body: Body, spec: Mapping[str, Any], machine: Body | None, cluster_key: str
+) -> placement.VMRequest:
+    """The VM to place, from the MaasMachine spec (cores = minCPU, memory = minMemory, disk from lxdConfig or
+    minDiskSize) and the failure domain of the spec or the owner Machine."""
+    lxd: Mapping[str, Any] = spec.get("lxdConfig") or {}
+    storage: Mapping[str, Any] = lxd.get("storage") or {}
+    machine_spec: Mapping[str, Any] = (machine or {}).get("spec") or {}
+    disk = storage.get("size") or spec.get("minDiskSize") or DEFAULT_DISK_GB
+    meta = body.get("metadata", {})
+    return placement.VMRequest(
+        cluster=cluster_key,
+        machine=str(meta.get("name", "")),
+        role=role_of(body),
+        cores=int(spec.get("minCPU") or 1),
+        memory_mib=int(spec.get("minMemory") or 2048),
+        disk_gb=int(disk),
+        storage_pool=storage.get("pool") or None,
+        zone=spec.get("failureDomain") or machine_spec.get("failureDomain") or None,
+        resource_pool=spec.get("resourcePool") or None,
+        tags=frozenset(spec.get("tags") or ()),
+        pinned_host=lxd.get("vmHost") or None,
+        key=str(meta.get("uid", "")),
+    )
+
+
+def interfaces(spec: Mapping[str, Any]) -> str | None:
+    """The compose ``interfaces`` map for a static IP: ``eth0:subnet_cidr=<cidr>,ip=<address>``.
+
+    MAAS 3.7's compose has no bridge or profile parameter: LXD picks the bridge from the host's network on that
+    subnet, so ``bridge``/``devices`` are only honoured as far as the subnet implies them.
+    """
+    net: Mapping[str, Any] = (spec.get("lxdConfig") or {}).get("network") or {}
+    static: Mapping[str, Any] = net.get("staticIP") or {}
+    if not static.get("address"):
+        return None
+    parts = []
+    if static.get("subnet"):
+        parts.append(f"subnet_cidr={static['subnet']}")
+    parts.append(f"ip={static['address']}")
+    return f"{static.get('interface') or 'eth0'}:{','.join(parts)}"

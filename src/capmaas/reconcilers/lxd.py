@@ -96,7 +96,9 @@ async def reconcile(r: MachineReconciler, scope: MachineScope, port: MaasPort) -
     m = port.snapshot(sid)
     if m is None:
         if port.is_gone(sid):
-            return await _start_over(r, scope, port, sid, C.MACHINE_NOT_FOUND_REASON, "the VM is gone from MAAS")
+            return await _start_over(
+                r, scope, port, sid, C.MACHINE_NOT_FOUND_REASON, why="the VM is gone from MAAS"
+            )
         _creating(scope, f"{sid}: composed, waiting for MAAS to report it")
         return Requeue()
     return await _follow(r, scope, port, m)
@@ -125,7 +127,7 @@ async def _adopt(r: MachineReconciler, scope: MachineScope, port: MaasPort, host
         return None
     m = found[0]
     scope.event("Normal", "VMAdopted", f"adopted VM {m.system_id} ({hostname}) composed earlier")
-    _record(r, scope, port.endpoint, m.system_id, m.zone.name, m.pod.name if m.pod else None)
+    _record(r, scope, port.endpoint, m.system_id, zone=m.zone.name, host=m.pod.name if m.pod else None)
     if m.pod is not None:
         scope.set_annotation(HOST_ID_ANNOTATION, str(m.pod.id))
     await scope.flush()
@@ -133,7 +135,7 @@ async def _adopt(r: MachineReconciler, scope: MachineScope, port: MaasPort, host
 
 
 def _record(
-    r: MachineReconciler, scope: MachineScope, endpoint: str, sid: str, zone: str, host: str | None
+    r: MachineReconciler, scope: MachineScope, endpoint: str, sid: str, *, zone: str, host: str | None
 ) -> None:
     scope.set_spec(systemID=sid, providerID=provider_id(zone, sid), failureDomain=zone)
     scope.set_annotation(COMPOSING, None)
@@ -179,7 +181,7 @@ async def _place_and_compose(r: MachineReconciler, scope: MachineScope, port: Ma
         if isinstance(result, placement.NoFit):
             raise _no_fit(r, scope, result, listing, refused)
         r.lxd.waits.pop(scope.uid, None)
-        sid = await _compose(r, scope, port, listing, result, hostname, refused)
+        sid = await _compose(r, scope, port, listing=listing, p=result, hostname=hostname, refused=refused)
         if sid is not None:
             return sid
         r.lxd.invalidate(port.endpoint)
@@ -213,6 +215,7 @@ async def _compose(
     r: MachineReconciler,
     scope: MachineScope,
     port: MaasPort,
+    *,
     listing: Listing,
     p: placement.Placement,
     hostname: str,
@@ -227,7 +230,8 @@ async def _compose(
         C.LXD_RESOURCES_ALLOCATED_CONDITION,
         True,
         C.RESOURCES_RESERVED_REASON,
-        f"{p.cores} cores, {p.memory_mib} MiB, {p.disk_gb} GB in storage pool {p.storage_pool} on {p.host_name}",
+        f"{p.cores} cores, {p.memory_mib} MiB, {p.disk_gb} GB in storage pool {p.storage_pool} "
+        f"on {p.host_name}",
     )
     scope.set_annotation(COMPOSING, str(p.host_id))
     scope.set_annotation(HOST_ID_ANNOTATION, str(p.host_id))
@@ -248,7 +252,9 @@ async def _compose(
         gone = isinstance(exc, maas_errors.NotFoundError)
         refused[p.host_id] = "the host is gone" if gone else _short(exc)
         scope.set_annotation(COMPOSING, None)
-        scope.event("Warning", "VMComposeRefused", f"{p.host_name}: {refused[p.host_id]}; trying another host")
+        scope.event(
+            "Warning", "VMComposeRefused", f"{p.host_name}: {refused[p.host_id]}; trying another host"
+        )
         return None
     except maas_errors.GoneError as exc:
         book.release(scope.uid)
@@ -268,7 +274,7 @@ async def _compose(
         # It may have happened: keep the annotation (the next pass looks the hostname up) and the reservation.
         raise maas_failure(exc, None, f"composing on {p.host_name}") from exc
     scope.status["attempts"] = int(scope.status.get("attempts") or 0) + 1
-    _record(r, scope, port.endpoint, composed.system_id, p.zone, p.host_name)
+    _record(r, scope, port.endpoint, composed.system_id, zone=p.zone, host=p.host_name)
     scope.status["vmResourceUsage"] = {
         "allocatedCores": p.cores,
         "allocatedMemory": p.memory_mib,
@@ -308,13 +314,19 @@ async def _follow(r: MachineReconciler, scope: MachineScope, port: MaasPort, m: 
         return Requeue()
     if m.status in _FAILED:
         why = m.error_description or m.status_name or m.status.name
-        return await _start_over(r, scope, port, m.system_id, C.DEPLOYMENT_FAILED_REASON, why)
+        return await _start_over(r, scope, port, m.system_id, C.DEPLOYMENT_FAILED_REASON, why=why)
     scope.set_condition(C.LXD_VM_CREATED_CONDITION, True, C.VM_COMPOSED_REASON, f"{m.system_id} commissioned")
     if m.status == S.READY:
         return await _allocate(r, scope, port, m)
     if not await _ours(r, scope, port, m):
         return await _start_over(
-            r, scope, port, m.system_id, C.MACHINE_NOT_FOUND_REASON, "taken by another allocation", own=False
+            r,
+            scope,
+            port,
+            m.system_id,
+            C.MACHINE_NOT_FOUND_REASON,
+            why="taken by another allocation",
+            own=False,
         )
     if m.status == S.ALLOCATED:
         return await _deploy(r, scope, port, m)
@@ -322,7 +334,7 @@ async def _follow(r: MachineReconciler, scope: MachineScope, port: MaasPort, m: 
         started = float(scope.annotation(DEPLOY_STARTED) or r.clock())
         if r.clock() - started > r.settings.deploy_timeout:
             why = f"still Deploying after {int(r.settings.deploy_timeout)}s"
-            return await _start_over(r, scope, port, m.system_id, C.DEPLOYMENT_TIMED_OUT_REASON, why)
+            return await _start_over(r, scope, port, m.system_id, C.DEPLOYMENT_TIMED_OUT_REASON, why=why)
         _deploying(scope, m.system_id)
         return Requeue(max(1.0, started + r.settings.deploy_timeout - r.clock()))
     if m.status == S.DEPLOYED:
@@ -361,7 +373,9 @@ async def _allocate(r: MachineReconciler, scope: MachineScope, port: MaasPort, m
     """Take the commissioned VM by system ID under our UID, so it is ours like an allocated bare-metal one."""
     try:
         new = await port.allocate(
-            maas.AllocateConstraints(system_id=m.system_id), agent_name=scope.uid, comment=f"capmaas {scope.key}"
+            maas.AllocateConstraints(system_id=m.system_id),
+            agent_name=scope.uid,
+            comment=f"capmaas {scope.key}",
         )
     except maas_errors.ConflictError as exc:
         if await _ours(r, scope, port, m):
@@ -400,11 +414,13 @@ async def _deploy(r: MachineReconciler, scope: MachineScope, port: MaasPort, m: 
     except maas_errors.ConflictError as exc:
         raise TransientError(C.MACHINE_DEPLOYING_REASON, f"deploy refused: {exc}", delay=5) from exc
     except maas_errors.BadRequestError as exc:
-        return await _start_over(r, scope, port, m.system_id, C.DEPLOYMENT_FAILED_REASON, _short(exc))
+        return await _start_over(r, scope, port, m.system_id, C.DEPLOYMENT_FAILED_REASON, why=_short(exc))
     except maas_errors.MaasError as exc:
         raise maas_failure(exc, None, "deploying the VM") from exc
     scope.set_annotation(DEPLOY_STARTED, str(r.clock()))
-    scope.event("Normal", "MachineDeploying", f"deploying VM {m.system_id} with {detect_format(data)} user data")
+    scope.event(
+        "Normal", "MachineDeploying", f"deploying VM {m.system_id} with {detect_format(data)} user data"
+    )
     _deploying(scope, m.system_id)
     scope.status["machineState"] = new.status_name or new.status.name
     return Requeue(r.settings.deploy_timeout)
@@ -416,8 +432,8 @@ async def _start_over(
     port: MaasPort,
     sid: str,
     reason: str,
-    why: str,
     *,
+    why: str,
     own: bool = True,
 ) -> Requeue:
     """Give up on this VM (decomposing it if it is ours) and place a new one on the next pass."""
@@ -488,7 +504,9 @@ async def reconcile_delete(r: MachineReconciler, scope: MachineScope) -> Requeue
     if port.is_gone(sid):
         port.unwatch(sid)
         return _deleted(r, scope, sid)
-    scope.set_condition(C.READY_CONDITION, False, C.DECOMPOSING_REASON, f"{sid}: waiting for MAAS to remove it")
+    scope.set_condition(
+        C.READY_CONDITION, False, C.DECOMPOSING_REASON, f"{sid}: waiting for MAAS to remove it"
+    )
     return Requeue(DECOMPOSE_RECHECK)
 
 

@@ -1,12 +1,12 @@
-"""Inputs of LXD placement: the shared VM-host listing per endpoint, host candidates, the cluster's placements.
+"""Inputs of LXD placement: the shared VM-host listing per endpoint, host candidates, existing placements.
 
 Why a shared listing: the Go provider lists every VM host (and every machine) for every VM it places. Here one
 ``GET vm-hosts/`` (plus one ``machines`` list for host machines the poller does not already follow) serves
 every placement of the same endpoint for ``max_age`` seconds, and concurrent reconciles wait for the fetch in
 flight instead of starting their own. Reusing a listing is safe because the endpoint's
-:class:`~capmaas.placement.ReservationBook` adds every VM composed after the listing was fetched (``fetched_at``
-is taken *before* the request is sent, so a compose MAAS answered earlier is certainly included, and one it
-answered later is certainly counted as a reservation).
+:class:`~capmaas.placement.ReservationBook` adds every VM composed after the listing was fetched
+(``fetched_at`` is taken *before* the request is sent, so a compose MAAS answered earlier is certainly
+included, and one it answered later is certainly counted as a reservation).
 
 Everything here is soft memory: lost on restart, rebuilt from MAAS and the MaasMachines' spec/status.
 """
@@ -246,8 +246,8 @@ def vm_request(
 def interfaces(spec: Mapping[str, Any]) -> str | None:
     """The compose ``interfaces`` map for a static IP: ``eth0:subnet_cidr=<cidr>,ip=<address>``.
 
-    MAAS 3.7's compose has no bridge or profile parameter: LXD picks the bridge from the host's network on that
-    subnet, so ``bridge``/``devices`` are only honoured as far as the subnet implies them.
+    MAAS 3.7's compose has no bridge or profile parameter: LXD picks the bridge from the host's network on
+    that subnet, so ``bridge``/``devices`` are only honoured as far as the subnet implies them.
     """
     net: Mapping[str, Any] = (spec.get("lxdConfig") or {}).get("network") or {}
     static: Mapping[str, Any] = net.get("staticIP") or {}

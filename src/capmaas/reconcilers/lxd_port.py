@@ -69,7 +69,9 @@ class VmHostSession:
         return await self.client.vm_hosts.compose(host_id, request)
 
     async def find_by_hostname(self, hostname: str) -> Sequence[maas.Machine]:
-        machines = [m for m in await self.client.machines.list(hostnames=[hostname]) if m.hostname == hostname]
+        machines = [
+            m for m in await self.client.machines.list(hostnames=[hostname]) if m.hostname == hostname
+        ]
         for m in machines:
             self.poller.put(m)
         return machines

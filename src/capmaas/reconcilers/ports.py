@@ -103,7 +103,7 @@ class DnsRecord:
 
 
 class MaasPort(VmHostPort, Protocol):
-    """One MAAS endpoint and identity: pooled client plus the shared machine poller (VM hosts: ``VmHostPort``)."""
+    """One MAAS endpoint and identity: pooled client plus the shared machine poller (+ ``VmHostPort``)."""
 
     @property
     def endpoint(self) -> str: ...

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 
 from capmaas import maas
 from capmaas.maas import errors as maas_errors
+from capmaas.reconcilers.lxd_port import VmHostSession
 from capmaas.reconcilers.ports import DnsRecord, MaasCredentials
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ class MachinePoller:
                 self._wake(key)
 
 
-class MaasSession:
+class MaasSession(VmHostSession):
     """A :class:`~capmaas.reconcilers.ports.MaasPort`: pooled client + shared poller for one identity."""
 
     ZONES_TTL = 300.0
@@ -232,6 +233,7 @@ class MaasSession:
         hwe_kernel: str | None,
         ephemeral_deploy: bool,
         comment: str,
+        register_vmhost: bool = False,
     ) -> maas.Machine:
         m = await self.client.machines.deploy(
             system_id,
@@ -240,6 +242,7 @@ class MaasSession:
             hwe_kernel=hwe_kernel,
             ephemeral_deploy=ephemeral_deploy,
             comment=comment,
+            register_vmhost=register_vmhost,
         )
         self.poller.put(m)
         return m

@@ -23,7 +23,7 @@ from typing import Any
 from capmaas import maas, placement
 from capmaas.api import conditions as C
 from capmaas.maas import errors as maas_errors
-from capmaas.reconcilers import machine_delete
+from capmaas.reconcilers import lxd, lxd_placer, machine_delete
 from capmaas.reconcilers.credentials import connect, maas_failure
 from capmaas.reconcilers.errors import ReconcileError, TerminalError, TransientError
 from capmaas.reconcilers.ports import (
@@ -146,10 +146,13 @@ class MachineReconciler:
         self._released: set[str] = set()
         self._node_done: set[str] = set()
         self._dry_zones: dict[str, float] = {}  # zone -> until: spreading there found nothing recently
+        self.lxd = lxd_placer.LxdPlacer()  # reservation book + shared VM-host listing per endpoint
 
     async def reconcile(self, body: Body) -> Requeue:
         scope = MachineScope(self.kube, MAASMACHINE, body)
         try:
+            if scope.deleting and lxd.is_lxd(scope.spec):
+                return await lxd.reconcile_delete(self, scope)
             if scope.deleting:
                 return await machine_delete.reconcile_delete(self, scope)
             return await self._normal(scope)
@@ -214,6 +217,8 @@ class MachineReconciler:
                 )
                 return Requeue()
         port = await self.session(scope)
+        if lxd.is_lxd(scope.spec):
+            return await lxd.reconcile(self, scope, port)
         if not sid:
             sid = await self._allocate(scope, port)
         port.watch(sid, scope.key)
@@ -401,6 +406,7 @@ class MachineReconciler:
                 hwe_kernel=scope.spec.get("hweKernel"),
                 ephemeral_deploy=bool(scope.spec.get("deployInMemory")),
                 comment=f"capmaas {scope.key}",
+                register_vmhost=bool(scope.spec.get("registerVMHost")),
             )
         except maas_errors.ConflictError as exc:
             raise TransientError(C.MACHINE_DEPLOYING_REASON, f"deploy refused: {exc}", delay=5) from exc

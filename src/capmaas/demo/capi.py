@@ -20,10 +20,12 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from capmaas.demo import manifests as M
 from capmaas.demo.kube import CLUSTERS, MAASCLUSTERS, MAASMACHINES, MACHINES, Kube
+
+T = TypeVar("T")
 
 
 class CapiError(RuntimeError):
@@ -95,6 +97,10 @@ class Capi:
 
     def create_machine(self, spec: MachineSpec) -> None:
         """Machine, then its bootstrap Secret (owned by it), then the MaasMachine (owned by it)."""
+        self.create_maasmachine(spec, self.create_owner(spec))
+
+    def create_owner(self, spec: MachineSpec) -> str:
+        """The Machine and its bootstrap Secret; returns the Machine's UID (the MaasMachine's owner)."""
         ns, secret = self.namespace, f"{spec.name}-bootstrap"
         machine = M.machine(
             spec.name,
@@ -105,13 +111,16 @@ class Capi:
             cluster_uid=self.cluster_uid or None,
         )
         machine["metadata"]["labels"].update(spec.extra_labels)
-        uid = self.kube.create(MACHINES, machine)["metadata"]["uid"]
+        uid = str(self.kube.create(MACHINES, machine)["metadata"]["uid"])
         self.kube.create_secret(
             M.bootstrap_secret(
                 secret, ns, self.cluster, M.cloud_config(spec.name), machine_owner=(spec.name, uid)
             )
         )
-        self.kube.create(MAASMACHINES, self.maasmachine(spec, uid))
+        return uid
+
+    def create_maasmachine(self, spec: MachineSpec, machine_uid: str) -> None:
+        self.kube.create(MAASMACHINES, self.maasmachine(spec, machine_uid))
 
     def maasmachine(self, spec: MachineSpec, machine_uid: str) -> dict[str, Any]:
         mm = M.maasmachine(
@@ -129,14 +138,7 @@ class Capi:
         return mm
 
     def create_machines(self, specs: Iterable[MachineSpec], *, threads: int = 1) -> None:
-        specs = list(specs)
-        if threads <= 1:
-            for s in specs:
-                self.create_machine(s)
-            return
-        with ThreadPoolExecutor(threads, thread_name_prefix="capi") as pool:
-            for fut in [pool.submit(self.create_machine, s) for s in specs]:
-                fut.result()
+        parallel(self.create_machine, specs, threads)
 
     def delete_machines(self, names: Iterable[str]) -> None:
         """What the Machine controller does first on delete: delete the infrastructure machine."""
@@ -158,6 +160,18 @@ class Capi:
         self.kube.delete(CLUSTERS, self.namespace, self.cluster)
         self.kube.delete_secret(self.namespace, self.identity)
         return self.kube.get(CLUSTERS, self.namespace, self.cluster) is None
+
+
+def parallel(fn: Callable[[T], object], items: Iterable[T], threads: int) -> None:
+    """``fn`` over ``items`` on ``threads`` threads (in order when 1); the first exception is raised."""
+    items = list(items)
+    if threads <= 1:
+        for item in items:
+            fn(item)
+        return
+    with ThreadPoolExecutor(threads, thread_name_prefix="capi") as pool:
+        for fut in [pool.submit(fn, item) for item in items]:
+            fut.result()
 
 
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:

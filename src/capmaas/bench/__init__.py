@@ -1,0 +1,12 @@
+"""``make bench`` (``python -m capmaas.bench``): the operator's cost per machine, end to end.
+
+N MaasMachines against the MAAS simulator, through the real operator process and the real apiserver, using
+the demo's orchestration (:mod:`capmaas.demo.stack`, :mod:`capmaas.demo.capi`). Prints figures next to the
+targets of issue 4; it never asserts on timings.
+"""
+
+from __future__ import annotations
+
+from capmaas.bench.run import main
+
+__all__ = ["main"]

@@ -1,0 +1,66 @@
+"""Measurements the benchmark takes from outside the operator: apiserver write counts, /proc, percentiles.
+
+Why from outside: the figures must hold for the real process against the real apiserver, and must not need
+the operator's cooperation (its own metrics could be wrong in exactly the way a benchmark should catch).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+READ_VERBS = frozenset({"GET", "LIST", "WATCH", "WATCHLIST", "CONNECT"})
+#: Written by the apiserver itself (identity lease heartbeats), whatever the operator does.
+NOT_OURS = frozenset({"leases"})
+
+WriteKey = tuple[str, str, str]  # verb, resource, subresource
+
+
+def apiserver_writes(metrics_text: str) -> Counter[WriteKey]:
+    """Non-read requests by (verb, resource, subresource) from ``apiserver_request_total``."""
+    out: Counter[WriteKey] = Counter()
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name != "apiserver_request_total":
+                continue
+            labels = sample.labels
+            verb = labels.get("verb", "")
+            if verb in READ_VERBS or labels.get("resource", "") in NOT_OURS:
+                continue
+            out[(verb, labels.get("resource", ""), labels.get("subresource", ""))] += int(sample.value)
+    return out
+
+
+@dataclass(frozen=True)
+class ProcStats:
+    peak_rss_mb: float  # VmHWM
+    rss_mb: float  # VmRSS
+    cpu_seconds: float  # utime + stime
+
+
+def proc_stats(pid: int) -> ProcStats:
+    """Peak and current RSS and CPU time of a live process, from /proc (Linux)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    kb = {}
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmHWM", "VmRSS"):
+            kb[key] = int(value.split()[0])
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+    return ProcStats(kb["VmHWM"] / 1024, kb["VmRSS"] / 1024, ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (no interpolation: a reported p99 is a lag some machine really had)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]

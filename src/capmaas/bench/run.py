@@ -1,0 +1,312 @@
+"""The benchmark: N MaasMachines from creation to Ready to deletion to MAAS released, measured.
+
+What is measured, and where from:
+- time to all Ready: from the first MaasMachine create request to the last ``status.ready`` seen on a watch;
+- readiness lag: the simulator's ``on_deployed`` wall time of a machine -> the watch event showing its
+  MaasMachine ready (same host clock, same process);
+- MAAS requests per machine lifecycle: the simulator's per-endpoint counters, zeroed just before the first
+  create and read once every MAAS machine is released, divided by N;
+- Kubernetes API writes per machine: ``apiserver_request_total`` deltas (non-read verbs) over the same
+  window, minus the benchmark's own writes (N creates, one delete-collection) and lease heartbeats;
+- operator peak RSS (VmHWM) and CPU time from /proc of the ``capmaas run`` process.
+The Machines and bootstrap Secrets (CAPI's objects) are created before the window opens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+from capmaas.bench.metrics import ProcStats, WriteKey, apiserver_writes, percentile, proc_stats
+from capmaas.demo.capi import Capi, MachineSpec, parallel
+from capmaas.demo.kube import MAASMACHINES
+from capmaas.demo.manifests import CLUSTER_NAME_LABEL
+from capmaas.demo.progress import Tracker, table
+from capmaas.demo.stack import Stack, StackError, StackOptions, sigterm_as_interrupt
+from capmaas.simulator import Inventory, Timings
+
+CLUSTER = "bench"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m capmaas.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--machines", type=int, default=200, help="MaasMachines to provision (200)")
+    p.add_argument("--deploy-seconds", type=float, default=0.0, help="simulated MAAS deploy time (0)")
+    p.add_argument("--threads", type=int, default=8, help="parallel create requests (8)")
+    p.add_argument("--timeout", type=float, default=0.0, help="seconds to wait for Ready (default: scaled)")
+    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = p.parse_args(argv)
+    if args.machines < 1:
+        p.error("--machines must be at least 1")
+    return args
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.n: int = args.machines
+        self.figures: dict[str, Any] = {"machines": self.n, "deploy_seconds": args.deploy_seconds}
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+
+    def run(self) -> int:
+        n = self.n
+        inventory = Inventory.generate(machines=n + n // 20 + 3, zones=3, seed=1)
+        timings = Timings(commission=0.0, deploy=self.args.deploy_seconds, release=0.0, erase=0.0)
+        self.say(f"capmaas bench: {n} MaasMachines, MAAS deploy {self.args.deploy_seconds:g}s")
+        stack = Stack(StackOptions(inventory, timings, namespace="capmaas-bench", say=self.say))
+        try:
+            return self._run(stack)
+        except StackError as exc:
+            self.say(f"FAILED: {exc}")
+            return 1
+        except KeyboardInterrupt:
+            self.say("interrupted: stopping everything")
+            return 130
+        finally:
+            stack.close()
+
+    def _run(self, stack: Stack) -> int:
+        stack.start()
+        kube, sim, op = stack.kube, stack.sim, stack.operator
+        assert kube is not None
+        assert sim is not None
+        assert op is not None
+        n, ns = self.n, stack.namespace
+        capi = Capi(kube, ns, CLUSTER)
+        capi.create_cluster(sim.url, sim.api_key)
+        capi.wait_infrastructure(60, check=stack.check_operator)
+        specs = [MachineSpec(f"m{i:05d}", False) for i in range(n)]
+        t = time.monotonic()
+        uids: dict[str, str] = {}
+
+        def owner(spec: MachineSpec) -> None:
+            uids[spec.name] = capi.create_owner(spec)
+
+        parallel(owner, specs, self.args.threads)
+        self.say(f"  setup: {n} Machines + bootstrap Secrets ({time.monotonic() - t:.1f}s)")
+        watcher = kube.watch(MAASMACHINES, ns)
+        tracker = Tracker()
+        names = [s.name for s in specs]
+        try:
+            time.sleep(1.0)  # let the operator's caches settle; the window starts quiet
+            sim.reset_counters()
+            writes0 = apiserver_writes(kube.raw_get("/metrics"))
+            cpu0 = proc_stats(op.pid).cpu_seconds
+            t0 = time.time()
+            parallel(lambda s: capi.create_maasmachine(s, uids[s.name]), specs, self.args.threads)
+            created = time.time() - t0
+            self.say(f"  created {n} MaasMachines in {created:.1f}s; waiting for Ready")
+            timeout = self.args.timeout or max(120.0, n * 0.5 + self.args.deploy_seconds * 3)
+            progress = _Progress(self.say, tracker, names)
+
+            def check() -> None:
+                stack.check_operator()
+                progress.tick()
+
+            tracker.follow(
+                watcher,
+                lambda: tracker.count(names, ready=True) == n,
+                timeout,
+                check=check,
+            )
+            ready = tracker.count(names, ready=True)
+            ready_times = [
+                r.ready_at for nm in names if (r := tracker.rows.get(nm)) and r.ready_at is not None
+            ]
+            t_ready = max(ready_times) - t0 if ready_times else float("nan")
+            self.say(f"  {ready}/{n} Ready after {t_ready:.1f}s; deleting all")
+            deployed = sim.call(lambda s: dict(sim.deployed_at))
+            lags = [
+                r.ready_at - deployed[r.system_id]
+                for nm in names
+                if (r := tracker.rows.get(nm)) and r.ready_at is not None and r.system_id in deployed
+            ]
+            stats_ready = proc_stats(op.pid)
+            t1 = time.time()
+            kube.delete_all(MAASMACHINES, ns, label_selector=f"{CLUSTER_NAME_LABEL}={CLUSTER}")
+            tracker.follow(
+                watcher,
+                lambda: tracker.count(names, deleted=True) == n,
+                timeout,
+                check=check,
+            )
+            gone = tracker.count(names, deleted=True)
+            t_released = time.time() - t1
+            maas = sim.machine_states()
+            held = sum(1 for m in maas.values() if m["owner"] is not None)
+            counters = sim.counters()
+            writes = apiserver_writes(kube.raw_get("/metrics"))
+            writes.subtract(writes0)
+            stats_end = proc_stats(op.pid)
+        finally:
+            watcher.stop()
+        self._figures(
+            created=created,
+            t_ready=t_ready,
+            ready=ready,
+            lags=lags,
+            gone=gone,
+            t_released=t_released,
+            held=held,
+            counters=counters,
+            writes=writes,
+            stats=(stats_ready, stats_end, cpu0),
+            invariants=sim.invariants(),
+        )
+        self._print(counters, writes)
+        if self.args.json:
+            with open(self.args.json, "w", encoding="utf-8") as f:
+                json.dump(self.figures, f, indent=2)
+        return 0 if ready == n and gone == n and held == 0 else 1
+
+    def _figures(
+        self,
+        *,
+        created: float,
+        t_ready: float,
+        ready: int,
+        lags: list[float],
+        gone: int,
+        t_released: float,
+        held: int,
+        counters: dict[tuple[str, str, str | None], int],
+        writes: Counter[WriteKey],
+        stats: tuple[ProcStats, ProcStats, float],
+        invariants: list[str],
+    ) -> None:
+        n = self.n
+        # Ours: N creates and one delete-collection (which the apiserver counts as DELETECOLLECTION or, in
+        # recent versions, DELETE).
+        own = {("POST", "maasmachines", ""): n}
+        for verb in ("DELETECOLLECTION", "DELETE"):
+            if writes.get((verb, "maasmachines", ""), 0) > 0:
+                own[(verb, "maasmachines", "")] = 1
+                break
+        op_writes = sum(max(0, v - own.get(k, 0)) for k, v in writes.items())
+        stats_ready, stats_end, cpu0 = stats
+        self.figures.update(
+            create_seconds=round(created, 2),
+            ready=ready,
+            time_to_all_ready_seconds=round(t_ready, 2),
+            readiness_lag_p50_seconds=round(percentile(lags, 50), 3),
+            readiness_lag_p99_seconds=round(percentile(lags, 99), 3),
+            readiness_lag_samples=len(lags),
+            released=gone,
+            release_seconds=round(t_released, 2),
+            maas_machines_still_allocated=held,
+            maas_requests_total=sum(counters.values()),
+            maas_requests_per_machine=round(sum(counters.values()) / n, 2),
+            kube_writes_total=op_writes,
+            kube_writes_per_machine=round(op_writes / n, 2),
+            operator_peak_rss_mb=round(stats_end.peak_rss_mb, 1),
+            operator_rss_at_ready_mb=round(stats_ready.rss_mb, 1),
+            operator_cpu_seconds_window=round(stats_end.cpu_seconds - cpu0, 2),
+            operator_cpu_seconds_total=round(stats_end.cpu_seconds, 2),
+            simulator_invariants=invariants,
+        )
+
+    def _print(self, counters: dict[tuple[str, str, str | None], int], writes: Counter[WriteKey]) -> None:
+        f, n = self.figures, self.n
+        at_1000 = n == 1000 and self.args.deploy_seconds == 0
+        scale = "" if at_1000 else " (target is for 1,000 machines, deploy 0 s)"
+
+        def verdict(value: float, limit: float, applies: bool = True) -> str:
+            if not applies:
+                return "n/a"
+            return "ok" if value <= limit else "OVER"
+
+        rows = [
+            ["machines Ready", f"{f['ready']}/{n}", "all", "ok" if f["ready"] == n else "MISSING"],
+            [
+                "time to all Ready",
+                f"{f['time_to_all_ready_seconds']:.1f} s",
+                "<= 60 s" + scale,
+                verdict(f["time_to_all_ready_seconds"], 60, at_1000),
+            ],
+            ["readiness lag p50", f"{f['readiness_lag_p50_seconds']:.2f} s", "", ""],
+            [
+                "readiness lag p99",
+                f"{f['readiness_lag_p99_seconds']:.2f} s",
+                "<= 3 s",
+                verdict(f["readiness_lag_p99_seconds"], 3),
+            ],
+            [
+                "MAAS requests / machine lifecycle",
+                f"{f['maas_requests_per_machine']:.2f}",
+                "<= 6",
+                verdict(f["maas_requests_per_machine"], 6),
+            ],
+            ["Kubernetes API writes / machine", f"{f['kube_writes_per_machine']:.2f}", "", ""],
+            [
+                "operator peak RSS",
+                f"{f['operator_peak_rss_mb']:.0f} MB",
+                "<= 200 MB at 1,000",
+                verdict(f["operator_peak_rss_mb"], 200, n >= 1000),
+            ],
+            ["operator CPU (create..released)", f"{f['operator_cpu_seconds_window']:.1f} s", "", ""],
+            ["operator CPU (whole run)", f"{f['operator_cpu_seconds_total']:.1f} s", "", ""],
+            ["create requests (benchmark side)", f"{f['create_seconds']:.1f} s", "", ""],
+            [
+                "released after delete",
+                f"{f['released']}/{n} in {f['release_seconds']:.1f} s",
+                "all",
+                "ok" if f["released"] == n and not f["maas_machines_still_allocated"] else "LEAK",
+            ],
+            [
+                "simulator invariants",
+                "; ".join(f["simulator_invariants"]) or "ok",
+                "no violation",
+                "BROKEN" if f["simulator_invariants"] else "ok",
+            ],
+        ]
+        self.say("")
+        self.say(f"figures ({n} machines, MAAS deploy {self.args.deploy_seconds:g} s)")
+        self.say(table(["FIGURE", "VALUE", "TARGET", ""], rows))
+        self.say("")
+        self.say("MAAS requests by endpoint")
+        maas_rows = [
+            [method, endpoint + (f"?op={op}" if op else ""), count, f"{count / n:.2f}"]
+            for (method, endpoint, op), count in sorted(counters.items(), key=lambda kv: -kv[1])
+        ]
+        self.say(table(["METHOD", "ENDPOINT", "REQUESTS", "PER MACHINE"], maas_rows))
+        self.say("")
+        self.say("Kubernetes API writes by verb and resource (benchmark's own creates/delete included)")
+        kube_rows = [
+            [verb, res + (f"/{sub}" if sub else ""), count, f"{count / n:.2f}"]
+            for (verb, res, sub), count in sorted(writes.items(), key=lambda kv: -kv[1])
+            if count
+        ]
+        self.say(table(["VERB", "RESOURCE", "REQUESTS", "PER MACHINE"], kube_rows))
+
+
+class _Progress:
+    """One status line every few seconds while waiting (the benchmark prints no per-machine lines)."""
+
+    def __init__(self, say: Any, tracker: Tracker, names: list[str]) -> None:
+        self.say, self.tracker, self.names = say, tracker, names
+        self.t0 = self.last = time.monotonic()
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now - self.last < 5:
+            return
+        self.last = now
+        phases = Counter(r.phase for r in self.tracker.rows.values())
+        summary = ", ".join(f"{k} {v}" for k, v in phases.most_common())
+        self.say(f"  {now - self.t0:6.1f}s  {summary}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sigterm_as_interrupt()
+    return Bench(args).run()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

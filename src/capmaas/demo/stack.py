@@ -128,6 +128,7 @@ class Stack:
         return timed()
 
     def start(self) -> Stack:
+        self.opts.say(f"  working directory {self.workdir} (removed at exit)")
         with self._step("control plane: etcd, kube-apiserver, kube-controller-manager"):
             self.cp = ControlPlane.start(self.workdir / "controlplane")
         with self._step("CRDs: capmaas (crds/) and Cluster API core"):

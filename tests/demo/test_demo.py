@@ -1,0 +1,168 @@
+"""``capmaas demo`` and ``python -m capmaas.bench`` run for real, as a user runs them: a subprocess each, with
+its own control plane, simulator and operator. Small numbers and fast timings; no timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.k8s, pytest.mark.slow]
+
+TABLE_HEADER = re.compile(r"^NAME\s+ROLE\s+ZONE\s+SYSTEM ID\s+MAAS HOST\s+MAAS STATE\s+ADDRESS\s+READY$")
+WORKDIR = re.compile(r"working directory (/\S+) \(removed at exit\)")
+
+
+def run(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def final_table(out: str) -> list[list[str]]:
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if TABLE_HEADER.match(line))
+    rows = []
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            break
+        rows.append(line.split())
+    return rows
+
+
+def processes_mentioning(path: str) -> list[int]:
+    """PIDs whose command line or environment mentions ``path`` (what the demo started there)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            blob = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if path.encode() in blob:
+            found.append(int(entry.name))
+    return found
+
+
+def test_demo_provisions_every_machine_and_releases_them() -> None:
+    proc = run(
+        "-m", "capmaas", "demo", "--control-planes", "1", "--workers", "1", "--deploy-seconds", "1",
+        timeout=400,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    rows = final_table(proc.stdout)
+    assert {r[0] for r in rows} == {"cp-0", "worker-0"}, out
+    for name, role, zone, sid, host, state, address, ready in rows:
+        assert ready == "yes", out
+        assert state == "Deployed", out
+        assert role == ("control-plane" if name.startswith("cp-") else "worker")
+        assert zone.startswith("az")
+        assert sid != "-"
+        assert host != "-"
+        assert address.startswith("10.")
+    assert "2/2 machines Ready" in proc.stdout
+    assert "released 2/2 MAAS machines" in proc.stdout
+    assert "machines still allocated: 0; DNS records left: 0; simulator invariants: ok" in proc.stdout
+    workdir = WORKDIR.search(proc.stdout)
+    assert workdir is not None, out
+    assert not Path(workdir.group(1)).exists()
+    assert processes_mentioning(workdir.group(1)) == []
+
+
+def test_demo_cleans_up_on_ctrl_c() -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "capmaas",
+            "demo",
+            "--control-planes",
+            "1",
+            "--workers",
+            "1",
+            "--deploy-seconds",
+            "30",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    seen: list[str] = []
+    workdir = None
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if m := WORKDIR.search(line):
+                workdir = m.group(1)
+            if "Deploying" in line:  # machines are allocated in MAAS and the operator is busy: interrupt now
+                break
+        assert workdir is not None, "".join(seen)
+        assert processes_mentioning(workdir), "the demo's processes should be running now"
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = "".join(seen) + rest
+    assert proc.returncode == 130, out
+    assert "interrupted" in rest
+    assert not Path(workdir).exists(), out
+    deadline = time.monotonic() + 10
+    while processes_mentioning(workdir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_mentioning(workdir) == [], out
+
+
+FIGURES = [
+    "machines Ready",
+    "time to all Ready",
+    "readiness lag p50",
+    "readiness lag p99",
+    "MAAS requests / machine lifecycle",
+    "Kubernetes API writes / machine",
+    "operator peak RSS",
+    "operator CPU (create..released)",
+    "operator CPU (whole run)",
+    "released after delete",
+    "simulator invariants",
+]
+
+
+def test_bench_prints_every_figure(tmp_path: Path) -> None:
+    figures = tmp_path / "figures.json"
+    proc = run("-m", "capmaas.bench", "--machines", "5", "--json", str(figures), timeout=400)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    for name in FIGURES:
+        assert re.search(rf"^{re.escape(name)}\s+\S", proc.stdout, re.M), f"{name!r} missing\n{out}"
+    assert "MAAS requests by endpoint" in proc.stdout
+    assert re.search(r"^POST\s+/MAAS/api/2.0/machines/\?op=allocate\s+\d+", proc.stdout, re.M), out
+    assert re.search(r"^PATCH\s+maasmachines\S*\s+\d+", proc.stdout, re.M), out
+    data = json.loads(figures.read_text())
+    assert data["ready"] == 5
+    assert data["released"] == 5
+    assert data["maas_machines_still_allocated"] == 0
+    assert data["simulator_invariants"] == []
+    assert data["readiness_lag_samples"] == 5
+    for key in (
+        "time_to_all_ready_seconds", "readiness_lag_p50_seconds", "readiness_lag_p99_seconds",
+        "maas_requests_per_machine", "kube_writes_per_machine", "operator_peak_rss_mb",
+        "operator_cpu_seconds_window", "operator_cpu_seconds_total",
+    ):  # fmt: skip
+        value = data[key]
+        assert isinstance(value, int | float), (key, value)
+        assert value == value, (key, value)  # not NaN
+        assert value >= 0, (key, value)
+    assert data["maas_requests_per_machine"] >= 3  # at least allocate, deploy and release per machine
+    assert data["operator_peak_rss_mb"] > 10

@@ -38,7 +38,7 @@ from capmaas.reconcilers.lxd_placer import (
     vm_request,
 )
 from capmaas.reconcilers.ports import MaasPort
-from capmaas.reconcilers.scope import ANNOTATION_PREFIX, DELETE_FOR_MOVE_ANNOTATION, Requeue, is_paused
+from capmaas.reconcilers.scope import ANNOTATION_PREFIX, Requeue
 
 if TYPE_CHECKING:
     from capmaas.reconcilers.machine import MachineReconciler, MachineScope
@@ -463,59 +463,7 @@ async def _start_over(
 
 # --- delete ----------------------------------------------------------------------------------------------
 async def reconcile_delete(r: MachineReconciler, scope: MachineScope) -> Requeue:
-    """Delete the VM in MAAS (decompose), wait until MAAS no longer lists it, then drop the finalizer."""
-    from capmaas.reconcilers.machine import FINALIZER
+    """Delete the VM in MAAS (decompose): see :mod:`capmaas.reconcilers.lxd_delete`."""
+    from capmaas.reconcilers import lxd_delete
 
-    if FINALIZER not in scope.finalizers:
-        return Requeue()
-    if DELETE_FOR_MOVE_ANNOTATION in scope.annotations:
-        scope.set_condition(C.READY_CONDITION, False, C.DELETE_FOR_MOVE_REASON, "moved; VM kept")
-        scope.remove_finalizer(FINALIZER)
-        return Requeue()
-    r.load(scope)
-    paused, why = is_paused(scope.body, scope.cluster)
-    scope.set_paused_condition(paused, why)
-    if paused:
-        return Requeue()
-    port = await r.session(scope)
-    r.lxd.book(port.endpoint).release(scope.uid)
-    r.lxd.waits.pop(scope.uid, None)
-    sid = scope.spec.get("systemID")
-    if not sid and scope.annotation(COMPOSING):
-        sid = await _adopt(r, scope, port, vm_hostname(scope.name, scope.uid))
-        scope.set_annotation(COMPOSING, None)
-        await scope.flush()
-    if not sid:
-        return _deleted(r, scope, None)
-    requested = scope.annotation(DECOMPOSING)
-    if requested is None or r.clock() - float(requested) > DECOMPOSE_RECHECK:
-        try:
-            known = await port.delete_machine(sid)
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"decomposing VM {sid}") from exc
-        r.lxd.invalidate(port.endpoint)
-        if not known:
-            port.unwatch(sid)
-            return _deleted(r, scope, sid)
-        scope.set_annotation(DECOMPOSING, str(r.clock()))
-        scope.event("Normal", "VMDecomposing", f"deleting VM {sid} from its VM host")
-        await scope.flush()
-    port.watch(sid, scope.key)
-    if port.is_gone(sid):
-        port.unwatch(sid)
-        return _deleted(r, scope, sid)
-    scope.set_condition(
-        C.READY_CONDITION, False, C.DECOMPOSING_REASON, f"{sid}: waiting for MAAS to remove it"
-    )
-    return Requeue(DECOMPOSE_RECHECK)
-
-
-def _deleted(r: MachineReconciler, scope: MachineScope, sid: str | None) -> Requeue:
-    from capmaas.reconcilers.machine import FINALIZER
-
-    if sid:
-        scope.event("Normal", "VMDecomposed", f"VM {sid} deleted; its resources are back on the host")
-        r.lxd.allocated.discard((scope.uid, sid))
-    scope.remove_finalizer(FINALIZER)
-    r.recorder.machine_phase(scope.key, None)
-    return Requeue()
+    return await lxd_delete.reconcile_delete(r, scope)

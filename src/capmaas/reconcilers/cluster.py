@@ -21,7 +21,15 @@ from capmaas.api import conditions as C
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers.credentials import connect, maas_failure
 from capmaas.reconcilers.errors import ReconcileError
-from capmaas.reconcilers.ports import MAASCLUSTER, Body, KubePort, MaasConnector, MaasCredentials, MaasPort
+from capmaas.reconcilers.ports import (
+    MAASCLUSTER,
+    Body,
+    DnsRecord,
+    KubePort,
+    MaasConnector,
+    MaasCredentials,
+    MaasPort,
+)
 from capmaas.reconcilers.scope import (
     CONTROL_PLANE_LABEL,
     DELETE_FOR_MOVE_ANNOTATION,
@@ -83,6 +91,9 @@ class ClusterReconciler:
         self.kube = kube
         self.connector = connector
         self.default_credentials = default_credentials
+        # The DNS record as last read or written, per MaasCluster UID: a pass whose control-plane IPs did not
+        # change costs no MAAS request. Soft state: lost on restart, re-read once.
+        self._dns: dict[str, DnsRecord] = {}
 
     async def reconcile(self, body: Body) -> Requeue:
         if MANAGED_BY_ANNOTATION in (body.get("metadata", {}).get("annotations") or {}):
@@ -178,16 +189,22 @@ class ClusterReconciler:
         fqdn = host or dns_name(scope.cluster_name, scope.uid, domain)
         count, ips = control_plane_ips(self.kube, scope.namespace, scope.cluster_name)
         try:
-            record = await port.dns_find(fqdn)
+            record = self._dns.get(scope.uid)
+            if record is None or record.fqdn != fqdn:
+                record = await port.dns_find(fqdn)
             if record is None:
                 record = await port.dns_create(fqdn, ips)
                 scope.event("Normal", "DNSRecordCreated", f"{fqdn} -> {sorted(ips) or '(none yet)'}")
             elif ips and record.ips != ips:
                 await port.dns_update(record.id, ips)
+                record = DnsRecord(record.id, fqdn, ips)
                 scope.event("Normal", "DNSRecordUpdated", f"{fqdn} -> {sorted(ips)}")
             elif count == 0 and record.ips:
                 await port.dns_update(record.id, frozenset())  # no control plane left at all
+                record = DnsRecord(record.id, fqdn, frozenset())
+            self._dns[scope.uid] = record
         except maas_errors.MaasError as exc:
+            self._dns.pop(scope.uid, None)
             err = maas_failure(exc, None, f"DNS record {fqdn}", reason=C.DNS_UPDATE_FAILED_REASON)
             scope.set_condition(C.DNS_READY_CONDITION, False, C.DNS_UPDATE_FAILED_REASON, err.message)
             raise err from exc
@@ -235,6 +252,7 @@ class ClusterReconciler:
                 if record is not None:
                     await port.dns_delete(record.id)
                     scope.event("Normal", "DNSRecordDeleted", host)
+                self._dns.pop(scope.uid, None)
             except maas_errors.MaasError as exc:
                 raise maas_failure(exc, None, f"deleting DNS record {host}") from exc
         scope.remove_finalizer(FINALIZER)

@@ -79,6 +79,8 @@ class MachinePoller:
         self._task: asyncio.Task[None] | None = None
         self.last_error: maas_errors.MaasError | None = None
         self.polls = 0
+        self._seq = 0  # bumped by every put(); a poll older than a put must not overwrite what it put
+        self._written: dict[str, int] = {}
 
     # --- registration ------------------------------------------------------------------------------------
     def watch(self, system_id: str, key: str) -> None:
@@ -89,6 +91,7 @@ class MachinePoller:
 
     def unwatch(self, system_id: str) -> None:
         self._watched.pop(system_id, None)
+        self._written.pop(system_id, None)
         self._snap.pop(system_id, None)
         self._gone.discard(system_id)
 
@@ -108,6 +111,8 @@ class MachinePoller:
 
     def put(self, machine: maas.Machine) -> None:
         """Fold a write response into the snapshot; switches to fast polling if it is transitional."""
+        self._seq += 1
+        self._written[machine.system_id] = self._seq
         self._snap[machine.system_id] = machine
         self._gone.discard(machine.system_id)
         if machine.status in TRANSITIONAL:
@@ -152,6 +157,7 @@ class MachinePoller:
     async def poll_once(self) -> None:
         """One round of list calls over every watched system ID (also used directly by tests)."""
         ids = list(self._watched)
+        started = self._seq
         found: dict[str, maas.Machine] = {}
         try:
             for start in range(0, len(ids), self._batch):
@@ -167,8 +173,8 @@ class MachinePoller:
         self.last_error = None
         for sid in ids:
             key = self._watched.get(sid)
-            if key is None:
-                continue
+            if key is None or self._written.get(sid, 0) > started:
+                continue  # unwatched meanwhile, or a write answered after this poll was sent: newer
             new = found.get(sid)
             old = self._snap.get(sid)
             if new is None:

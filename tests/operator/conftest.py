@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,9 +108,9 @@ class Harness:
         return str(obj["metadata"]["uid"])
 
     async def wait(
-        self, what: str, check: Callable[[], Awaitable[bool]], timeout: float = 60.0, interval: float = 0.3
+        self, what: str, check: Callable[[], Awaitable[bool]], within: float = 60.0, interval: float = 0.3
     ) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             if await check():
                 return
@@ -128,9 +128,10 @@ class Harness:
         await self.apply(mc)
         if provision:
             await self.wait("MaasCluster ready", lambda: self.field("maasclusters", name, "status", "ready"))
+            status = {"status": {"initialization": {"infrastructureProvisioned": True}}}
             await self.k(
                 "patch", "clusters.cluster.x-k8s.io", name, "-n", self.namespace, "--subresource=status",
-                "--type=merge", "-p", json.dumps({"status": {"initialization": {"infrastructureProvisioned": True}}}),
+                "--type=merge", "-p", json.dumps(status),
             )  # fmt: skip
         return uid
 
@@ -180,7 +181,7 @@ def sim() -> Simulator:
 
 
 @pytest.fixture
-def operator_env(kube: ControlPlane) -> Iterator[dict[str, str]]:
+def operator_env(kube: ControlPlane) -> dict[str, str]:
     env = dict(os.environ)
     env.update(kube.env())
     env.update(
@@ -195,14 +196,19 @@ def operator_env(kube: ControlPlane) -> Iterator[dict[str, str]]:
         CAPMAAS_MACHINE__RETRY_MAX_DELAY="3",
         CAPMAAS_KUBE__SECRET_CACHE_TTL="1",
     )
-    yield env
+    return env
 
 
 @pytest.fixture
 async def harness(
-    kube: ControlPlane, kubectl: Any, crds: None, namespace: str, sim: Simulator, operator_env: dict[str, str],
+    kube: ControlPlane,
+    kubectl: Any,
+    crds: None,
+    namespace: str,
+    sim: Simulator,
+    operator_env: dict[str, str],
     tmp_path: Path,
-) -> AsyncIterator[Harness]:  # fmt: skip
+) -> AsyncIterator[Harness]:
     async with serve(sim, host="127.0.0.1", port=0) as url:
         operator_env.update(CAPMAAS_MAAS__ENDPOINT=url, CAPMAAS_MAAS__API_KEY=sim.api_key)
         op = Operator(operator_env, namespace, tmp_path / "operator.log")
@@ -213,7 +219,5 @@ async def harness(
             op.stop()
             # Leave nothing blocking the namespace deletion behind.
             for plural in ("maasmachines", "maasclusters"):
-                await h.k(
-                    "patch", plural, "--all", "-n", namespace, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
-                    check=False,
-                )  # fmt: skip
+                patch = '{"metadata":{"finalizers":null}}'
+                await h.k("patch", plural, "--all", "-n", namespace, "--type=merge", "-p", patch, check=False)

@@ -24,7 +24,7 @@ async def test_cluster_of_six_machines_goes_ready_and_is_released_on_delete(harn
     async def all_ready() -> bool:
         return all([await h.field("maasmachines", n, "status", "ready") for n in NAMES])
 
-    await h.wait("six MaasMachines Ready", all_ready, timeout=90)
+    await h.wait("six MaasMachines Ready", all_ready, within=90)
 
     sids = set()
     for n in NAMES:
@@ -35,13 +35,16 @@ async def test_cluster_of_six_machines_goes_ready_and_is_released_on_delete(harn
         sids.add(sid)
         assert spec["providerID"] == f"maas://{zone}/{sid}"
         assert status["initialization"] == {"provisioned": True}
-        assert status["machineState"] == "Deployed" and status["machinePowered"] is True
+        assert status["machineState"] == "Deployed"
+        assert status["machinePowered"] is True
         hostname = status["hostname"]
         addrs = {(a["type"], a["address"]) for a in status["addresses"]}
-        assert ("InternalDNS", hostname) in addrs and ("Hostname", hostname) in addrs
-        assert any(t == "InternalIP" for t, _ in addrs) and any(t == "ExternalIP" for t, _ in addrs)
+        assert ("InternalDNS", hostname) in addrs
+        assert ("Hostname", hostname) in addrs
+        assert {"InternalIP", "ExternalIP"} <= {t for t, _ in addrs}
         ready = await h.condition("maasmachines", n, C.READY_CONDITION)
-        assert ready is not None and ready["status"] == "True"
+        assert ready is not None
+        assert ready["status"] == "True"
         assert "maasmachine.infrastructure.cluster.x-k8s.io" in mm["metadata"]["finalizers"]
         assert [m["system_id"] for m in h.sim.machines_by_agent(mm["metadata"]["uid"])] == [sid]
     assert len(sids) == 6
@@ -68,7 +71,7 @@ async def test_cluster_of_six_machines_goes_ready_and_is_released_on_delete(harn
     async def dns_follows_cp() -> bool:
         return dns_ips() == cp_ips
 
-    await h.wait("DNS record lists the control plane", dns_follows_cp, timeout=30)
+    await h.wait("DNS record lists the control plane", dns_follows_cp, within=30)
 
     await h.k("delete", "maasmachines", "--all", "-n", h.namespace, "--wait=false")
 
@@ -76,7 +79,7 @@ async def test_cluster_of_six_machines_goes_ready_and_is_released_on_delete(harn
         r = await h.k("get", "maasmachines", "-n", h.namespace, "-o", "name")
         return r.stdout.strip() == ""
 
-    await h.wait("MaasMachines deleted", machines_gone, timeout=60)
+    await h.wait("MaasMachines deleted", machines_gone, within=60)
     for sid in sids:
         assert h.sim.machine(sid)["status_name"] == "Ready", h.sim.machine(sid)["status_name"]
     await h.k("delete", "maasclusters", "c1", "-n", h.namespace, "--wait=false")
@@ -85,7 +88,7 @@ async def test_cluster_of_six_machines_goes_ready_and_is_released_on_delete(harn
         return await h.get("maasclusters", "c1") is None
 
     try:
-        await h.wait("MaasCluster deleted", cluster_gone, timeout=30)
+        await h.wait("MaasCluster deleted", cluster_gone, within=30)
     except AssertionError:
         print((await h.k("get", "maasclusters", "-n", h.namespace, "-o", "yaml")).stdout)
         raise
@@ -97,7 +100,9 @@ async def test_cluster_of_six_machines_goes_ready_and_is_released_on_delete(harn
     writes = sum(n for (_, _, op), n in counts.items() if op in ("allocate", "deploy", "release"))
     dns = sum(n for (_, path, _), n in counts.items() if "dnsresources" in path)
     assert writes / len(NAMES) <= 3.5  # allocate + deploy + release; a spread miss may add an allocate
-    assert dns <= 10  # per cluster, not per machine: find, create, one update per control-plane change, delete
+    assert (
+        dns <= 10
+    )  # per cluster, not per machine: find, create, one update per control-plane change, delete
 
 
 async def test_liveness_and_metrics_endpoints(harness: Harness) -> None:
@@ -118,6 +123,6 @@ async def test_liveness_and_metrics_endpoints(harness: Harness) -> None:
         text = (await client.get(f"http://127.0.0.1:{metrics}/metrics")).text
     assert 'capmaas_machines{phase="Ready"} 1.0' in text
     assert "capmaas_maas_requests_total{" in text
-    assert 'op=allocate' in text or "allocate" in text
+    assert "op=allocate" in text or "allocate" in text
     assert 'capmaas_reconciles_total{kind="maasmachines",result="success"}' in text
     assert "capmaas_deploy_duration_seconds_count 1.0" in text

@@ -33,14 +33,32 @@ async def test_paused_cluster_is_left_alone_until_unpaused(harness: Harness) -> 
     h = harness
     h.operator.start()
     await h.cluster()
-    await h.k("patch", "clusters.cluster.x-k8s.io", "c1", "-n", h.namespace, "--type=merge", "-p", '{"spec":{"paused":true}}')
+    await h.k(
+        "patch",
+        "clusters.cluster.x-k8s.io",
+        "c1",
+        "-n",
+        h.namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"paused":true}}',
+    )
     await h.machine("w0", cp=False)
     await h.wait("Paused condition", reason_is(h, "maasmachines", "w0", C.PAUSED_CONDITION, C.PAUSED_REASON))
     mm = await h.get("maasmachines", "w0")
     assert mm is not None
     assert "systemID" not in mm["spec"]
     assert h.sim.machines_by_agent(mm["metadata"]["uid"]) == []
-    await h.k("patch", "clusters.cluster.x-k8s.io", "c1", "-n", h.namespace, "--type=merge", "-p", '{"spec":{"paused":false}}')
+    await h.k(
+        "patch",
+        "clusters.cluster.x-k8s.io",
+        "c1",
+        "-n",
+        h.namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"paused":false}}',
+    )
     await h.wait("Ready after unpause", lambda: ready(h, "w0"))
 
 
@@ -83,7 +101,9 @@ async def test_delete_for_move_leaves_the_maas_machine_alone(harness: Harness) -
     await h.machine("w0", cp=False)
     await h.wait("Ready", lambda: ready(h, "w0"))
     sid = await h.field("maasmachines", "w0", "spec", "systemID")
-    await h.k("annotate", "maasmachines", "w0", "-n", h.namespace, "clusterctl.cluster.x-k8s.io/delete-for-move=")
+    await h.k(
+        "annotate", "maasmachines", "w0", "-n", h.namespace, "clusterctl.cluster.x-k8s.io/delete-for-move="
+    )
     await h.k("delete", "maasmachines", "w0", "-n", h.namespace, "--wait=false")
 
     async def gone() -> bool:
@@ -105,7 +125,9 @@ async def test_waits_for_bootstrap_data_then_deploys_when_the_machine_gets_it(ha
     assert await h.field("maasmachines", "w0", "spec", "systemID") is None
     await h.apply(demo.bootstrap_secret("w0-bootstrap", h.namespace, "c1"))
     patch = {"spec": {"bootstrap": {"dataSecretName": "w0-bootstrap", "configRef": None}}}
-    await h.k("patch", "machines.cluster.x-k8s.io", "w0", "-n", h.namespace, "--type=merge", "-p", json.dumps(patch))
+    await h.k(
+        "patch", "machines.cluster.x-k8s.io", "w0", "-n", h.namespace, "--type=merge", "-p", json.dumps(patch)
+    )
     await h.wait("Ready", lambda: ready(h, "w0"))
 
 
@@ -131,7 +153,7 @@ async def test_identity_secret_missing_then_bad_then_good(harness: Harness) -> N
     await h.wait(
         "InvalidCredentials",
         reason_is(h, "maasclusters", "c1", C.MAAS_CONNECTED_CONDITION, C.INVALID_CREDENTIALS_REASON),
-        timeout=90,
+        within=90,
     )
     secret["stringData"] = {"endpoint": h.url, "api-key": h.sim.api_key}  # the legacy key names
     await h.k("delete", "secret", "maas-creds", "-n", h.namespace)
@@ -140,7 +162,7 @@ async def test_identity_secret_missing_then_bad_then_good(harness: Harness) -> N
     async def mc_ready() -> bool:
         return bool(await h.field("maasclusters", "c1", "status", "ready"))
 
-    await h.wait("MaasCluster ready with the rotated Secret", mc_ready, timeout=90)
+    await h.wait("MaasCluster ready with the rotated Secret", mc_ready, within=90)
     everything = (await h.k("get", "maasclusters,events", "-n", h.namespace, "-o", "yaml")).stdout
     for key in (bad_key, h.sim.api_key):
         assert key not in everything
@@ -153,7 +175,8 @@ async def test_no_matching_machine_names_the_constraints(harness: Harness) -> No
     await h.cluster()
     await h.machine("big", cp=False, min_cpu=4000)
     await h.wait(
-        "NoMachineAvailable", reason_is(h, "maasmachines", "big", C.READY_CONDITION, C.NO_MACHINE_AVAILABLE_REASON)
+        "NoMachineAvailable",
+        reason_is(h, "maasmachines", "big", C.READY_CONDITION, C.NO_MACHINE_AVAILABLE_REASON),
     )
     c = await h.condition("maasmachines", "big", C.READY_CONDITION)
     assert c is not None
@@ -176,11 +199,13 @@ async def test_failed_deployment_is_retried_on_another_machine(harness: Harness)
     h.operator.start()
     await h.cluster()
     await h.machine("w0", cp=False)
-    await h.wait("Ready", lambda: ready(h, "w0"), timeout=60)
+    await h.wait("Ready", lambda: ready(h, "w0"), within=60)
     mm = await h.get("maasmachines", "w0")
     assert mm is not None
     assert mm["status"]["attempts"] == 2
-    reasons = (await h.k("get", "events", "-n", h.namespace, "-o", "jsonpath={.items[*].reason}")).stdout.split()
+    reasons = (
+        await h.k("get", "events", "-n", h.namespace, "-o", "jsonpath={.items[*].reason}")
+    ).stdout.split()
     assert C.DEPLOYMENT_FAILED_REASON in reasons
     owned = h.sim.machines_by_agent(mm["metadata"]["uid"])
     assert [m["system_id"] for m in owned] == [mm["spec"]["systemID"]]
@@ -197,12 +222,14 @@ async def test_deploy_timeout_replaces_the_machine_then_gives_up(harness: Harnes
     await h.wait(
         "RetriesExhausted",
         reason_is(h, "maasmachines", "w0", C.READY_CONDITION, C.RETRIES_EXHAUSTED_REASON),
-        timeout=60,
+        within=60,
     )
     mm = await h.get("maasmachines", "w0")
     assert mm is not None
     assert h.sim.machines_by_agent(mm["metadata"]["uid"]) == []  # nothing leaked
-    reasons = (await h.k("get", "events", "-n", h.namespace, "-o", "jsonpath={.items[*].reason}")).stdout.split()
+    reasons = (
+        await h.k("get", "events", "-n", h.namespace, "-o", "jsonpath={.items[*].reason}")
+    ).stdout.split()
     assert C.DEPLOYMENT_TIMED_OUT_REASON in reasons
 
 
@@ -219,14 +246,16 @@ async def test_powered_off_machine_is_powered_on(harness: Harness) -> None:
     async def powered_on_by_us() -> bool:
         return any(op == "power_on" for (_, _, op) in h.sim.counters)
 
-    await h.wait("a power_on request", powered_on_by_us, timeout=30)
+    await h.wait("a power_on request", powered_on_by_us, within=30)
     assert await h.field("maasmachines", "w0", "status", "ready") is True  # never flipped back
     await h.wait(
         "powered on again",
         reason_is(h, "maasmachines", "w0", C.MACHINE_PROVISIONED_CONDITION, C.PROVISIONED_REASON),
-        timeout=30,
+        within=30,
     )
-    reasons = (await h.k("get", "events", "-n", h.namespace, "-o", "jsonpath={.items[*].reason}")).stdout.split()
+    reasons = (
+        await h.k("get", "events", "-n", h.namespace, "-o", "jsonpath={.items[*].reason}")
+    ).stdout.split()
     assert C.MACHINE_POWERED_OFF_REASON in reasons
     assert h.sim.machine(sid)["power_state"] == "on"
 
@@ -274,11 +303,17 @@ async def test_node_provider_id_is_set_in_the_workload_cluster(harness: Harness,
 
     async def patched() -> bool:
         r = await h.k(
-            "get", "node", hostname, "-o", "jsonpath={.spec.providerID}", "--kubeconfig", str(workload_kube.kubeconfig)
+            "get",
+            "node",
+            hostname,
+            "-o",
+            "jsonpath={.spec.providerID}",
+            "--kubeconfig",
+            str(workload_kube.kubeconfig),
         )
         return r.stdout.strip() == pid
 
     try:
-        await h.wait("Node providerID", patched, timeout=90)
+        await h.wait("Node providerID", patched, within=90)
     finally:
         await h.k("delete", "node", hostname, "--kubeconfig", str(workload_kube.kubeconfig), check=False)

@@ -148,8 +148,8 @@ def _meta(body: Any) -> tuple[str, str]:
 
 
 def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
-    """Attach every handler to ``registry``. Handlers are async: they only touch in-memory state, and sync ones
-    would run in kopf's thread pool, away from the event loop the per-object loops live on."""
+    """Attach every handler to ``registry``. Handlers are async: they only touch in-memory state, and sync
+    ones would run in kopf's thread pool, away from the event loop the per-object loops live on."""
     config = rt.config
     labels = label_filter(config.kube.watch_filter)
 

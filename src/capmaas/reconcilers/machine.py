@@ -14,11 +14,9 @@ poller (:mod:`capmaas.reconcilers.maasgw`), never with a GET of its own.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from capmaas import maas, placement
 from capmaas.api import conditions as C
@@ -26,6 +24,15 @@ from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import lxd, lxd_placer, machine_delete
 from capmaas.reconcilers.credentials import connect, maas_failure
 from capmaas.reconcilers.errors import ReconcileError, TerminalError, TransientError
+from capmaas.reconcilers.machine_facts import (
+    _bootstrap_secret,
+    _infra_provisioned,
+    addresses,
+    describe,
+    detect_format,
+    distro_series,
+    provider_id,
+)
 from capmaas.reconcilers.ports import (
     MAASMACHINE,
     Body,
@@ -44,6 +51,17 @@ from capmaas.reconcilers.scope import (
     is_paused,
     owner_ref,
 )
+
+__all__ = [  # the LXD path reuses the user-data helpers through this module
+    "ALLOCATING",
+    "FINALIZER",
+    "MachineReconciler",
+    "MachineScope",
+    "MachineSettings",
+    "_bootstrap_secret",
+    "detect_format",
+    "distro_series",
+]
 
 FINALIZER = "maasmachine.infrastructure.cluster.x-k8s.io"
 ALLOCATING = "allocating"
@@ -84,43 +102,6 @@ class MachineScope(ObjectScope):
         self.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, reason, message)
         if not self.status.get("ready"):
             self.set_condition(C.READY_CONDITION, False, reason, message)
-
-
-def detect_format(data: Mapping[str, bytes]) -> str:
-    """``cloud-config`` or ``ignition``: the Secret's ``format`` key, else sniffed (HyperShift sends none)."""
-    fmt = data.get("format")
-    if fmt:
-        return fmt.decode(errors="replace").strip()
-    value = data.get("value", b"").lstrip()
-    if value.startswith(b"{"):
-        try:
-            doc = json.loads(value)
-        except ValueError:
-            return "cloud-config"
-        if isinstance(doc, dict) and "ignition" in doc:
-            return "ignition"
-    return "cloud-config"
-
-
-def distro_series(image: str | None) -> str | None:
-    """``ubuntu/jammy`` is passed as is (MAAS resolves ``os/series``); a bare name is a custom image."""
-    if not image:
-        return None
-    return image if "/" in image else f"custom/{image}"
-
-
-def provider_id(zone: str, system_id: str) -> str:
-    return f"maas://{zone}/{system_id}"
-
-
-def addresses(m: maas.Machine) -> list[dict[str, str]]:
-    """InternalDNS = the future Node name (CSR approval needs it), Hostname, each IP as Internal/External."""
-    out = [{"type": "Hostname", "address": m.hostname}, {"type": "InternalDNS", "address": m.hostname}]
-    for ip in m.ip_addresses:
-        out.append({"type": "InternalIP", "address": ip})
-    for ip in m.ip_addresses:
-        out.append({"type": "ExternalIP", "address": ip})
-    return out
 
 
 class MachineReconciler:
@@ -516,20 +497,3 @@ class MachineReconciler:
         )
         await scope.flush()
         return Requeue(0.0)
-
-
-def describe(c: maas.AllocateConstraints) -> str:
-    parts = [f"{k}={v}" for k, v in c.model_dump(exclude_defaults=True).items() if v not in (None, (), [])]
-    return ", ".join(parts) or "(no constraints)"
-
-
-def _infra_provisioned(cluster: Body) -> bool:
-    status = cluster.get("status") or {}
-    init = status.get("initialization") or {}
-    return bool(init.get("infrastructureProvisioned") or status.get("infrastructureReady"))
-
-
-def _bootstrap_secret(machine: Body) -> str | None:
-    spec: Mapping[str, Any] = machine.get("spec") or {}
-    name = (spec.get("bootstrap") or {}).get("dataSecretName")
-    return str(name) if name else None

@@ -1,0 +1,77 @@
+"""Pure facts about a bare-metal MaasMachine: user-data format, image, providerID, addresses, CAPI fields.
+
+No I/O here; :mod:`capmaas.reconcilers.machine` (and the LXD path) call these.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from capmaas import maas
+from capmaas.reconcilers.ports import Body
+
+__all__ = [
+    "_bootstrap_secret",
+    "_infra_provisioned",
+    "addresses",
+    "describe",
+    "detect_format",
+    "distro_series",
+    "provider_id",
+]
+
+
+def detect_format(data: Mapping[str, bytes]) -> str:
+    """``cloud-config`` or ``ignition``: the Secret's ``format`` key, else sniffed (HyperShift sends none)."""
+    fmt = data.get("format")
+    if fmt:
+        return fmt.decode(errors="replace").strip()
+    value = data.get("value", b"").lstrip()
+    if value.startswith(b"{"):
+        try:
+            doc = json.loads(value)
+        except ValueError:
+            return "cloud-config"
+        if isinstance(doc, dict) and "ignition" in doc:
+            return "ignition"
+    return "cloud-config"
+
+
+def distro_series(image: str | None) -> str | None:
+    """``ubuntu/jammy`` is passed as is (MAAS resolves ``os/series``); a bare name is a custom image."""
+    if not image:
+        return None
+    return image if "/" in image else f"custom/{image}"
+
+
+def provider_id(zone: str, system_id: str) -> str:
+    return f"maas://{zone}/{system_id}"
+
+
+def addresses(m: maas.Machine) -> list[dict[str, str]]:
+    """InternalDNS = the future Node name (CSR approval needs it), Hostname, each IP as Internal/External."""
+    out = [{"type": "Hostname", "address": m.hostname}, {"type": "InternalDNS", "address": m.hostname}]
+    for ip in m.ip_addresses:
+        out.append({"type": "InternalIP", "address": ip})
+    for ip in m.ip_addresses:
+        out.append({"type": "ExternalIP", "address": ip})
+    return out
+
+
+def describe(c: maas.AllocateConstraints) -> str:
+    parts = [f"{k}={v}" for k, v in c.model_dump(exclude_defaults=True).items() if v not in (None, (), [])]
+    return ", ".join(parts) or "(no constraints)"
+
+
+def _infra_provisioned(cluster: Body) -> bool:
+    status = cluster.get("status") or {}
+    init = status.get("initialization") or {}
+    return bool(init.get("infrastructureProvisioned") or status.get("infrastructureReady"))
+
+
+def _bootstrap_secret(machine: Body) -> str | None:
+    spec: Mapping[str, Any] = machine.get("spec") or {}
+    name = (spec.get("bootstrap") or {}).get("dataSecretName")
+    return str(name) if name else None

@@ -28,7 +28,9 @@ def run(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
 
 def final_table(out: str) -> list[list[str]]:
     lines = out.splitlines()
-    start = next(i for i, line in enumerate(lines) if TABLE_HEADER.match(line))
+    starts = [i for i, line in enumerate(lines) if TABLE_HEADER.match(line)]
+    assert len(starts) == 1, f"expected one machine table in:\n{out}"
+    start = starts[0]
     rows = []
     for line in lines[start + 1 :]:
         if not line.strip():

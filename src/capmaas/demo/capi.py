@@ -42,6 +42,7 @@ class MachineSpec:
     min_memory: int = 4096
     tags: tuple[str, ...] = ()
     resource_pool: str | None = None
+    lxd_disk_gb: int | None = None  # set: an LXD VM with this root disk instead of a bare-metal machine
     extra_labels: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -133,6 +134,7 @@ class Capi:
             min_memory=spec.min_memory,
             tags=list(spec.tags) or None,
             resource_pool=spec.resource_pool,
+            lxd_config=None if spec.lxd_disk_gb is None else {"storage": {"size": spec.lxd_disk_gb}},
         )
         mm["metadata"]["labels"].update(spec.extra_labels)
         return mm

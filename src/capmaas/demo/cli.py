@@ -22,7 +22,9 @@ from capmaas.demo.progress import Row, Tracker, table
 from capmaas.demo.stack import Stack, StackError, StackOptions, sigterm_as_interrupt
 from capmaas.simulator import Inventory, Timings
 
-SAMPLE_INVENTORY = Path(__file__).resolve().parents[3] / "examples" / "inventory-sample.yaml"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+SAMPLE_INVENTORY = EXAMPLES / "inventory-sample.yaml"
+LXD_INVENTORY = EXAMPLES / "inventory-lxd.yaml"
 CLUSTER = "demo"
 TERMINAL = frozenset({C.RETRIES_EXHAUSTED_REASON})
 
@@ -44,6 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=300.0, metavar="S", help="give up after S seconds (300)"
     )
     parser.add_argument(
+        "--lxd",
+        action="store_true",
+        help="LXD flavour: every machine is a VM composed on a MAAS VM host (examples/inventory-lxd.yaml)",
+    )
+    parser.add_argument(
         "--keep",
         action="store_true",
         help="leave everything running (print KUBECONFIG and the simulator URL) until Ctrl-C",
@@ -57,6 +64,11 @@ def plan(args: argparse.Namespace) -> tuple[Inventory, str, list[MachineSpec]]:
     cps, workers = args.control_planes, args.workers
     if cps < 1 or workers < 0:
         raise SystemExit("capmaas demo: need --control-planes >= 1 and --workers >= 0")
+    if args.lxd:
+        source = args.inventory or str(LXD_INVENTORY)
+        specs = [MachineSpec(f"cp-{i}", True, lxd_disk_gb=20) for i in range(cps)]
+        specs += [MachineSpec(f"worker-{i}", False, lxd_disk_gb=20) for i in range(workers)]
+        return Inventory.from_yaml(source), source, specs
     if args.inventory:
         source, inventory = args.inventory, Inventory.from_yaml(args.inventory)
         sample = False
@@ -69,7 +81,8 @@ def plan(args: argparse.Namespace) -> tuple[Inventory, str, list[MachineSpec]]:
             Inventory.generate(total, 3),
             False,
         )
-    specs = [MachineSpec(f"cp-{i}", True, tags=("control-plane",) if sample else ()) for i in range(cps)] + [
+    specs = [MachineSpec(f"cp-{i}", True, tags=("control-plane",) if sample else ()) for i in range(cps)]
+    specs += [
         MachineSpec(f"worker-{i}", False, resource_pool="workers" if sample else None) for i in range(workers)
     ]
     return inventory, source, specs
@@ -96,11 +109,14 @@ class Demo:
     def run(self) -> int:
         inventory, source, specs = plan(self.args)
         names = [s.name for s in specs]
-        timings = Timings(commission=0.0, deploy=self.args.deploy_seconds, release=1.0, erase=2.0)
+        # Composed LXD VMs commission before they can be deployed; bare metal here is commissioned already.
+        commission = 2.0 if self.args.lxd else 0.0
+        timings = Timings(commission=commission, deploy=self.args.deploy_seconds, release=1.0, erase=2.0)
         cps = sum(s.control_plane for s in specs)
         self.say(
-            f"capmaas demo: cluster {CLUSTER!r}, {cps} control-plane + {len(specs) - cps} worker machines "
-            f"on a simulated MAAS ({source}; deploys take {self.args.deploy_seconds:g}s)"
+            f"capmaas demo: cluster {CLUSTER!r}, machines: {cps} control-plane + {len(specs) - cps} worker "
+            f"{'LXD VMs ' if self.args.lxd else ''}on a simulated MAAS ({source}; "
+            f"deploys take {self.args.deploy_seconds:g}s)"
         )
         stack = Stack(StackOptions(inventory, timings, say=self.say))
         try:
@@ -121,6 +137,7 @@ class Demo:
         assert stack.sim is not None
         sim = stack.sim
         dns_before = sim.call(lambda s: {r.name for r in s.state.dns_resources.values()})
+        owned_before = {sid for sid, m in sim.machine_states().items() if m["owner"] is not None}  # VM hosts
         capi = Capi(stack.kube, stack.namespace, CLUSTER)
         watcher = stack.kube.watch(MAASMACHINES, stack.namespace)
         tracker = Tracker()
@@ -154,7 +171,9 @@ class Demo:
                 self._explain(tracker, names, stack)
             if self.args.keep:
                 return self._keep(stack, all_ready)
-            released = self._delete(stack, capi, watcher, tracker, names=names, dns=dns_before)
+            released = self._delete(
+                stack, capi, watcher, tracker, names=names, dns=dns_before, owned=owned_before
+            )
         finally:
             watcher.stop()
         total = time.monotonic() - self.t0
@@ -167,19 +186,14 @@ class Demo:
         for n in names:
             r = tracker.rows.get(n) or Row(n)
             state = maas.get(r.system_id, {}).get("status_name", "-") if r.system_id else "-"
+            host = maas.get(r.system_id, {}).get("hostname", "-") if r.system_id else "-"
+            ready = "yes" if r.ready else "no"
             rows.append(
-                [
-                    r.name,
-                    r.role,
-                    r.zone or "-",
-                    r.system_id or "-",
-                    state,
-                    r.address or "-",
-                    "yes" if r.ready else "no",
-                ]
+                [r.name, r.role, r.zone or "-", r.system_id or "-", host, state, r.address or "-", ready]
             )
         self.say("")
-        self.say(table(["NAME", "ROLE", "ZONE", "SYSTEM ID", "MAAS STATE", "ADDRESS", "READY"], rows))
+        headers = ["NAME", "ROLE", "ZONE", "SYSTEM ID", "MAAS HOST", "MAAS STATE", "ADDRESS", "READY"]
+        self.say(table(headers, rows))
         self.say("")
 
     def _explain(self, tracker: Tracker, names: list[str], stack: Stack) -> None:
@@ -208,8 +222,18 @@ class Demo:
         return 0 if all_ready else 1
 
     def _delete(
-        self, stack: Stack, capi: Capi, watcher: Watcher, tracker: Tracker, *, names: list[str], dns: set[str]
+        self,
+        stack: Stack,
+        capi: Capi,
+        watcher: Watcher,
+        tracker: Tracker,
+        *,
+        names: list[str],
+        dns: set[str],
+        owned: set[str],
     ) -> bool:
+        """Delete as CAPI does and check MAAS afterwards: every machine we had is Ready again (or gone, for
+        a decomposed LXD VM), nothing new is owned, no DNS record is left, the simulator is consistent."""
         assert stack.sim is not None
         sim = stack.sim
         sids = {r.system_id for n in names if (r := tracker.rows.get(n)) and r.system_id}
@@ -231,8 +255,8 @@ class Demo:
         )
         took = time.time() - self.tw
         maas = sim.machine_states()
-        held = sorted(sid for sid, m in maas.items() if m["owner"] is not None)
-        released = [sid for sid in sids if maas.get(sid, {}).get("status_name") == "Ready"]
+        held = sorted(sid for sid, m in maas.items() if m["owner"] is not None and sid not in owned)
+        released = [sid for sid in sids if sid not in maas or maas[sid]["status_name"] == "Ready"]
         dns_left = sim.call(lambda s: {r.name for r in s.state.dns_resources.values()}) - dns
         problems = sim.invariants()
         self.say(

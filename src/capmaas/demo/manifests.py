@@ -124,7 +124,10 @@ def maasmachine(
     image: str = "ubuntu/jammy",
     failure_domain: str | None = None,
     resource_pool: str | None = None,
+    lxd_config: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """A MaasMachine; ``lxd_config`` (even ``{}``) makes it ``provisioningMode: lxd`` (a VM composed on a
+    MAAS VM host) instead of bare metal."""
     labels = {CLUSTER_NAME_LABEL: cluster_name}
     if control_plane:
         labels[CONTROL_PLANE_LABEL] = ""
@@ -138,6 +141,9 @@ def maasmachine(
         spec["failureDomain"] = failure_domain
     if resource_pool:
         spec["resourcePool"] = resource_pool
+    if lxd_config is not None:
+        spec["provisioningMode"] = "lxd"
+        spec["lxdConfig"] = lxd_config
     return {"apiVersion": INFRA_API, "kind": "MaasMachine", "metadata": meta, "spec": spec}
 
 

@@ -1,0 +1,148 @@
+"""The demo's and the benchmark's pure parts: phase folding, tables, apiserver metrics, /proc, percentiles."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+
+import pytest
+
+from capmaas.bench.metrics import apiserver_writes, percentile, proc_stats
+from capmaas.demo import cli, manifests
+from capmaas.demo.kube import WatchEvent
+from capmaas.demo.progress import Tracker, table
+
+
+def mm(
+    name: str,
+    *,
+    sid: str = "",
+    state: str = "",
+    ready: bool = False,
+    reason: str = "",
+    deleting: bool = False,
+):
+    meta: dict[str, object] = {"name": name, "labels": {manifests.CONTROL_PLANE_LABEL: ""}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    status: dict[str, object] = {
+        "ready": ready,
+        "conditions": [{"type": "Ready", "reason": reason, "message": "m"}],
+    }
+    if state:
+        status["machineState"] = state
+        status["failureDomain"] = "az2"
+        status["addresses"] = [
+            {"type": "Hostname", "address": "h"},
+            {"type": "InternalIP", "address": "10.0.0.5"},
+        ]
+    return {"metadata": meta, "spec": {"systemID": sid} if sid else {}, "status": status}
+
+
+def test_tracker_reports_each_phase_change_once() -> None:
+    t = Tracker()
+    steps = [
+        ("ADDED", mm("cp-0", reason="WaitingForMachineOwner")),
+        ("MODIFIED", mm("cp-0", reason="WaitingForMachineOwner")),  # no change: no line
+        ("MODIFIED", mm("cp-0", sid="abc", reason="WaitingForMachineOwner")),  # stale reason, but allocated
+        ("MODIFIED", mm("cp-0", sid="abc", state="Deploying", reason="MachineDeploying")),
+        ("MODIFIED", mm("cp-0", sid="abc", state="Deployed", ready=True, reason="Ready")),
+        ("MODIFIED", mm("cp-0", sid="abc", state="Deployed", ready=True, reason="Releasing", deleting=True)),
+        ("DELETED", mm("cp-0", sid="abc", state="Deployed", ready=True, reason="Releasing", deleting=True)),
+    ]
+    phases = []
+    for i, (kind, obj) in enumerate(steps):
+        phases += [row.phase for _, row in t.apply([WatchEvent(float(i), kind, obj)])]
+    assert phases == ["WaitingForMachineOwner", "Allocated", "Deploying", "Ready", "Releasing", "Released"]
+    row = t.rows["cp-0"]
+    assert (row.role, row.zone, row.address, row.ready_at, row.deleted_at) == (
+        "control-plane",
+        "az2",
+        "10.0.0.5",
+        4.0,
+        6.0,
+    )
+    assert t.count(["cp-0", "other"], ready=True) == 1
+    assert t.count(["cp-0"], deleted=True) == 1
+
+
+def test_tracker_flags_terminal_reasons() -> None:
+    t = Tracker()
+    t.apply([WatchEvent(0.0, "ADDED", mm("w", reason="RetriesExhausted")), WatchEvent(0.0, "ADDED", mm("x"))])
+    assert [r.name for r in t.failed(["w", "x"], frozenset({"RetriesExhausted"}))] == ["w"]
+
+
+def test_table_aligns_columns() -> None:
+    out = table(["A", "LONGER"], [["xxxx", 1], ["y", None]])
+    assert out.splitlines() == ["A     LONGER", "xxxx  1", "y     None"]
+
+
+def sample(verb: str, resource: str, value: int, *, sub: str = "", code: str = "200") -> str:
+    labels = f'code="{code}",component="apiserver",resource="{resource}",subresource="{sub}",verb="{verb}"'
+    return f"apiserver_request_total{{{labels}}} {value}"
+
+
+METRICS = "\n".join(
+    [
+        "# HELP apiserver_request_total [STABLE] Counter of apiserver requests",
+        "# TYPE apiserver_request_total counter",
+        sample("POST", "maasmachines", 7, code="201"),
+        sample("PATCH", "maasmachines", 5, sub="status"),
+        sample("PATCH", "maasmachines", 2, sub="status", code="409"),
+        sample("LIST", "pods", 40),
+        sample("PUT", "leases", 9),
+        "",
+    ]
+)
+
+
+def test_apiserver_writes_counts_non_reads_by_resource() -> None:
+    writes = apiserver_writes(METRICS)
+    assert dict(writes) == {("POST", "maasmachines", ""): 7, ("PATCH", "maasmachines", "status"): 7}
+
+
+def test_proc_stats_of_this_process() -> None:
+    s = proc_stats(os.getpid())
+    assert s.peak_rss_mb >= s.rss_mb > 1
+    assert s.cpu_seconds > 0
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 99) == 99.0
+    assert percentile([3.0], 99) == 3.0
+    assert math.isnan(percentile([], 50))
+
+
+def args(**kw: object) -> argparse.Namespace:
+    base = {"control_planes": 3, "workers": 3, "inventory": None, "lxd": False}
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_plan_uses_the_sample_inventory_when_it_fits() -> None:
+    _, source, specs = cli.plan(args())
+    assert source.endswith("inventory-sample.yaml")
+    assert [s.name for s in specs] == ["cp-0", "cp-1", "cp-2", "worker-0", "worker-1", "worker-2"]
+    assert all(s.tags == ("control-plane",) for s in specs if s.control_plane)
+    assert all(s.resource_pool == "workers" for s in specs if not s.control_plane)
+
+
+def test_plan_generates_an_inventory_for_big_clusters() -> None:
+    inventory, source, specs = cli.plan(args(control_planes=5, workers=20))
+    assert source.startswith("generated (28 machines")
+    assert len(inventory.build().machines) == 28
+    assert not any(s.tags or s.resource_pool for s in specs)
+
+
+def test_plan_lxd_asks_for_vms() -> None:
+    _, source, specs = cli.plan(args(lxd=True, control_planes=1, workers=1))
+    assert source.endswith("inventory-lxd.yaml")
+    assert all(s.lxd_disk_gb for s in specs)
+
+
+def test_plan_rejects_nonsense() -> None:
+    with pytest.raises(SystemExit):
+        cli.plan(args(control_planes=0))

@@ -119,7 +119,7 @@ async def delete_all_and_wait(h: Harness) -> None:
         r = await h.k("get", "maasmachines", "-n", h.namespace, "-o", "name")
         return r.stdout.strip() == ""
 
-    await h.wait("MaasMachines deleted", gone, timeout=60)
+    await h.wait("MaasMachines deleted", gone, within=60)
 
 
 async def test_mixed_cluster_spreads_the_lxd_control_plane_skips_a_full_host_and_decomposes(
@@ -200,7 +200,7 @@ async def test_all_hosts_full_waits_with_the_reason_and_proceeds_when_capacity_f
             cond = await h.condition("maasmachines", "cp0", C.LXD_HOST_SELECTED_CONDITION)
             return cond is not None and cond["reason"] == C.NO_VM_HOST_AVAILABLE_REASON
 
-        await h.wait("NoVMHostAvailable", waiting, timeout=60)
+        await h.wait("NoVMHostAvailable", waiting, within=60)
         ready = await h.condition("maasmachines", "cp0", C.READY_CONDITION)
         assert ready is not None
         assert ready["reason"] == C.NO_VM_HOST_AVAILABLE_REASON
@@ -209,7 +209,7 @@ async def test_all_hosts_full_waits_with_the_reason_and_proceeds_when_capacity_f
         assert "waiting for capacity" in ready["message"]
         assert await h.field("maasmachines", "cp0", "spec", "systemID") is None
         await c.machines.delete(fillers["az2"].system_id)
-    await h.wait("cp0 Ready once az2 has room", lambda: all_ready(h, ["cp0"]), timeout=60)
+    await h.wait("cp0 Ready once az2 has room", lambda: all_ready(h, ["cp0"]), within=60)
     assert await h.field("maasmachines", "cp0", "status", "lxdHost") == "lxd-az2-0"
     assert h.sim.check_invariants() == []
 
@@ -222,13 +222,13 @@ async def test_register_vm_host_makes_a_deployed_machine_a_vm_host_that_receives
     h.operator.start()
     await h.cluster()
     await custom_machine(h, "host0", cp=False, minCPU=16, minMemory=65536, registerVMHost=True)
-    await h.wait("host0 Ready", lambda: all_ready(h, ["host0"]), timeout=60)
+    await h.wait("host0 Ready", lambda: all_ready(h, ["host0"]), within=60)
     sid = await h.field("maasmachines", "host0", "spec", "systemID")
     registered = h.sim.state.hosts_of(sid)
     assert len(registered) == 1
     assert registered[0].type == "lxd"
     await lxd_machine(h, "cp0", cp=True)
-    await h.wait("cp0 Ready on the new VM host", lambda: all_ready(h, ["cp0"]), timeout=60)
+    await h.wait("cp0 Ready on the new VM host", lambda: all_ready(h, ["cp0"]), within=60)
     vm = h.sim.machine(await h.field("maasmachines", "cp0", "spec", "systemID"))
     assert vm["pod"]["id"] == registered[0].id
     assert await h.field("maasmachines", "cp0", "status", "lxdHost") == registered[0].name
@@ -260,7 +260,7 @@ async def test_operator_killed_between_compose_and_status_write_adopts_the_vm(ha
         await h.field("maasmachines", "cp0", "spec", "systemID") is None
     )  # ... the operator never recorded it
     h.operator.start()
-    await h.wait("cp0 Ready after the restart", lambda: all_ready(h, ["cp0"]), timeout=60)
+    await h.wait("cp0 Ready after the restart", lambda: all_ready(h, ["cp0"]), within=60)
     assert vms() == [await h.field("maasmachines", "cp0", "spec", "systemID")]
     assert h.sim.check_invariants() == []
     assert len([m for m in h.sim.state.machines.values() if m.pod_id is not None]) == 1

@@ -37,6 +37,7 @@ from capmaas.reconcilers.lxd_placer import (
     vm_hostname,
     vm_request,
 )
+from capmaas.reconcilers.machine_facts import _bootstrap_secret, detect_format, distro_series
 from capmaas.reconcilers.ports import MaasPort
 from capmaas.reconcilers.scope import ANNOTATION_PREFIX, Requeue
 
@@ -391,8 +392,6 @@ async def _allocate(r: MachineReconciler, scope: MachineScope, port: MaasPort, m
 
 
 async def _deploy(r: MachineReconciler, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue:
-    from capmaas.reconcilers.machine import _bootstrap_secret, detect_format, distro_series
-
     assert scope.machine is not None
     secret_name = _bootstrap_secret(scope.machine)
     data = await r.kube.read_secret_fresh(scope.namespace, secret_name) if secret_name else None

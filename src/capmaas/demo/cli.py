@@ -260,7 +260,8 @@ class Demo:
         dns_left = sim.call(lambda s: {r.name for r in s.state.dns_resources.values()}) - dns
         problems = sim.invariants()
         self.say(
-            f"released {len(released)}/{len(sids)} MAAS machines in {took:.1f}s; "
+            f"{'decomposed' if self.args.lxd else 'released'} {len(released)}/{len(sids)} MAAS machines in "
+            f"{took:.1f}s; "
             f"machines still allocated: {len(held)}; DNS records left: {len(dns_left)}; "
             f"simulator invariants: {problems or 'ok'}"
         )

@@ -11,6 +11,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from capmaas.demo.kube import Watcher, WatchEvent
@@ -30,8 +31,10 @@ class Row:
     reason: str = ""
     message: str = ""
     deleting: bool = False
+    lxd: bool = False  # a VM composed on a VM host: deletion decomposes it rather than releasing
     phase: str = ""
     ready_at: float | None = None  # first watch event showing status.ready
+    ready_condition_at: float | None = None  # the Ready condition's lastTransitionTime (whole seconds)
     deleted_at: float | None = None  # the DELETED event (finalizer dropped: MAAS confirmed the release)
 
     @property
@@ -41,7 +44,9 @@ class Row:
 
 def _phase(row: Row) -> str:
     if row.deleted:
-        return "Released" if row.system_id else "Deleted"
+        if not row.system_id:
+            return "Deleted"
+        return "Decomposed" if row.lxd else "Released"
     if row.deleting:
         return row.reason or "Deleting"
     if row.ready:
@@ -62,6 +67,7 @@ def _update(row: Row, obj: dict[str, Any]) -> None:
     row.machine_state = status.get("machineState") or ""
     row.ready = bool(status.get("ready"))
     row.deleting = bool(meta.get("deletionTimestamp"))
+    row.lxd = row.lxd or status.get("provisioningMode") == "lxd" or spec.get("provisioningMode") == "lxd"
     for a in status.get("addresses") or ():
         if a.get("type") == "InternalIP":
             row.address = a.get("address", "")
@@ -69,6 +75,15 @@ def _update(row: Row, obj: dict[str, Any]) -> None:
     for c in status.get("conditions") or ():
         if c.get("type") == "Ready":
             row.reason, row.message = c.get("reason", ""), c.get("message", "")
+            if c.get("status") == "True" and row.ready_condition_at is None and c.get("lastTransitionTime"):
+                row.ready_condition_at = _rfc3339(c["lastTransitionTime"])
+
+
+def _rfc3339(value: str) -> float | None:
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 class Tracker:

@@ -22,11 +22,12 @@ from collections import Counter
 from typing import Any
 
 from capmaas.bench.metrics import ProcStats, WriteKey, apiserver_writes, percentile, proc_stats
-from capmaas.demo.capi import Capi, MachineSpec, parallel
+from capmaas.demo.capi import Capi, CapiError, MachineSpec, parallel
 from capmaas.demo.kube import MAASMACHINES
 from capmaas.demo.manifests import CLUSTER_NAME_LABEL
 from capmaas.demo.progress import Tracker, table
 from capmaas.demo.stack import Stack, StackError, StackOptions, sigterm_as_interrupt
+from capmaas.devcluster import MissingToolError, StartError
 from capmaas.simulator import Inventory, Timings
 
 CLUSTER = "bench"
@@ -62,7 +63,7 @@ class Bench:
         stack = Stack(StackOptions(inventory, timings, namespace="capmaas-bench", say=self.say))
         try:
             return self._run(stack)
-        except StackError as exc:
+        except (StackError, CapiError, MissingToolError, StartError) as exc:
             self.say(f"FAILED: {exc}")
             return 1
         except KeyboardInterrupt:

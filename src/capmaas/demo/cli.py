@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from capmaas.api import conditions as C
-from capmaas.demo.capi import Capi, MachineSpec
+from capmaas.demo.capi import Capi, CapiError, MachineSpec
 from capmaas.demo.kube import MAASMACHINES, Watcher
 from capmaas.demo.progress import Row, Tracker, table
 from capmaas.demo.stack import Stack, StackError, StackOptions, sigterm_as_interrupt
+from capmaas.devcluster import MissingToolError, StartError
 from capmaas.simulator import Inventory, Timings
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -121,8 +122,10 @@ class Demo:
         stack = Stack(StackOptions(inventory, timings, say=self.say))
         try:
             return self._run(stack, specs, names)
-        except StackError as exc:
+        except (StackError, CapiError, MissingToolError, StartError) as exc:
             self.say(f"FAILED: {exc}")
+            if isinstance(exc, CapiError) and stack.operator is not None:
+                self.say(f"last lines of the operator log:\n{stack.operator.tail(20)}")
             return 1
         except KeyboardInterrupt:
             self.say("interrupted: stopping everything")

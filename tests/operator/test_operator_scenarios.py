@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 from typing import Any
@@ -317,3 +318,34 @@ async def test_node_provider_id_is_set_in_the_workload_cluster(harness: Harness,
         await h.wait("Node providerID", patched, within=90)
     finally:
         await h.k("delete", "node", hostname, "--kubeconfig", str(workload_kube.kubeconfig), check=False)
+
+
+async def test_watch_filter_and_namespace_are_honoured(harness: Harness) -> None:
+    h = harness
+    h.operator.extra_args = ["--watch-filter", "capmaas.test/shard=a"]
+    h.operator.start()
+    mc = demo.maascluster("c1", h.namespace)
+    mc["metadata"]["labels"] = {"capmaas.test/shard": "a"}
+    await h.cluster(maascluster=mc)
+    await h.machine("w0", cp=False)  # no shard label: another instance's
+    await h.machine("w1", cp=False)
+    await h.k("label", "maasmachines", "w1", "-n", h.namespace, "capmaas.test/shard=a")
+    await h.wait("the labelled machine Ready", lambda: ready(h, "w1"))
+    other = await h.get("maasmachines", "w0")
+    assert other is not None
+    assert not other.get("status")
+    assert not other["metadata"].get("finalizers")
+    assert h.sim.machines_by_agent(other["metadata"]["uid"]) == []
+    # A MaasCluster in another namespace is outside --namespace: never touched.
+    elsewhere = f"{h.namespace}-x"
+    await h.k("create", "namespace", elsewhere)
+    try:
+        await h.k(
+            "apply", "-n", elsewhere, "-f", "-", input=yaml.safe_dump(demo.maascluster("c2", elsewhere))
+        )
+        await asyncio.sleep(3)
+        got = json.loads((await h.k("get", "maasclusters", "c2", "-n", elsewhere, "-o", "json")).stdout)
+        assert not got.get("status")
+        assert not got["metadata"].get("finalizers")
+    finally:
+        await h.k("delete", "namespace", elsewhere, "--wait=false", check=False)

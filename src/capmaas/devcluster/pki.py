@@ -172,3 +172,30 @@ def make_pki(directory: Path) -> Pki:
         )
     )
     return pki
+
+
+@dataclass(frozen=True)
+class ServingPki:
+    """A CA and a serving cert/key for 127.0.0.1 (written by :func:`make_serving_pki`)."""
+
+    ca_cert: Path
+    cert: Path
+    key: Path
+
+
+def make_serving_pki(directory: Path, *, cert_name: str = "tls.crt", key_name: str = "tls.key") -> ServingPki:
+    """A fresh CA plus a serving certificate for 127.0.0.1/localhost signed by it, in ``directory``.
+
+    For loopback webhook servers (the Cluster API manager in the e2e harness): the apiserver verifies them
+    with the CA put into the webhook configuration's ``caBundle``. A separate CA from the apiserver's keeps a
+    webhook key from being able to impersonate the apiserver. File names default to controller-runtime's.
+    """
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    out = ServingPki(ca_cert=directory / "ca.crt", cert=directory / cert_name, key=directory / key_name)
+    ca_key = _key()
+    ca = _cert("capmaas-webhook-ca", ca_key, ca_key, None, ca=True)
+    _write_cert(out.ca_cert, ca)
+    key = _key()
+    _write_cert(out.cert, _cert("capmaas-webhook", key, ca_key, ca, server=True))
+    _write_key(out.key, key)
+    return out

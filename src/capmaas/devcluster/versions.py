@@ -19,4 +19,8 @@ TOOL_VERSIONS: dict[str, str] = {
     "kube-apiserver": K8S_VERSION,
     "kube-controller-manager": K8S_VERSION,
     "helm": HELM_VERSION,
+    # Cluster API core manager and clusterctl (``hack/build-tools.sh cluster-api clusterctl``): only the e2e
+    # harness (:mod:`capmaas.devcluster.capi`) and the clusterctl repository tests need them.
+    "cluster-api": CAPI_VERSION,
+    "clusterctl": CAPI_VERSION,
 }

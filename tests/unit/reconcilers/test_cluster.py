@@ -1,0 +1,81 @@
+"""MaasCluster: endpoint DNS follows the control plane (never emptied while it exists); failure domains."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capmaas import demo
+from capmaas.api import conditions as C
+from capmaas.reconcilers.cluster import FINALIZER
+from conftest import Env
+
+
+def dns(env: Env) -> dict[str, list[str]]:
+    return {r.name: sorted(r.ips) for r in env.sim.state.dns_resources.values()}
+
+
+def cp(env: Env, name: str, ip: str, *, state: str = "Deployed", powered: bool = True) -> None:
+    body = demo.maasmachine(name, "ns", "c1", control_plane=True)
+    body["status"] = {
+        "machineState": state,
+        "machinePowered": powered,
+        "addresses": [{"type": "InternalIP", "address": ip}, {"type": "ExternalIP", "address": ip}],
+    }
+    env.kube.add("maasmachines", body)
+
+
+async def reconcile(env: Env) -> dict[str, Any]:
+    await env.clusters.reconcile(env.kube.get("maasclusters", "c1"))
+    return env.kube.get("maasclusters", "c1")
+
+
+async def test_dns_follows_running_control_plane_and_survives_a_power_flap(env: Env) -> None:
+    mc = await env.cluster()
+    host = mc["spec"]["controlPlaneEndpoint"]["host"]
+    assert host.endswith(".maas")
+    assert mc["status"]["ready"] is True
+    assert mc["status"]["initialization"] == {"provisioned": True}
+    assert {d["name"] for d in mc["status"]["failureDomains"]} >= {"az1", "az2", "az3"}
+    assert FINALIZER in mc["metadata"]["finalizers"]
+    short = host.split(".")[0]
+    assert dns(env) == {short: []}
+
+    cp(env, "cp0", "10.0.0.10")
+    cp(env, "cp1", "10.0.0.11")
+    await reconcile(env)
+    assert dns(env) == {short: ["10.0.0.10", "10.0.0.11"]}
+
+    # Both briefly powered off: the record keeps its addresses instead of going empty.
+    for n in ("cp0", "cp1"):
+        env.kube.get("maasmachines", n)["status"]["machinePowered"] = False
+    mc = await reconcile(env)
+    assert dns(env) == {short: ["10.0.0.10", "10.0.0.11"]}
+    assert mc["status"]["ready"] is True  # never flipped back
+
+    # Control plane gone entirely, then the cluster deleted: the record is removed with it.
+    for n in ("cp0", "cp1"):
+        del env.kube.objects[("maasmachines", "ns", n)]
+    env.kube.get("maasclusters", "c1")["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    await env.clusters.reconcile(env.kube.get("maasclusters", "c1"))
+    assert dns(env) == {}
+    assert ("maasclusters", "ns", "c1") not in env.kube.objects
+
+
+async def test_spec_failure_domains_win_over_discovery(env: Env) -> None:
+    env.kube.add("clusters", demo.cluster("c1", "ns"))
+    body = demo.maascluster("c1", "ns", cluster_uid=env.kube.get("clusters", "c1")["metadata"]["uid"])
+    body["spec"]["failureDomains"] = ["az2"]
+    env.kube.add("maasclusters", body)
+    mc = await reconcile(env)
+    assert mc["status"]["failureDomains"] == [{"name": "az2", "controlPlane": True}]
+    c = next(c for c in mc["status"]["conditions"] if c["type"] == C.FAILURE_DOMAINS_DISCOVERED_CONDITION)
+    assert c["reason"] == C.FAILURE_DOMAINS_FROM_SPEC_REASON
+
+
+async def test_waits_for_the_cluster_owner_without_a_finalizer(env: Env) -> None:
+    env.kube.add("maasclusters", demo.maascluster("c1", "ns"))
+    mc = await reconcile(env)
+    assert not mc["metadata"].get("finalizers")
+    c = next(c for c in mc["status"]["conditions"] if c["type"] == C.READY_CONDITION)
+    assert c["reason"] == C.WAITING_FOR_CLUSTER_OWNER_REASON
+    assert env.requests() == 0

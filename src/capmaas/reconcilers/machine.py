@@ -166,6 +166,15 @@ class MachineReconciler:
         return None
 
     async def session(self, scope: MachineScope) -> MaasPort:
+        if scope.maascluster is None and scope.deleting and scope.cluster_name:
+            # The Cluster may already be gone (namespace deletion): the MaasCluster conventionally shares its
+            # name, and without one the operator's default credentials still release the machine.
+            scope.maascluster = self.kube.get_maascluster(scope.namespace, scope.cluster_name)
+            if scope.maascluster is None and self.default_credentials is not None:
+                try:
+                    return await self.connector.connect(self.default_credentials)
+                except maas_errors.MaasError as exc:
+                    raise maas_failure(exc, self.default_credentials, "connecting") from exc
         if scope.maascluster is None:
             raise TransientError(
                 C.WAITING_FOR_CLUSTER_INFRASTRUCTURE_REASON,

@@ -97,3 +97,33 @@ async def test_no_matching_machine_names_the_constraints(env: Env) -> None:
     assert c["reason"] == C.NO_MACHINE_AVAILABLE_REASON
     assert "cpu_count=4096" in c["message"]
     assert "systemID" not in b["spec"]
+
+
+async def test_delete_after_the_cluster_is_gone_still_releases(env: Env) -> None:
+    await env.cluster()
+    env.machine("w0")
+    await env.drive(["w0"], ready)
+    sid = env.kube.get("maasmachines", "w0")["spec"]["systemID"]
+    del env.kube.objects[("clusters", "ns", "c1")]
+    del env.kube.objects[("machines", "ns", "w0")]
+    env.kube.get("maasmachines", "w0")["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    for _ in range(5):
+        if ("maasmachines", "ns", "w0") not in env.kube.objects:
+            break
+        await env.step("w0")
+        await env.settle()
+    assert ("maasmachines", "ns", "w0") not in env.kube.objects
+    assert env.sim.machine(sid)["status_name"] == "Ready"
+
+
+async def test_delete_for_move_never_calls_maas(env: Env) -> None:
+    await env.cluster()
+    env.machine("w0")
+    await env.drive(["w0"], ready)
+    meta = env.kube.get("maasmachines", "w0")["metadata"]
+    meta["annotations"] = {"clusterctl.cluster.x-k8s.io/delete-for-move": ""}
+    meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    env.sim.reset_counters()
+    await env.step("w0")
+    assert ("maasmachines", "ns", "w0") not in env.kube.objects
+    assert env.requests() == 0

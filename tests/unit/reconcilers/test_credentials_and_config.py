@@ -127,3 +127,26 @@ def test_config_defaults_without_anything(monkeypatch: pytest.MonkeyPatch) -> No
     assert config.machine.max_deploy_attempts == 3
     assert config.server.health_port == 8080
     assert config.server.metrics_port == 9090
+
+
+async def test_tls_failure_is_reported_as_unreachable_with_the_endpoint(env: Env) -> None:
+    from capmaas import maas
+    from capmaas.reconcilers.maasgw import MaasConnections
+    from capmaas.simulator import serve
+
+    conns = MaasConnections(
+        client_factory=lambda c: maas.MaasClient(c.endpoint, api_key=c.api_key, max_retries=0, timeout=5),
+        fast=1,
+        idle=1,
+        batch_size=10,
+        wake=lambda key: None,
+    )
+    async with serve(env.sim, host="127.0.0.1", port=0) as url:
+        https = url.replace("http://", "https://")  # the server speaks plain HTTP: the handshake fails
+        default = MaasCredentials(endpoint=https, api_key=env.sim.api_key)
+        with pytest.raises(TransientError) as info:
+            await connect(FakeKube(), conns, mc(identity=None), default)
+    assert info.value.reason == C.MAAS_UNREACHABLE_REASON
+    assert https in info.value.message
+    assert env.sim.api_key not in info.value.message
+    await conns.aclose()

@@ -152,7 +152,10 @@ class MachinePoller:
                 continue
             # A short coalescing pause: many objects registering at once share one list call.
             await asyncio.sleep(min(0.05, self._fast))
-            await self.poll_once()
+            try:
+                await self.poll_once()
+            except Exception:  # the poller must outlive any surprise; reconciles fall back to their resync
+                log.exception("MAAS poll failed unexpectedly")
 
     async def poll_once(self) -> None:
         """One round of list calls over every watched system ID (also used directly by tests)."""

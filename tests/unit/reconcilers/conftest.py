@@ -49,6 +49,19 @@ class Env:
         c["status"] = {"initialization": {"infrastructureProvisioned": True}}
         return self.kube.get("maasclusters", name)
 
+    async def cluster_with_retries(self, name: str = "c1", attempts: int = 20) -> dict[str, Any]:
+        """Like :meth:`cluster`, retrying while the (faulty) MAAS refuses."""
+        self.kube.add("clusters", demo.cluster(name, "ns"))
+        c = self.kube.get("clusters", name)
+        self.kube.add("maasclusters", demo.maascluster(name, "ns", cluster_uid=c["metadata"]["uid"]))
+        for _ in range(attempts):
+            with contextlib.suppress(Exception):
+                await self.clusters.reconcile(self.kube.get("maasclusters", name))
+            if self.kube.get("maasclusters", name).get("status", {}).get("ready"):
+                break
+        c["status"] = {"initialization": {"infrastructureProvisioned": True}}
+        return self.kube.get("maasclusters", name)
+
     def machine(self, name: str, *, cp: bool = False, bootstrap: bool = True, **kw: Any) -> None:
         if bootstrap:
             self.kube.secrets[("ns", f"{name}-bootstrap")] = {

@@ -57,6 +57,10 @@ class MaasSection(BaseModel):
     request_timeout: float = 30.0
     """Seconds per MAAS HTTP request."""
 
+    max_concurrent_writes: int = 16
+    """Allocate/deploy/release/power requests in flight per MAAS endpoint and identity; more wait their turn
+    (a burst of new machines queues here instead of timing out in the HTTP connection pool)."""
+
     max_retries: int = 3
     """Client-side retries of one MAAS request (transport errors, 503) before the reconcile sees it."""
 

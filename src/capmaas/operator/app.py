@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 INFRA = "infrastructure.cluster.x-k8s.io"
 CAPI = "cluster.x-k8s.io"
 KOPF_FINALIZER = ANNOTATION_PREFIX + "kopf-unused"
+KUBE_THREADS = 16  # Kubernetes writes in flight (status/spec patches, Secret reads)
 
 
 def label_filter(watch_filter: str | None) -> dict[str, Any] | None:
@@ -79,7 +80,7 @@ class Runtime:
 def build_runtime(config: OperatorConfig, api_client: Any) -> Runtime:
     store = Store()
     metrics = Metrics(store)
-    kube = KubeAdapter(store, api_client, secret_ttl=config.kube.secret_cache_ttl)
+    kube = KubeAdapter(store, api_client, secret_ttl=config.kube.secret_cache_ttl, threads=KUBE_THREADS)
     holder: dict[str, Workers] = {}
 
     def wake(key: str) -> None:
@@ -105,6 +106,7 @@ def build_runtime(config: OperatorConfig, api_client: Any) -> Runtime:
         idle=config.polling.idle_interval,
         batch_size=config.polling.batch_size,
         wake=wake,
+        max_concurrent_writes=config.maas.max_concurrent_writes,
     )
     creds = default_credentials(config)
     ms = config.machine
@@ -251,13 +253,16 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         return len(rt.machines)
 
 
-def api_client() -> Any:
-    """A ``kubernetes`` ApiClient from the in-cluster service account or the kubeconfig (``KUBECONFIG``)."""
+def api_client(pool_size: int = KUBE_THREADS) -> Any:
+    """A ``kubernetes`` ApiClient from the in-cluster service account or the kubeconfig (``KUBECONFIG``),
+    with as many pooled connections as the adapter has threads (the library default is smaller)."""
+    cfg = kubernetes.client.Configuration()
     try:
-        kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return kubernetes.client.ApiClient()
+        kubernetes.config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
     except kubernetes.config.ConfigException:
-        return kubernetes.config.new_client_from_config()  # type: ignore[no-untyped-call]
+        kubernetes.config.load_kube_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    cfg.connection_pool_maxsize = pool_size
+    return kubernetes.client.ApiClient(cfg)
 
 
 async def run_operator(config: OperatorConfig, *, stop_flag: asyncio.Event | None = None) -> None:

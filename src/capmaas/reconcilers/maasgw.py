@@ -197,10 +197,20 @@ class MaasSession(VmHostSession):
 
     ZONES_TTL = 300.0
 
-    def __init__(self, credentials: MaasCredentials, client: maas.MaasClient, poller: MachinePoller) -> None:
+    def __init__(
+        self,
+        credentials: MaasCredentials,
+        client: maas.MaasClient,
+        poller: MachinePoller,
+        *,
+        max_concurrent_writes: int = 16,
+    ) -> None:
         self.credentials = credentials
         self.client = client
         self.poller = poller
+        # Writes queue here rather than in the HTTP connection pool: a burst of a thousand new machines must
+        # not time out waiting for a connection (and must leave connections free for the shared poll).
+        self._writes = asyncio.Semaphore(max(1, max_concurrent_writes))
         self._zones: tuple[float, tuple[str, ...]] | None = None
         self.last_used = time.monotonic()
 
@@ -221,7 +231,8 @@ class MaasSession(VmHostSession):
         return self.poller.is_gone(system_id)
 
     async def find_by_agent(self, agent_name: str) -> Sequence[maas.Machine]:
-        machines = await self.client.machines.list(agent_name=agent_name)
+        async with self._writes:
+            machines = await self.client.machines.list(agent_name=agent_name)
         for m in machines:
             self.poller.put(m)
         return machines
@@ -229,7 +240,8 @@ class MaasSession(VmHostSession):
     async def allocate(
         self, constraints: maas.AllocateConstraints, *, agent_name: str, comment: str
     ) -> maas.Machine:
-        m = await self.client.machines.allocate(constraints, agent_name=agent_name, comment=comment)
+        async with self._writes:
+            m = await self.client.machines.allocate(constraints, agent_name=agent_name, comment=comment)
         self.poller.put(m)
         return m
 
@@ -244,15 +256,16 @@ class MaasSession(VmHostSession):
         comment: str,
         register_vmhost: bool = False,
     ) -> maas.Machine:
-        m = await self.client.machines.deploy(
-            system_id,
-            user_data=user_data,
-            distro_series=distro_series,
-            hwe_kernel=hwe_kernel,
-            ephemeral_deploy=ephemeral_deploy,
-            comment=comment,
-            register_vmhost=register_vmhost,
-        )
+        async with self._writes:
+            m = await self.client.machines.deploy(
+                system_id,
+                user_data=user_data,
+                distro_series=distro_series,
+                hwe_kernel=hwe_kernel,
+                ephemeral_deploy=ephemeral_deploy,
+                comment=comment,
+                register_vmhost=register_vmhost,
+            )
         self.poller.put(m)
         return m
 
@@ -260,9 +273,14 @@ class MaasSession(VmHostSession):
         self, system_id: str, *, erase: bool, secure_erase: bool, quick_erase: bool, comment: str
     ) -> maas.Machine | None:
         try:
-            m = await self.client.machines.release(
-                system_id, erase=erase, secure_erase=secure_erase, quick_erase=quick_erase, comment=comment
-            )
+            async with self._writes:
+                m = await self.client.machines.release(
+                    system_id,
+                    erase=erase,
+                    secure_erase=secure_erase,
+                    quick_erase=quick_erase,
+                    comment=comment,
+                )
         except maas_errors.NotFoundError:
             self.poller._gone.add(system_id)
             return None
@@ -270,11 +288,13 @@ class MaasSession(VmHostSession):
         return m
 
     async def mark_broken(self, system_id: str, *, comment: str) -> None:
-        await self.client.machines.mark_broken(system_id, comment=comment)
+        async with self._writes:
+            await self.client.machines.mark_broken(system_id, comment=comment)
         self.poller.kick()
 
     async def power_on(self, system_id: str, *, comment: str) -> None:
-        await self.client.machines.power_on(system_id, comment=comment)
+        async with self._writes:
+            await self.client.machines.power_on(system_id, comment=comment)
         self.poller.kick()
 
     async def zones(self) -> Sequence[str]:
@@ -325,11 +345,19 @@ class MaasConnections:
     """
 
     def __init__(
-        self, *, client_factory: ClientFactory, fast: float, idle: float, batch_size: int, wake: Wake
+        self,
+        *,
+        client_factory: ClientFactory,
+        fast: float,
+        idle: float,
+        batch_size: int,
+        wake: Wake,
+        max_concurrent_writes: int = 16,
     ):
         self._factory = client_factory
         self._fast, self._idle, self._batch = fast, idle, batch_size
         self._wake = wake
+        self._max_writes = max_concurrent_writes
         self._sessions: dict[tuple[str, str], MaasSession] = {}
         self._by_source: dict[str, tuple[str, str]] = {}
         self._lock = asyncio.Lock()
@@ -362,7 +390,7 @@ class MaasConnections:
         )
         poller.start()
         log.info("MAAS session opened for %s (%s)", credentials.endpoint, credentials.source)
-        return MaasSession(credentials, client, poller)
+        return MaasSession(credentials, client, poller, max_concurrent_writes=self._max_writes)
 
     async def _retire(self, key: tuple[str, str]) -> None:
         if key in self._by_source.values() and list(self._by_source.values()).count(key) > 1:

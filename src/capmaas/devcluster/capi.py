@@ -379,3 +379,88 @@ class CapiManager:
     def __repr__(self) -> str:
         pid = self.popen.pid if self.popen is not None else None
         return f"CapiManager(namespace={self.namespace!r}, webhook={self.webhook_url!r}, pid={pid})"
+
+
+# -- a local clusterctl repository for CAPI's own providers (offline `clusterctl init`) ----------------------
+#: (provider directory, components file kind, kustomize directory in the module, clusterctl type, name)
+CAPI_PROVIDERS = (
+    ("cluster-api", "core", "config/default", "CoreProvider", "cluster-api"),
+    ("bootstrap-kubeadm", "bootstrap", "bootstrap/kubeadm/config/default", "BootstrapProvider", "kubeadm"),
+    (
+        "control-plane-kubeadm",
+        "control-plane",
+        "controlplane/kubeadm/config/default",
+        "ControlPlaneProvider",
+        "kubeadm",
+    ),
+)
+
+
+def build_capi_repository(dest: Path) -> list[dict[str, str]]:
+    """Lay out core, kubeadm bootstrap and kubeadm control-plane as a clusterctl local repository under
+    ``dest`` (``<provider>/<version>/<kind>-components.yaml`` + ``metadata.yaml``), built the way CAPI's
+    release does (``kustomize build config/default``, here ``kubectl kustomize``) from the module cache.
+
+    Returns clusterctl config ``providers:`` entries (name, type, url). Nothing is fetched from the network.
+    """
+    from capmaas.devcluster.tools import kubectl_path
+
+    src = capi_source_dir()
+    entries = []
+    for directory, kind, kustomize_dir, provider_type, name in CAPI_PROVIDERS:
+        out = dest / directory / CAPI_VERSION
+        out.mkdir(parents=True, exist_ok=True)
+        built = subprocess.run(
+            [str(kubectl_path()), "kustomize", str(src / kustomize_dir)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        components = out / f"{kind}-components.yaml"
+        components.write_text(built.stdout)
+        (out / "metadata.yaml").write_text((src / "metadata.yaml").read_text())
+        entries.append({"name": name, "type": provider_type, "url": components.as_uri()})
+    return entries
+
+
+def cert_manager_api_standin() -> list[dict[str, Any]]:
+    """CRDs (no controller) for cert-manager's ``Issuer`` and ``Certificate``.
+
+    ``clusterctl init`` installs cert-manager unless creating an Issuer and a Certificate succeeds
+    (``cert_manager.go`` ``waitForAPIReady``); these schema-less CRDs make that probe pass so an offline
+    ``clusterctl init`` can go on to the providers. Nothing issues certificates: apply this only to a
+    throwaway control plane (the installed providers' webhooks then point at Services that never answer).
+    """
+
+    def crd(kind: str, plural: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.cert-manager.io", "labels": {"capmaas.dev/stand-in": "true"}},
+            "spec": {
+                "group": "cert-manager.io",
+                "scope": "Namespaced",
+                "names": {
+                    "kind": kind,
+                    "listKind": f"{kind}List",
+                    "plural": plural,
+                    "singular": kind.lower(),
+                },
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {
+                            "openAPIV3Schema": {
+                                "type": "object",
+                                "x-kubernetes-preserve-unknown-fields": True,
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+
+    return [crd("Issuer", "issuers"), crd("Certificate", "certificates")]

@@ -105,7 +105,7 @@ def node_manifest(
 
 
 def machine_addresses(machine: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Node addresses for a MAAS machine JSON as a kubelet reports them: Hostname and each IP as InternalIP."""
+    """Node addresses for a MAAS machine JSON as a kubelet reports them: Hostname, each IP as InternalIP."""
     out: list[tuple[str, str]] = [("Hostname", str(machine["hostname"]))]
     out += [("InternalIP", str(ip)) for ip in machine.get("ip_addresses") or []]
     return out

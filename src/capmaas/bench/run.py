@@ -227,9 +227,13 @@ class Bench:
         at_1000 = n == 1000 and self.args.deploy_seconds == 0
         scale = "" if at_1000 else " (target is for 1,000 machines, deploy 0 s)"
 
+        complete = f["ready"] == n and f["released"] == n
+
         def verdict(value: float, limit: float, applies: bool = True) -> str:
             if not applies:
                 return "n/a"
+            if not complete:  # a figure over a lifecycle that did not finish says nothing against the target
+                return "incomplete run"
             return "ok" if value <= limit else "OVER"
 
         rows = [

@@ -14,7 +14,6 @@ poller (:mod:`capmaas.reconcilers.maasgw`), never with a GET of its own.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,6 +51,7 @@ from capmaas.reconcilers.scope import (
     is_paused,
     owner_ref,
 )
+from capmaas.reconcilers.spread import ZoneSpread
 
 __all__ = [  # the LXD path reuses the user-data helpers through this module
     "ALLOCATING",
@@ -67,8 +67,6 @@ __all__ = [  # the LXD path reuses the user-data helpers through this module
 FINALIZER = "maasmachine.infrastructure.cluster.x-k8s.io"
 ALLOCATING = "allocating"
 DEPLOY_STARTED = "deploy-started"
-#: Seconds a zone that had nothing for a spread-chosen allocation is left out of the spreading choice.
-DRY_ZONE_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -127,9 +125,7 @@ class MachineReconciler:
         self._power_on_sent: dict[str, float] = {}
         self._released: set[str] = set()
         self._node_done: set[str] = set()
-        self._dry_zones: dict[str, float] = {}  # zone -> until: spreading there found nothing recently
-        self._wet_zones: dict[str, float] = {}  # zone -> until: an allocation there succeeded recently
-        self._zone_probes: dict[str, asyncio.Lock] = {}
+        self.spread = ZoneSpread(clock)
         self.lxd = lxd_placer.LxdPlacer()  # reservation book + shared VM-host listing per endpoint
 
     async def reconcile(self, body: Body) -> Requeue:
@@ -250,7 +246,9 @@ class MachineReconciler:
         started = self.clock()
         try:
             if chosen_zone:
-                m, constraints = await self._allocate_spread(scope, port, constraints)
+                m, constraints = await self.spread.allocate(
+                    port, constraints, agent_name=scope.uid, comment=f"capmaas {scope.key}"
+                )
             else:
                 m = await port.allocate(constraints, agent_name=scope.uid, comment=f"capmaas {scope.key}")
         except maas_errors.NoMachineAvailableError as exc:
@@ -272,42 +270,6 @@ class MachineReconciler:
         await scope.flush()
         return m.system_id
 
-    async def _allocate_spread(
-        self, scope: MachineScope, port: MaasPort, constraints: maas.AllocateConstraints
-    ) -> tuple[maas.Machine, maas.AllocateConstraints]:
-        """Allocate in the zone spreading chose, falling back to any zone when it has nothing.
-
-        The first allocation into a zone not yet known to have machines holds a per-zone lock, so a burst of
-        new MaasMachines learns that a zone is empty from one request, not one failed allocate each.
-        """
-        zone = str(constraints.zone)
-        comment = f"capmaas {scope.key}"
-        anywhere = constraints.model_copy(update={"zone": None})
-        if self._wet_zones.get(zone, 0.0) < self.clock():
-            async with self._zone_probes.setdefault(zone, asyncio.Lock()):
-                if self._dry_zones.get(zone, 0.0) >= self.clock():
-                    return await port.allocate(anywhere, agent_name=scope.uid, comment=comment), anywhere
-                if self._wet_zones.get(zone, 0.0) < self.clock():
-                    return await self._try_zone(scope, port, constraints, anywhere)
-        return await self._try_zone(scope, port, constraints, anywhere)
-
-    async def _try_zone(
-        self,
-        scope: MachineScope,
-        port: MaasPort,
-        constraints: maas.AllocateConstraints,
-        anywhere: maas.AllocateConstraints,
-    ) -> tuple[maas.Machine, maas.AllocateConstraints]:
-        zone, comment = str(constraints.zone), f"capmaas {scope.key}"
-        try:
-            m = await port.allocate(constraints, agent_name=scope.uid, comment=comment)
-        except maas_errors.NoMachineAvailableError:
-            self._dry_zones[zone] = self.clock() + DRY_ZONE_SECONDS
-            self._wet_zones.pop(zone, None)
-            return await port.allocate(anywhere, agent_name=scope.uid, comment=comment), anywhere
-        self._wet_zones[zone] = self.clock() + DRY_ZONE_SECONDS
-        return m, constraints
-
     def _record_allocation(self, scope: MachineScope, m: maas.Machine) -> None:
         scope.set_spec(systemID=m.system_id, providerID=provider_id(m.zone.name, m.system_id))
         scope.set_spec(failureDomain=m.zone.name)
@@ -326,7 +288,7 @@ class MachineReconciler:
                 if d.get("name")
             ]
             now = self.clock()
-            wet = [d for d in domains if self._dry_zones.get(d, 0.0) < now]
+            wet = [d for d in domains if not self.spread.is_dry(d, now)]
             if wet:
                 domains = wet
             if domains:

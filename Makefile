@@ -22,8 +22,8 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed ## Create .venv with capmaas and its test/lint tools
 
 .PHONY: controlplane
-controlplane: ## Build (once, cached) etcd, kube-apiserver, kube-controller-manager, helm; fetch the CAPI core CRDs
-	bash hack/build-tools.sh etcd kube-apiserver kube-controller-manager helm capi-crds
+controlplane: ## Build (once, cached) etcd, kube-apiserver, kube-controller-manager, helm, CAPI core + clusterctl; CAPI CRDs
+	bash hack/build-tools.sh etcd kube-apiserver kube-controller-manager helm capi-crds cluster-api clusterctl
 
 .PHONY: generate
 generate: venv ## Regenerate crds/ and the chart's CRDs from the pydantic models
@@ -53,3 +53,19 @@ bench-sim: venv ## Benchmark the MAAS simulator (requests/s for list/get/allocat
 docker-build: ## Build the operator image (needs a container engine; none runs on the project's CI machines)
 	@command -v docker >/dev/null || { echo "docker-build: no container engine here (docker not found)"; exit 1; }
 	docker build -t capmaas:dev .
+
+.PHONY: demo
+demo: venv controlplane ## The whole system locally: control plane, MAAS simulator, operator, a sample cluster to Ready
+	$(BIN)/capmaas demo
+
+.PHONY: bench
+bench: venv controlplane ## Operator benchmark (200 machines; ARGS="--machines 1000"); prints figures
+	$(BIN)/python -m capmaas.bench $(ARGS)
+
+.PHONY: e2e
+e2e: venv controlplane ## Only the end-to-end tests against the real CAPI core manager
+	$(BIN)/pytest tests/e2e -m e2e -q --durations=20
+
+.PHONY: clusterctl-repo
+clusterctl-repo: venv ## Regenerate the clusterctl provider repository under deploy/clusterctl
+	$(BIN)/python -m capmaas.clusterctl_repo

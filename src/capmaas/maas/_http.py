@@ -32,7 +32,17 @@ ModelT = TypeVar("ModelT", bound=pydantic.BaseModel)
 #: Methods whose repetition cannot duplicate work, so any transport failure may be retried.
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 #: Failures that happen before the request reached MAAS, so even a POST may be retried.
-_NOT_SENT: tuple[type[Exception], ...] = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+_NOT_SENT: tuple[type[Exception], ...] = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    ConnectionRefusedError,
+)
+#: What a transport may raise for "no HTTP answer". httpx's own transports wrap socket errors in
+#: ``httpx.TransportError``, but a transport given to the client (``httpx.ASGITransport`` in front of the
+#: simulator, a test transport) can let a bare ``OSError`` such as ``ConnectionResetError`` through; it is the
+#: same failure and must reach callers as :class:`~capmaas.maas.errors.TransportError`, not as a crash.
+_TRANSPORT_FAILURES: tuple[type[Exception], ...] = (httpx.HTTPError, OSError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,10 +162,10 @@ class Http:
         while True:
             try:
                 response = await self._client.send(build())
-            except httpx.HTTPError as exc:
+            except _TRANSPORT_FAILURES as exc:
                 self._notify(info, 0)
                 failure = self._transport_error(exc, info)
-                retryable = isinstance(exc, httpx.TransportError) and (
+                retryable = isinstance(exc, (httpx.TransportError, OSError)) and (
                     info.method in _IDEMPOTENT or isinstance(exc, _NOT_SENT)
                 )
                 if not retryable or attempt >= self._retry.max_retries:
@@ -194,9 +204,9 @@ class Http:
         except Exception:
             log.exception("on_response hook failed for %s %s", info.method, info.endpoint)
 
-    def _transport_error(self, exc: httpx.HTTPError, info: errors.RequestInfo) -> errors.MaasError:
+    def _transport_error(self, exc: Exception, info: errors.RequestInfo) -> errors.MaasError:
         detail = self._credentials.redact(errors.cap_body(str(exc) or type(exc).__name__, 256))
-        if isinstance(exc, httpx.TimeoutException):
+        if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
             return errors.TimeoutError(f"timed out: {info}: {detail}", request=info)
         if isinstance(exc, httpx.DecodingError):
             return errors.ResponseParseError(f"undecodable answer to {info}: {detail}", request=info)

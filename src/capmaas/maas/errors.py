@@ -2,7 +2,10 @@
 
 Callers (the reconcilers) decide between "retry later" and "give up" by exception *type*, never by message
 text, so each MAAS answer that needs a different reaction has its own class. httpx's exceptions never escape:
-they are wrapped here (``raise ... from exc``) so the HTTP library stays an implementation detail::
+they are wrapped here (``raise ... from exc``) so the HTTP library stays an implementation detail. So are
+bare ``OSError`` exceptions (``ConnectionResetError`` ...) that a pluggable transport such as
+``httpx.ASGITransport`` lets through: failing to get an HTTP answer is a :class:`TransportError`, whatever the
+transport::
 
     MaasError
     ├── InvalidApiKeyError (also ValueError)   the key is not ``consumer:token:secret``

@@ -16,6 +16,7 @@ from capmaas.maas import (
     ServiceUnavailableError,
     TransportError,
 )
+from capmaas.maas import TimeoutError as MaasTimeoutError
 
 
 async def test_503_with_retry_after_is_retried_then_succeeds(
@@ -211,3 +212,57 @@ async def test_a_failing_on_response_hook_does_not_fail_the_call(
     ) as maas:
         assert await maas.zones.list() == []
     assert "on_response hook failed" in caplog.text
+
+
+# A transport given to the client (httpx.ASGITransport in front of the in-process simulator) lets a bare
+# OSError through where httpx's own transports raise httpx.TransportError: same failure, same handling.
+async def test_bare_connection_reset_is_a_transport_error_and_a_read_is_retried() -> None:
+    flaky = Flaky(ConnectionResetError("simulated dropped connection"), 1, ok(machine()))
+    sleeps, result = await _run(flaky, "GET")
+    assert flaky.calls == 2
+    assert sleeps == [0.5]
+    assert getattr(result, "system_id", None) == "abc123"
+
+
+async def test_bare_connection_reset_on_post_is_a_transport_error_not_retried() -> None:
+    flaky = Flaky(ConnectionResetError("simulated dropped connection"), 1, ok(machine(status=10)))
+    with pytest.raises(TransportError, match="ConnectionResetError: simulated dropped connection") as info:
+        await _run(flaky, "POST")
+    assert not isinstance(info.value, MaasTimeoutError)
+    assert isinstance(info.value.__cause__, ConnectionResetError)
+    assert flaky.calls == 1
+
+
+async def test_bare_connection_refused_is_retried_even_for_post() -> None:
+    flaky = Flaky(ConnectionRefusedError("refused"), 1, ok(machine(status=10)))
+    sleeps, _ = await _run(flaky, "POST")
+    assert flaky.calls == 2
+    assert sleeps == [0.5]
+
+
+async def test_bare_timeout_is_the_timeout_error() -> None:
+    flaky = Flaky(TimeoutError("no answer"), 100, ok(machine()))
+    with pytest.raises(MaasTimeoutError):
+        await _run(flaky, "GET", max_retries=1)
+    assert flaky.calls == 2
+
+
+async def test_dropped_connection_from_the_in_process_simulator_is_a_transport_error() -> None:
+    # The real thing rather than a scripted raise: the simulator behind httpx.ASGITransport, dropping every
+    # connection half-way through the answer.
+    from capmaas.simulator import Faults, Inventory, Simulator
+
+    sim = Simulator(Inventory.generate(machines=2, zones=1, seed=1), faults=Faults(drop_rate=1.0))
+    async with MaasClient(
+        "http://maas.test/MAAS",
+        api_key=sim.api_key,
+        transport=httpx.ASGITransport(app=sim.app),
+        max_retries=1,
+        sleep=lambda _: _noop(),
+    ) as maas:
+        with pytest.raises(TransportError, match="no answer from MAAS"):
+            await maas.machines.list()
+        with pytest.raises(TransportError, match="no answer from MAAS"):
+            await maas.machines.allocate(agent_name="a")
+    assert sim.counters[("GET", "/MAAS/api/2.0/machines/", None)] == 2  # the read was retried once
+    assert sim.counters[("POST", "/MAAS/api/2.0/machines/", "allocate")] == 1  # the allocate was not

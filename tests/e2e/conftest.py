@@ -9,7 +9,46 @@
   module cache (no kubeadm controllers run: only the schemas, for validating cluster templates).
 - ``workload`` (session): :class:`capmaas.devcluster.workload.WorkloadCluster` on ``workload_kube``.
 
+- ``provider_stack`` (module): the real provider around ``capi`` and ``workload`` — see below.
+
 Missing binaries fail (never skip) the tests, as in ``tests/conftest.py``.
+
+``provider_stack``: capmaas end to end
+--------------------------------------
+Yields an ``e2e_support.ProviderStack`` (``from e2e_support import ProviderStack`` for the type) with:
+
+- ``.sim``: the MAAS simulator (``capmaas.demo.simthread.SimulatorThread``) serving on 127.0.0.1 from its own
+  thread: 16 machines (2+ CPUs, 4+ GiB, ubuntu/noble) over zones az1..az3, deploy 1.5s, release 0.5s.
+  Its ``on_deployed`` hook calls ``workload.deploy_hook()``: a deployed machine registers a Ready Node named
+  after its hostname (without providerID: capmaas writes it, as on bare metal) in the workload stand-in, so
+  CAPI Machines reach Running with a nodeRef. Hostnames are ``<stack.hostname_prefix>-NN``, unique per
+  stack, so Nodes of different modules never collide. Read the simulator only through ``.sim.call(fn)`` (it
+  runs on the simulator's loop) or the helpers: ``.invariants()`` (``[]`` = no double allocation etc.),
+  ``.machine_states()`` (system_id -> status_name/owner/agent_name/hostname/zone), ``.allocations()``
+  (agent_name = MaasMachine UID -> system IDs), ``.leaks()`` (``[]`` when MAAS allocations and the live
+  MaasMachines of the namespace agree one to one), ``.ready_in_maas(system_ids)``.
+- ``.operator``: ``capmaas run --namespace <capi.namespace> --standalone`` (``capmaas.demo.stack.
+  OperatorProcess``), default credentials from ``CAPMAAS_MAAS__ENDPOINT``/``CAPMAAS_MAAS__API_KEY``, fast
+  polling; its log is ``.operator.log`` under pytest's basetemp. A failing test that uses the fixture gets
+  the tails of the operator and CAPI manager logs in its report (``.logs()``).
+- ``.namespace`` (= ``capi.namespace``), ``.kubectl``, ``.kubeconfig`` (management), ``.capi``, ``.workload``.
+- ``.create_cluster(name, identity=False, endpoint_host=None, control_plane=False)``: Cluster + MaasCluster
+  (+ an identityRef Secret when ``identity``) + ``<name>-kubeconfig`` (via ``workload.publish_kubeconfig``) +
+  ``<name>-userdata`` (bootstrap Secret for ``dataSecretName``); waits for the MaasCluster ready and the
+  Cluster's infrastructureProvisioned. ``control_plane=True`` adds a stand-alone control-plane Machine
+  ``<name>-cp-0`` and waits for ``ControlPlaneInitialized`` (MachineHealthChecks need it).
+  ``.delete_cluster(name)`` deletes it and waits until CAPI and capmaas are done (MAAS machines released).
+- ``.machines(cluster, selector)``, ``.maasmachines(...)``, ``.running_machines(cluster, selector, n)``,
+  ``.wait_for(check, what, timeout=)`` (fails at once if the operator died), ``.stage(what)`` (a context
+  manager that prints ``[e2e timing] what: Ns`` and records it for the terminal summary).
+
+Isolation: the CAPI manager watches one namespace (``capi.namespace``), shared by every e2e module. That is
+fine because everything is scoped by cluster name: use a unique one (``<prefix>-<random hex>``) and select
+with the ``cluster.x-k8s.io/cluster-name`` label. The stack (simulator, operator) is per *module*, so each
+module's simulator starts fresh and its invariants and allocations concern that module only; teardown
+deletes the clusters it still knows (operator still running, so MAAS machines are released), stops the
+operator, strips leftover capmaas finalizers and removes the module's Nodes from the workload stand-in.
+Modules run one after another (no xdist), so two operators never reconcile the namespace at once.
 """
 
 from __future__ import annotations
@@ -17,7 +56,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -26,7 +65,7 @@ if TYPE_CHECKING:
     from capmaas.devcluster.capi import CapiManager
     from capmaas.devcluster.workload import WorkloadCluster
 
-from e2e_support import Kubectl
+from e2e_support import TIMINGS, Kubectl, ProviderStack
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -82,3 +121,136 @@ def workload(workload_kube: ControlPlane) -> WorkloadCluster:
     from capmaas.devcluster.workload import WorkloadCluster
 
     return WorkloadCluster(workload_kube.kubeconfig)
+
+
+@pytest.fixture(scope="module")
+def provider_stack(
+    request: pytest.FixtureRequest,
+    kube: ControlPlane,
+    kubectl: Kubectl,
+    capi: CapiManager,
+    workload: WorkloadCluster,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ProviderStack]:
+    """The MAAS simulator + ``capmaas run`` around the CAPI manager and the workload stand-in (module doc)."""
+    import os
+    import time
+    import urllib.request
+
+    from capmaas.demo.simthread import SimulatorThread
+    from capmaas.demo.stack import OperatorProcess
+    from capmaas.devcluster.process import free_port
+    from capmaas.simulator import Inventory, Timings
+
+    assert capi.namespace is not None
+    prefix = f"e{secrets.token_hex(2)}"
+    inventory = Inventory.generate(machines=16, zones=3, seed=11)
+    for n, m in enumerate(inventory.data["machines"]):
+        m["hostname"] = f"{prefix}-{n:02d}"
+    sim = SimulatorThread(inventory, Timings(deploy=1.5, release=0.5))
+    hook = workload.deploy_hook()
+    sim.sim.on_deployed = hook  # the kubelet's part: a Node per deployed machine
+    workdir = tmp_path_factory.mktemp("provider")
+    health_port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPMAAS_")}
+    env.update(
+        KUBECONFIG=str(kube.kubeconfig),
+        CAPMAAS_SERVER__BIND_ADDRESS="127.0.0.1",
+        CAPMAAS_SERVER__HEALTH_PORT=str(health_port),
+        CAPMAAS_SERVER__METRICS_PORT=str(free_port()),
+        CAPMAAS_LOGGING__FORMAT="text",
+        CAPMAAS_LOGGING__LEVEL="INFO",
+        CAPMAAS_POLLING__FAST_INTERVAL="0.3",
+        CAPMAAS_POLLING__IDLE_INTERVAL="2",
+        CAPMAAS_MACHINE__RETRY_BASE_DELAY="0.5",
+        CAPMAAS_MACHINE__RETRY_MAX_DELAY="3",
+        CAPMAAS_MACHINE__NODE_RETRY="1",
+        CAPMAAS_KUBE__SECRET_CACHE_TTL="1",
+    )
+    started = time.monotonic()
+    sim.start()
+    env.update(CAPMAAS_MAAS__ENDPOINT=sim.url, CAPMAAS_MAAS__API_KEY=sim.api_key)
+    operator = OperatorProcess(env, capi.namespace, workdir / "operator.log").start()
+    stack = ProviderStack(
+        kubectl=kubectl,
+        kubeconfig=kube.kubeconfig,
+        capi=capi,
+        workload=workload,
+        sim=sim,
+        operator=operator,
+        hostname_prefix=prefix,
+        test_id=lambda: _CURRENT.get("test", request.node.nodeid),
+    )
+    try:
+
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/healthz", timeout=2) as r:
+                    return bool(r.status == 200)
+            except OSError:
+                return False
+
+        stack.wait_for(healthy, "the capmaas operator's /healthz", timeout=60)
+        TIMINGS.append(
+            (request.node.nodeid, "provider stack up (simulator + operator)", time.monotonic() - started)
+        )
+        yield stack
+    finally:
+        _teardown(stack, kubectl)
+        operator.stop()
+        sim.stop()
+
+
+#: The test running now (its node id), for the stage timings.
+_CURRENT: dict[str, str] = {}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    _CURRENT["test"] = item.nodeid
+    try:
+        return (yield)
+    finally:
+        _CURRENT.pop("test", None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """A failing test that used ``provider_stack`` carries the operator's and CAPI's log tails."""
+    report: pytest.TestReport = yield
+    stack = getattr(item, "funcargs", {}).get("provider_stack")
+    if report.failed and isinstance(stack, ProviderStack):
+        report.sections.append(("capmaas operator / cluster-api logs", stack.logs(80)))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Every ``ProviderStack.stage`` timing of the run, for the issue's closing note."""
+    if not TIMINGS:
+        return
+    terminalreporter.section("e2e stage timings")
+    for test, stage, seconds in TIMINGS:
+        terminalreporter.write_line(f"{seconds:7.1f}s  {test.split('::')[-1]}: {stage}")
+
+
+def _teardown(stack: ProviderStack, kubectl: Kubectl) -> None:
+    """Delete what the module left (with the operator still running), then make sure nothing blocks the
+    namespace and no Node of this stack stays in the workload stand-in."""
+    ns = stack.namespace
+    for name in list(stack.clusters):
+        try:
+            stack.delete_cluster(name, timeout=90)
+        except AssertionError as exc:
+            print(f"teardown: {exc}\n{stack.logs()}")
+    unblock = '{"metadata":{"finalizers":null}}'
+    for name in stack.created:
+        for plural in ("maasmachines", "maasclusters"):
+            sel = f"-l=cluster.x-k8s.io/cluster-name={name}"
+            out = kubectl("get", plural, "-n", ns, sel, "-o", "name", check=False).stdout or ""
+            for obj in out.split():
+                kubectl("patch", obj, "-n", ns, "--type=merge", "-p", unblock, check=False)
+        kubectl("delete", "cluster", name, "-n", ns, "--wait=false", "--ignore-not-found", check=False)
+    for node in stack.workload.nodes():
+        name = node["metadata"]["name"]
+        if name.startswith(f"{stack.hostname_prefix}-"):
+            stack.workload.remove_node(name)

@@ -160,3 +160,277 @@ def patch_status(kubectl: Kubectl, resource: str, name: str, namespace: str, sta
         "patch", resource, name, "-n", namespace, "--subresource=status", "--type=merge",
         "-p", json.dumps({"status": status}),
     )  # fmt: skip
+
+
+# -- the real provider stack (fixture ``provider_stack`` in conftest) ----------------------------------------
+MACHINE_API = "cluster.x-k8s.io/v1beta2"
+CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"
+DEPLOYMENT_NAME_LABEL = "cluster.x-k8s.io/deployment-name"
+#: Every stage timing recorded by :meth:`ProviderStack.stage`, in order: (test id, stage, seconds). The
+#: conftest prints them in the terminal summary (the issue's closing note needs the numbers).
+TIMINGS: list[tuple[str, str, float]] = []
+
+
+def control_plane_machine(
+    name: str, namespace: str, cluster_name: str, *, bootstrap_secret: str, version: str = "v1.33.0"
+) -> dict[str, Any]:
+    """A stand-alone control-plane Machine (no control-plane provider): once it has a nodeRef CAPI marks the
+    Cluster ``ControlPlaneInitialized``, which MachineHealthChecks and the ClusterCache wait for."""
+    return {
+        "apiVersion": MACHINE_API,
+        "kind": "Machine",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {CLUSTER_NAME_LABEL: cluster_name, CONTROL_PLANE_LABEL: ""},
+        },
+        "spec": {
+            "clusterName": cluster_name,
+            "version": version,
+            "bootstrap": {"dataSecretName": bootstrap_secret},
+            "infrastructureRef": {"apiGroup": INFRA_GROUP, "kind": "MaasMachine", "name": name},
+        },
+    }
+
+
+def maasmachine(name: str, namespace: str, cluster_name: str, *, control_plane: bool) -> dict[str, Any]:
+    labels = {CLUSTER_NAME_LABEL: cluster_name, **({CONTROL_PLANE_LABEL: ""} if control_plane else {})}
+    return {
+        "apiVersion": INFRA_API,
+        "kind": "MaasMachine",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"image": "ubuntu/noble", "minCPU": 2, "minMemory": 4096},
+    }
+
+
+def identity_secret(name: str, namespace: str, endpoint: str, api_key: str) -> dict[str, Any]:
+    """The Secret a MaasCluster's ``spec.identityRef`` names (keys as capmaas' credentials module reads)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": name, "namespace": namespace},
+        "stringData": {"MAAS_ENDPOINT": endpoint, "MAAS_API_KEY": api_key},
+    }
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if c.get("type") == type_:
+            return dict(c)
+    return None
+
+
+class ProviderStack:
+    """The real provider for e2e tests: MAAS simulator (thread, loopback) + ``capmaas run`` (subprocess) +
+    the CAPI core manager + the workload stand-in. Built by the ``provider_stack`` fixture; see the conftest
+    module docstring for how to use it."""
+
+    def __init__(
+        self,
+        *,
+        kubectl: Kubectl,
+        kubeconfig: Path,
+        capi: Any,
+        workload: Any,
+        sim: Any,
+        operator: Any,
+        hostname_prefix: str,
+        test_id: Callable[[], str],
+    ) -> None:
+        self.kubectl = kubectl
+        self.kubeconfig = kubeconfig
+        self.capi = capi
+        self.namespace: str = capi.namespace
+        self.workload = workload
+        self.sim = sim  # capmaas.demo.simthread.SimulatorThread: use .call(fn) to read the Simulator
+        self.operator = operator  # capmaas.demo.stack.OperatorProcess
+        self.hostname_prefix = hostname_prefix
+        self.clusters: list[str] = []  # created and not yet deleted (teardown deletes them)
+        self.created: list[str] = []  # every cluster name ever created here (teardown unblocks their objects)
+        self._test_id = test_id
+
+    # -- timing ----------------------------------------------------------------------------------------------
+    def stage(self, what: str) -> Any:
+        """``with stack.stage("3 Machines Running"):`` prints and records how long the block took."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def timed() -> Any:
+            t0 = time.monotonic()
+            yield
+            took = time.monotonic() - t0
+            TIMINGS.append((self._test_id(), what, took))
+            print(f"[e2e timing] {what}: {took:.1f}s")
+
+        return timed()
+
+    # -- logs ------------------------------------------------------------------------------------------------
+    def logs(self, lines: int = 60) -> str:
+        """Tails of the operator and CAPI manager logs (added to a failing test's report by the conftest)."""
+        return (
+            f"--- capmaas operator ({self.operator.log}) ---\n{self.operator.tail(lines)}\n"
+            f"--- cluster-api ({self.capi.log}) ---\n{self.capi.tail(lines // 2)}"
+        )
+
+    def check_operator(self) -> None:
+        code = self.operator.exited()
+        if code is not None:
+            raise AssertionError(f"capmaas run exited with code {code}:\n{self.operator.tail()}")
+
+    def wait_for(self, check: Callable[[], T | None], what: str, *, timeout: float = 120.0) -> T:
+        """:func:`wait_for` that fails at once if the operator died."""
+
+        def checked() -> T | None:
+            self.check_operator()
+            return check()
+
+        return wait_for(checked, what, timeout=timeout, interval=0.5)
+
+    # -- clusters --------------------------------------------------------------------------------------------
+    def create_cluster(
+        self,
+        name: str,
+        *,
+        identity: bool = False,
+        endpoint_host: str | None = None,
+        control_plane: bool = False,
+        timeout: float = 90.0,
+    ) -> dict[str, Any]:
+        """Cluster + MaasCluster + ``<name>-kubeconfig`` (the workload stand-in) + ``<name>-userdata`` (a
+        bootstrap data Secret for ``dataSecretName``); waits for the MaasCluster ready and the Cluster's
+        ``infrastructureProvisioned``. ``identity`` uses an identityRef Secret instead of the operator's
+        default credentials; ``control_plane`` adds a stand-alone control-plane Machine and waits for the
+        Cluster's ``ControlPlaneInitialized`` (needed by MachineHealthChecks). Returns the MaasCluster."""
+        ns = self.namespace
+        mc = maascluster(name, ns, endpoint_host=endpoint_host)
+        objs: list[dict[str, Any]] = []
+        if identity:
+            objs.append(identity_secret(f"{name}-maas", ns, self.sim.url, self.sim.api_key))
+            mc["spec"]["identityRef"] = {"kind": "Secret", "name": f"{name}-maas"}
+        objs += [bootstrap_secret(f"{name}-userdata", ns, name), mc, cluster(name, ns)]
+        self.clusters.append(name)
+        self.created.append(name)
+        apply(self.kubectl, *objs)
+        self.workload.publish_kubeconfig(self.kubeconfig, ns, name)
+
+        def ready() -> dict[str, Any] | None:
+            got = get(self.kubectl, "maascluster", name, "-n", ns)
+            return got if got and (got.get("status") or {}).get("ready") else None
+
+        found = self.wait_for(ready, f"MaasCluster {name} ready", timeout=timeout)
+
+        def provisioned() -> bool:
+            c = get(self.kubectl, "cluster", name, "-n", ns) or {}
+            return bool(
+                ((c.get("status") or {}).get("initialization") or {}).get("infrastructureProvisioned")
+            )
+
+        self.wait_for(provisioned, f"Cluster {name} infrastructureProvisioned", timeout=timeout)
+        if control_plane:
+            self.add_control_plane_machine(name, f"{name}-cp-0", timeout=timeout)
+        return found
+
+    def add_control_plane_machine(self, cluster_name: str, name: str, *, timeout: float = 90.0) -> None:
+        """A control-plane Machine + its MaasMachine; waits until it runs and the Cluster is
+        ``ControlPlaneInitialized``."""
+        ns = self.namespace
+        apply(
+            self.kubectl,
+            maasmachine(name, ns, cluster_name, control_plane=True),
+            control_plane_machine(name, ns, cluster_name, bootstrap_secret=f"{cluster_name}-userdata"),
+        )
+        self.wait_for(
+            lambda: self.running_machines(cluster_name, f"{CONTROL_PLANE_LABEL}", 1),
+            f"control-plane Machine {name} Running",
+            timeout=timeout,
+        )
+
+        def initialized() -> bool:
+            c = condition(get(self.kubectl, "cluster", cluster_name, "-n", ns), "ControlPlaneInitialized")
+            return bool(c and c["status"] == "True")
+
+        self.wait_for(initialized, f"Cluster {cluster_name} ControlPlaneInitialized", timeout=timeout)
+
+    def delete_cluster(self, name: str, *, timeout: float = 120.0) -> None:
+        """Delete the Cluster and wait until CAPI and capmaas removed everything (MAAS machines released)."""
+        ns = self.namespace
+        self.kubectl("delete", "cluster", name, "-n", ns, "--wait=false", "--ignore-not-found")
+        self.wait_for(
+            lambda: get(self.kubectl, "cluster", name, "-n", ns) is None,
+            f"Cluster {name} gone",
+            timeout=timeout,
+        )
+        if name in self.clusters:
+            self.clusters.remove(name)
+
+    # -- machines --------------------------------------------------------------------------------------------
+    def machines(self, cluster_name: str, selector: str | None = None) -> list[dict[str, Any]]:
+        sel = f"{CLUSTER_NAME_LABEL}={cluster_name}" + (f",{selector}" if selector else "")
+        return items(self.kubectl, "machines", self.namespace, sel)
+
+    def maasmachines(self, cluster_name: str, selector: str | None = None) -> list[dict[str, Any]]:
+        sel = f"{CLUSTER_NAME_LABEL}={cluster_name}" + (f",{selector}" if selector else "")
+        return items(self.kubectl, "maasmachines", self.namespace, sel)
+
+    def running_machines(
+        self, cluster_name: str, selector: str | None, count: int
+    ) -> list[dict[str, Any]] | None:
+        """Exactly ``count`` Machines match and all are Running with a nodeRef (none deleting); else None."""
+        ms = self.machines(cluster_name, selector)
+        if len(ms) != count:
+            return None
+        for m in ms:
+            st = m.get("status") or {}
+            if (
+                m["metadata"].get("deletionTimestamp")
+                or st.get("phase") != "Running"
+                or not st.get("nodeRef")
+            ):
+                return None
+        return ms
+
+    # -- the simulator ---------------------------------------------------------------------------------------
+    def invariants(self) -> list[str]:
+        """The simulator's invariant violations (double allocations, broken indexes): ``[]`` when fine."""
+        result: list[str] = self.sim.invariants()
+        return result
+
+    def machine_states(self) -> dict[str, dict[str, Any]]:
+        """system_id -> ``{status_name, owner, agent_name, hostname, zone}`` for every MAAS machine."""
+        result: dict[str, dict[str, Any]] = self.sim.machine_states()
+        return result
+
+    def allocations(self) -> dict[str, list[str]]:
+        """agent_name (a MaasMachine UID) -> system IDs of the MAAS machines it holds (owned, any state)."""
+        out: dict[str, list[str]] = {}
+        for sid, m in self.machine_states().items():
+            if m["owner"] is not None:
+                out.setdefault(m["agent_name"] or "", []).append(sid)
+        return out
+
+    def leaks(self) -> list[str]:
+        """What is wrong between MAAS and the namespace's MaasMachines, ``[]`` when they agree: invariant
+        violations, MAAS machines held for no live MaasMachine (leaked), MaasMachines holding several, and
+        live provisioned MaasMachines that MAAS does not know as allocated to them."""
+        problems = self.invariants()
+        # Every MaasMachine of the namespace: the simulator belongs to this stack, so whatever it has
+        # allocated must be held by one of them.
+        live = {mm["metadata"]["uid"]: mm for mm in items(self.kubectl, "maasmachines", self.namespace)}
+        allocated = self.allocations()
+        for agent, sids in allocated.items():
+            if agent not in live:
+                problems.append(
+                    f"MAAS machines {sids} allocated to {agent!r}, no live MaasMachine has that UID"
+                )
+            elif len(sids) > 1:
+                problems.append(f"MaasMachine {live[agent]['metadata']['name']} holds {sids}")
+        for uid, mm in live.items():
+            sid = (mm.get("spec") or {}).get("systemID")
+            if sid and uid not in allocated and not mm["metadata"].get("deletionTimestamp"):
+                problems.append(f"MaasMachine {mm['metadata']['name']} has systemID {sid} but MAAS disagrees")
+        return problems
+
+    def ready_in_maas(self, system_ids: list[str]) -> bool:
+        states = self.machine_states()
+        return all(states[s]["status_name"] == "Ready" and states[s]["owner"] is None for s in system_ids)

@@ -371,6 +371,9 @@ class AllocateConstraints(_Request):
 
     ``mem`` is MiB; ``storage`` is MAAS's ``label:sizeGB(tag,...),...``; ``interfaces`` is
     ``label:key=value,...;...``. ``tags`` must all be present, ``not_tags`` none of them.
+    ``not_pod_type`` leaves out machines whose BMC has that power type: ``lxd`` keeps composed LXD VMs
+    (Ready between commissioning and their own allocate) away from a bare-metal allocate. In 3.7 it is an
+    exclusion on ``bmc.power_type``, so bare metal (an IPMI/Redfish/... BMC) still matches.
     """
 
     cpu_count: int | None = None
@@ -379,6 +382,7 @@ class AllocateConstraints(_Request):
     not_tags: tuple[str, ...] = ()
     zone: str | None = None
     not_in_zone: tuple[str, ...] = ()
+    not_pod_type: tuple[str, ...] = ()
     pool: str | None = None
     arch: str | None = None
     storage: str | None = None
@@ -393,7 +397,7 @@ class AllocateConstraints(_Request):
             value = getattr(self, key)
             if value is not None:
                 fields.append((key, str(value)))
-        for key in ("tags", "not_tags", "not_in_zone"):
+        for key in ("tags", "not_tags", "not_in_zone", "not_pod_type"):
             fields.extend((key, v) for v in getattr(self, key))
         return fields
 

@@ -132,6 +132,9 @@ class Constraints:
     storage: list[StorageGroup] = field(default_factory=list)
     interfaces: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
+    not_tags: list[str] = field(default_factory=list)
+    #: ``pod``/``not_pod``/``pod_type``/``not_pod_type``: allocate's dynamic compose filters hosts by them.
+    pods: dict[str, frozenset[str]] = field(default_factory=dict)
     zone: str | None = None
     pool: str | None = None
     cpu_count: int | None = None
@@ -278,6 +281,7 @@ def _tags(state: State, form: FormData, c: Constraints, errors: dict[str, list[s
         c.predicates.append(lambda m: required <= m.tags)
         c.described["tags"] = ",".join(tags)
     if not_tags:
+        c.not_tags = not_tags
         forbidden = frozenset(not_tags)
         c.predicates.append(lambda m: not (forbidden & m.tags))
         c.described["not_tags"] = ",".join(not_tags)
@@ -327,24 +331,39 @@ def _zones_pools(
 
 
 def _pods(form: FormData, c: Constraints, state: State) -> None:
+    """3.7 matches these against the machine's BMC: a VM's BMC is its pod (name, type ``lxd``/``virsh``); bare
+    metal's BMC has no pod name and the machine's power type. So ``not_pod_type=lxd`` keeps bare metal."""
+
     def pod_name(m: Machine) -> str | None:
         host = state.vm_hosts.get(m.pod_id) if m.pod_id is not None else None
         return host.name if host else None
 
-    def pod_type(m: Machine) -> str | None:
+    def bmc_type(m: Machine) -> str | None:
         host = state.vm_hosts.get(m.pod_id) if m.pod_id is not None else None
-        return host.type if host else None
+        return host.type if host else m.power_type
 
     for key, fn, negate in (
         ("pod", pod_name, False),
         ("not_pod", pod_name, True),
-        ("pod_type", pod_type, False),
-        ("not_pod_type", pod_type, True),
+        ("pod_type", bmc_type, False),
+        ("not_pod_type", bmc_type, True),
     ):
-        values = set(form.getlist(key))
+        values = frozenset(form.getlist(key))
         if values:
+            c.pods[key] = values
             c.predicates.append(lambda m, f=fn, vs=values, n=negate: (f(m) in vs) != n)  # type: ignore[misc]
             c.described[key] = ",".join(sorted(values))
+
+
+def pod_allowed(c: Constraints, name: str, type_: str, tags: set[str]) -> bool:
+    """Whether allocate may compose on this VM host (``get_allocated_composed_machine``'s pod filters)."""
+    p = c.pods
+    if ("pod" in p and name not in p["pod"]) or ("pod_type" in p and type_ not in p["pod_type"]):
+        return False
+    if name in p.get("not_pod", ()) or type_ in p.get("not_pod_type", ()):
+        return False
+    # ``tags__contains`` both ways: the host has every wanted tag, and is left out if it has all not_tags.
+    return set(c.tags) <= tags and not (c.not_tags and set(c.not_tags) <= tags)
 
 
 def split_outside_parens(value: str) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from capmaas.simulator import info, machines, misc, router, vmhosts
 from capmaas.simulator.auth import Authenticator, User, challenge, new_api_key
-from capmaas.simulator.constraints import Constraints
+from capmaas.simulator.constraints import Constraints, pod_allowed
 from capmaas.simulator.faults import ConnectionDropped, Faults, Timings
 from capmaas.simulator.forms import FormData, FormError, parse_body, parse_query
 from capmaas.simulator.http import TEXT_TYPE, HttpError, Request, Response, bad_request, json_response
@@ -177,7 +177,9 @@ class Simulator(Lifecycle):
             zone, pool = self.state.zones[host.zone_id], self.state.pools[host.pool_id]
             if (c.zone and zone.name != c.zone) or (c.pool and pool.name != c.pool):
                 continue
-            if not set(c.tags) <= set(host.tags) or (c.arch and c.arch not in host.architectures):
+            if not pod_allowed(c, host.name, host.type, set(host.tags)):
+                continue
+            if c.arch and c.arch not in host.architectures:
                 continue
             cores, memory = max(1, c.cpu_count or 1), max(1024, c.mem or 2048)
             if cores > host.cores or memory > host.memory:  # ComposeMachineForm's bounds (the pod's hints)

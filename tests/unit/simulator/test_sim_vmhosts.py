@@ -296,6 +296,45 @@ async def test_allocate_composes_a_dynamic_vm_when_nothing_matches(
     assert lsim.check_invariants() == []
 
 
+async def test_pod_constraints_match_the_bmc_and_filter_the_dynamic_compose(
+    lsim: Simulator, ladmin: httpx.AsyncClient
+) -> None:
+    lsim.timings = type(lsim.timings)(commission=0)
+    vm = (await ladmin.post("vm-hosts/1/", params={"op": "compose"}, data={"cores": "1"})).json()["system_id"]
+    lsim.tick()
+    assert (await ladmin.get(f"machines/{vm}/")).json()["status_name"] == "Ready"
+
+    async def hostnames(**params: str) -> list[str]:
+        r = await ladmin.get("machines/", params={"status": "ready", **params})
+        return sorted(m["hostname"] for m in r.json())
+
+    vm_name = (await ladmin.get(f"machines/{vm}/")).json()["hostname"]
+    metal = ["metal-1", "metal-2", "metal-3"]
+    assert await hostnames(not_pod_type="lxd") == metal  # bare metal's BMC is not a pod: kept
+    assert await hostnames(pod_type="ipmi") == metal  # its BMC's power type
+    assert await hostnames(pod_type="lxd") == [vm_name]
+    assert await hostnames(pod="lxd-az1") == [vm_name]
+    assert await hostnames(not_pod="lxd-az1") == metal
+    # The 1-core VM is the cheapest Ready machine, but not for a bare-metal allocate.
+    r = await ladmin.post("machines/", params={"op": "allocate"}, data={"not_pod_type": "lxd"})
+    assert r.json()["hostname"] == "metal-1"
+    r = await ladmin.post("machines/", params={"op": "allocate"})
+    assert r.json()["system_id"] == vm
+    # Nothing matches: the dynamic compose leaves out hosts the pod constraints exclude.
+    for data in (
+        {"cpu_count": "24", "not_pod_type": "lxd"},
+        {"cpu_count": "24", "pod_type": "virsh"},
+        {"cpu_count": "24", "not_pod": "lxd-az1", "zone": "az1"},
+        {"cpu_count": "24", "pod": "lxd-az1", "zone": "az2"},
+        {"cpu_count": "24", "not_tags": "lxd"},
+    ):
+        r = await ladmin.post("machines/", params={"op": "allocate"}, data=data)
+        assert r.status_code == 409, (data, r.text)
+    r = await ladmin.post("machines/", params={"op": "allocate"}, data={"cpu_count": "24", "pod": "lxd-az2"})
+    assert r.json()["pod"]["name"] == "lxd-az2"
+    assert lsim.check_invariants() == []
+
+
 async def test_dynamic_compose_can_be_switched_off() -> None:
     sim = lxd_sim(dynamic_compose=False)
     async with client(sim) as c:

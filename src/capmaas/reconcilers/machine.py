@@ -308,6 +308,8 @@ class MachineReconciler:
                 zone=zone,
                 pool=spec.get("resourcePool"),
                 storage=storage,
+                # A composed VM is Ready between commissioning and its own allocate: never take it here.
+                not_pod_type=(lxd.LXD,),
             ),
             chosen,
         )

@@ -338,3 +338,23 @@ async def test_delete_before_compose_just_drops_the_finalizer(lenv: Env) -> None
     assert "not the pinned host 'no-such-host'" in cond(b, C.LXD_HOST_SELECTED_CONDITION)["message"]
     assert FINALIZER in b["metadata"]["finalizers"]
     await delete_all(env, ["w0"])
+
+
+async def test_bare_metal_allocate_never_takes_a_commissioned_vm_waiting_for_its_owner(lenv: Env) -> None:
+    env = lenv
+    await env.cluster()
+    add_lxd(env, "cp0", cp=True, failureDomain="az1")
+    await env.step("cp0")  # composed, commissioning
+    vm = env.kube.get("maasmachines", "cp0")["spec"]["systemID"]
+    env.sim.tick()
+    assert env.sim.machine(vm)["status_name"] == "Ready"
+    # A loose bare-metal MaasMachine in the same zone: the 2-core VM is the cheapest Ready match there.
+    env.machine("w0", failure_domain="az1")
+    await env.drive(["w0"], ready)
+    metal = env.kube.get("maasmachines", "w0")["spec"]["systemID"]
+    assert metal != vm
+    assert env.sim.machine(metal)["pod"] is None
+    assert env.sim.machine(vm)["status_name"] == "Ready"
+    await env.drive(["cp0"], ready)
+    assert env.kube.get("maasmachines", "cp0")["spec"]["systemID"] == vm
+    assert env.sim.check_invariants() == []

@@ -149,6 +149,8 @@ class Simulator(Lifecycle):
                 host = state.vm_hosts.get(m.pod_id)
                 if host is None or m.system_id not in host.vms:
                     problems.append(f"composed machine {m.system_id} is not backed by VM host {m.pod_id}")
+        ips = Counter(i.ip for m in state.machines.values() for i in m.interfaces if i.ip)
+        problems += [f"IP address {ip} is on {n} interfaces" for ip, n in sorted(ips.items()) if n > 1]
         if sum(len(b) for b in state.by_status.values()) != len(state.machines):
             problems.append("status index size differs from the machine count")
         if len(state.ready) != len(state.by_status[NodeStatus.READY]):

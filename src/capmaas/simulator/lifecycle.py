@@ -62,6 +62,7 @@ class Lifecycle:
 
     def start_deploy(self, m: Machine) -> None:
         self.state.set_status(m, S.DEPLOYING)
+        self.state.claim_auto_ips(m)
         m.power_state = "on"
         m.error_description = ""
         m.status_message = "Deploying"
@@ -121,6 +122,7 @@ class Lifecycle:
 
     def _clear_deployment(self, m: Machine) -> None:
         self.state.set_agent(m, "")
+        self.state.release_auto_ips(m)
         m.osystem = m.distro_series = ""
         m.hwe_kernel = None
         m.ephemeral_deploy = m.enable_hw_sync = m.install_kvm = m.register_vmhost = False
@@ -206,11 +208,24 @@ class Lifecycle:
         architecture: str,
         skip_commissioning: bool = False,
         dynamic: bool = False,
+        subnet_id: int | None = None,
+        ip: str | None = None,
     ) -> Machine:
-        """Create the VM's machine and charge the host; the caller has checked the capacity."""
+        """Create the VM's machine and charge the host; the caller has checked the capacity.
+
+        Its NIC sits on ``subnet_id`` with a static ``ip``, or without one on the host's own network (LXD
+        bridges it there) as an AUTO link, which gets its address when deployment starts, like any machine.
+        """
         state = self.state
         sid = new_system_id(state, self.rng)
         iface_id = state.new_id("interface")
+        if subnet_id is None and ip is None:
+            host_machine = state.machines.get(host.host_system_id or "")
+            subnet_id = (
+                next((i.subnet_id for i in host_machine.interfaces if i.subnet_id), None)
+                if host_machine
+                else None
+            )
         mac = f"00:16:3e:{(iface_id >> 16) & 255:02x}:{(iface_id >> 8) & 255:02x}:{iface_id & 255:02x}"
         m = Machine(
             id=state.new_id("machine"),
@@ -223,7 +238,9 @@ class Lifecycle:
             cpu_count=cores,
             memory=memory,
             disks=[Disk(state.new_id("disk"), label, size) for label, size, _ in disks],
-            interfaces=[Interface(iface_id, "eth0", mac)],
+            interfaces=[
+                Interface(iface_id, "eth0", mac, subnet_id, ip, auto=ip is None and subnet_id is not None)
+            ],
             power_type=host.type,
             power_state="off",
             status=S.READY if skip_commissioning else S.NEW,

@@ -254,6 +254,8 @@ class Interface:
     mac_address: str
     subnet_id: int | None = None
     ip: str | None = None
+    #: An AUTO link: MAAS claims ``ip`` from the subnet when deployment starts and gives it back on release.
+    auto: bool = False
 
 
 @dataclass(slots=True)

@@ -220,7 +220,7 @@ def interface_json(state: State, m: Machine, i: Interface) -> dict[str, Any]:
     if subnet is not None:
         link: dict[str, Any] = {
             "id": i.id,
-            "mode": "static" if i.ip else "auto",
+            "mode": "static" if i.ip and not i.auto else "auto",
             "subnet": subnet_json(subnet),
         }
         if i.ip:

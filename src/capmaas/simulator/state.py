@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import ipaddress
 from collections.abc import Iterable
 
 from capmaas.simulator.http import conflict
@@ -96,6 +97,25 @@ class State:
             idx = bisect.bisect_left(self.ready, key)
             if idx < len(self.ready) and self.ready[idx] == key:
                 del self.ready[idx]
+
+    def claim_auto_ips(self, m: Machine) -> None:
+        """``claim_auto_ips`` at deploy: an AUTO link without an address takes its subnet's first free one."""
+        for i in m.interfaces:
+            subnet = (
+                self.subnets.get(i.subnet_id) if i.auto and not i.ip and i.subnet_id is not None else None
+            )
+            if subnet is None:
+                continue
+            hosts = map(str, ipaddress.ip_network(subnet.cidr, strict=False).hosts())
+            i.ip = next((a for a in hosts if a not in self.used_ips and a != subnet.gateway_ip), None)
+            if i.ip:
+                self.used_ips.add(i.ip)
+
+    def release_auto_ips(self, m: Machine) -> None:
+        for i in m.interfaces:
+            if i.auto and i.ip:
+                self.used_ips.discard(i.ip)
+                i.ip = None
 
     def set_status(self, m: Machine, new: NodeStatus, *, check: bool = True) -> None:
         """Move ``m`` to ``new``; an illegal edge is MAAS's 409 ``Invalid transition: Old -> New.``"""

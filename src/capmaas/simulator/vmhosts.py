@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import TYPE_CHECKING
 
 from capmaas.simulator.constraints import parse_storage
@@ -15,7 +16,7 @@ from capmaas.simulator.http import (
     unavailable,
 )
 from capmaas.simulator.machines import bool_opt
-from capmaas.simulator.models import StoragePool, VmHost
+from capmaas.simulator.models import StoragePool, Subnet, VmHost
 from capmaas.simulator.router import Resource, resource
 from capmaas.simulator.serialize import API, vm_host_json
 
@@ -233,6 +234,7 @@ def compose(sim: Simulator, req: Request) -> dict[str, str]:
         errors["storage"] = [f'Malformed storage constraint, "{storage_text}".']
     if form.get("interfaces") and host.host_system_id is None:
         raise bad_request("Pod must be on a known host if interfaces are specified.")
+    subnet_id, ip = compose_network(sim, form.get("interfaces") or "", errors)
     if errors:
         raise bad_request(errors)
     assert groups is not None
@@ -255,8 +257,39 @@ def compose(sim: Simulator, req: Request) -> dict[str, str]:
         pool_id=pool_id,
         architecture=arch,
         skip_commissioning=bool_opt(form, "skip_commissioning"),
+        subnet_id=subnet_id,
+        ip=ip,
     )
     return {"system_id": m.system_id, "resource_uri": f"{API}/machines/{m.system_id}/"}
+
+
+def compose_network(
+    sim: Simulator, value: str, errors: dict[str, list[str]]
+) -> tuple[int | None, str | None]:
+    """The VM NIC's subnet and static IP from the first label of ``interfaces``
+    (``eth0:subnet_cidr=<cidr>,ip=<address>``); nothing asked: the host's network (see ``compose``)."""
+    label, sep, rest = value.split(";", maxsplit=1)[0].partition(":")
+    pairs = dict(kv.partition("=")[::2] for kv in (rest if sep else label).split(",") if kv)
+    want, ip = pairs.get("subnet_cidr") or pairs.get("subnet"), pairs.get("ip") or None
+    if not (want or ip):
+        return None, None
+    try:
+        address = ipaddress.ip_address(ip) if ip else None
+    except ValueError:
+        errors["interfaces"] = [f"'{ip}' is not a valid IP address."]
+        return None, None
+
+    def fits(s: Subnet) -> bool:
+        return want in (s.cidr, s.name, str(s.id)) if want else address in ipaddress.ip_network(s.cidr, False)
+
+    subnet = next(filter(fits, sim.state.subnets.values()), None)
+    if subnet is None:
+        errors["interfaces"] = [f"No subnet matches {value!r}."]
+    elif address is not None and address not in ipaddress.ip_network(subnet.cidr, strict=False):
+        errors["interfaces"] = [f"IP address {ip} is not in subnet {subnet.cidr}."]
+    elif ip in sim.state.used_ips:
+        errors["interfaces"] = [f"IP address {ip} is already in use."]
+    return (subnet.id if subnet else None), ip
 
 
 def pick_storage_pool(host: VmHost, tags: set[str]) -> StoragePool | None:

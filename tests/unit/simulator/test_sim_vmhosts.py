@@ -378,3 +378,50 @@ async def test_maas4_mode() -> None:
         assert (await c.get("version/")).json()["version"] == "4.0.0"
         r = await c.post("machines/", params={"op": "allocate"}, data={"cpu_count": "24"})
         assert r.status_code == 409  # no on-the-fly compose in 4.0
+
+
+async def test_composed_vm_sits_on_the_host_network_and_gets_an_address_when_deploying(
+    lsim: Simulator, ladmin: httpx.AsyncClient
+) -> None:
+    vm = (await ladmin.post("vm-hosts/1/", params={"op": "compose"})).json()["system_id"]
+    m = (await ladmin.get(f"machines/{vm}/")).json()
+    assert m["status_name"] == "Ready"
+    assert m["ip_addresses"] == []
+    link = m["interface_set"][0]["links"][0]
+    assert (link["mode"], link["subnet"]["cidr"]) == ("auto", "10.20.0.0/24")  # kvm-a's network
+    r = await ladmin.post(f"machines/{vm}/", params={"op": "deploy"})
+    assert r.json()["ip_addresses"] == ["10.20.0.2"]  # the first free one: .1 is the gateway
+    m = (await ladmin.get(f"machines/{vm}/")).json()
+    assert (m["status_name"], m["ip_addresses"]) == ("Deployed", ["10.20.0.2"])
+    assert m["interface_set"][0]["links"][0]["mode"] == "auto"
+    other = (await ladmin.post("vm-hosts/2/", params={"op": "compose"})).json()["system_id"]
+    r = await ladmin.post(f"machines/{other}/", params={"op": "deploy"})
+    assert r.json()["ip_addresses"] == ["10.20.0.3"]
+    await ladmin.post(f"machines/{vm}/", params={"op": "release"})
+    assert (await ladmin.get(f"machines/{vm}/")).json()["ip_addresses"] == []
+    assert "10.20.0.2" not in lsim.state.used_ips
+    assert lsim.check_invariants() == []
+
+
+async def test_compose_with_a_static_ip_and_its_refusals(lsim: Simulator, ladmin: httpx.AsyncClient) -> None:
+    async def compose(interfaces: str) -> httpx.Response:
+        return await ladmin.post("vm-hosts/1/", params={"op": "compose"}, data={"interfaces": interfaces})
+
+    r = await compose("eth0:subnet_cidr=10.20.0.0/24,ip=10.20.0.50")
+    m = (await ladmin.get(f"machines/{r.json()['system_id']}/")).json()
+    assert m["ip_addresses"] == ["10.20.0.50"]
+    assert m["interface_set"][0]["links"][0]["mode"] == "static"
+    r = await compose("ip=10.20.0.51")  # no label, the subnet found from the address
+    assert (await ladmin.get(f"machines/{r.json()['system_id']}/")).json()["ip_addresses"] == ["10.20.0.51"]
+    for interfaces, message in (
+        ("eth0:ip=10.20.0.50", "IP address 10.20.0.50 is already in use."),
+        ("eth0:subnet_cidr=10.20.0.0/24,ip=10.99.0.5", "IP address 10.99.0.5 is not in subnet 10.20.0.0/24."),
+        ("eth0:subnet=nope", "No subnet matches 'eth0:subnet=nope'."),
+        ("eth0:ip=10.99.0.5", "No subnet matches 'eth0:ip=10.99.0.5'."),
+        ("eth0:ip=bogus", "'bogus' is not a valid IP address."),
+    ):
+        r = await compose(interfaces)
+        assert (r.status_code, r.json()) == (400, {"interfaces": [message]}), interfaces
+    r = await compose("eth0:space=default")  # nothing about the address: the host's network
+    assert r.status_code == 200
+    assert lsim.check_invariants() == []

@@ -20,7 +20,8 @@ from conftest import Env, make_env
 
 
 def inventory(hosts_per_zone: int = 2, cores: int = 8, memory: int = 16384, disk: str = "200G") -> Inventory:
-    """3 zones with ``hosts_per_zone`` LXD hosts each (over-commit 1.0), plus 6 bare-metal machines."""
+    """3 zones with ``hosts_per_zone`` LXD hosts each (over-commit 1.0) on 10.30.0.0/24, plus 6 bare-metal
+    machines."""
     zones = ["az1", "az2", "az3"]
     machines: list[dict[str, Any]] = []
     hosts: list[dict[str, Any]] = []
@@ -29,7 +30,8 @@ def inventory(hosts_per_zone: int = 2, cores: int = 8, memory: int = 16384, disk
             name = f"kvm-{z}-{i}"
             machines.append(
                 {"hostname": name, "zone": z, "status": "deployed", "owner": "admin", "cpu_count": cores,
-                 "memory": memory, "disks": [{"name": "sda", "size": "1T"}]}
+                 "memory": memory, "disks": [{"name": "sda", "size": "1T"}],
+                 "interfaces": [{"name": "eth0", "subnet": "lxd", "ip": f"10.30.0.{100 + len(hosts)}"}]}
             )  # fmt: skip
             hosts.append(
                 {"name": f"lxd-{z}-{i}", "host": name, "cpu_over_commit_ratio": 1.0,
@@ -41,7 +43,14 @@ def inventory(hosts_per_zone: int = 2, cores: int = 8, memory: int = 16384, disk
                 {"hostname": f"metal-{z}-{i}", "zone": z, "cpu_count": 16, "memory": 65536,
                  "disks": [{"name": "sda", "size": "960G"}]}
             )  # fmt: skip
-    return Inventory({"zones": [{"name": z} for z in zones], "machines": machines, "vm_hosts": hosts})
+    return Inventory(
+        {
+            "zones": [{"name": z} for z in zones],
+            "subnets": [{"cidr": "10.30.0.0/24", "name": "lxd", "gateway_ip": "10.30.0.1"}],
+            "machines": machines,
+            "vm_hosts": hosts,
+        }
+    )
 
 
 def lxd_sim(**kw: Any) -> Simulator:
@@ -123,6 +132,10 @@ async def test_three_control_planes_land_one_per_zone_on_three_hosts_and_decompo
         vm = env.sim.machine(sid)
         assert vm["hostname"] == vm_hostname(n, b["metadata"]["uid"])
         assert vm["pod"]["name"] == st["lxdHost"]
+        # The VM's NIC is on its host's network; the address MAAS gave it at deploy reaches the status.
+        assert vm["ip_addresses"] and vm["ip_addresses"][0].startswith("10.30.0."), vm["ip_addresses"]
+        for kind in ("InternalIP", "ExternalIP"):
+            assert {"type": kind, "address": vm["ip_addresses"][0]} in st["addresses"], st["addresses"]
         for t in LXD_CONDITIONS:
             assert cond(b, t)["status"] == "True", (t, cond(b, t))
         assert [m["system_id"] for m in env.sim.machines_by_agent(b["metadata"]["uid"])] == [sid]

@@ -294,14 +294,17 @@ class ProviderStack:
         *,
         identity: bool = False,
         endpoint_host: str | None = None,
-        control_plane: bool = False,
+        control_plane: bool = True,
         timeout: float = 90.0,
     ) -> dict[str, Any]:
         """Cluster + MaasCluster + ``<name>-kubeconfig`` (the workload stand-in) + ``<name>-userdata`` (a
         bootstrap data Secret for ``dataSecretName``); waits for the MaasCluster ready and the Cluster's
         ``infrastructureProvisioned``. ``identity`` uses an identityRef Secret instead of the operator's
-        default credentials; ``control_plane`` adds a stand-alone control-plane Machine and waits for the
-        Cluster's ``ControlPlaneInitialized`` (needed by MachineHealthChecks). Returns the MaasCluster."""
+        default credentials. ``control_plane`` (default) adds a stand-alone control-plane Machine
+        ``<name>-cp-0`` and waits for the Cluster's ``ControlPlaneInitialized``: until then CAPI keeps every
+        Machine's NodeReady/NodeHealthy Unknown, so no Machine is Ready, a MachineDeployment never becomes
+        available, a rolling update never proceeds and MachineHealthChecks see no Node. Returns the
+        MaasCluster."""
         ns = self.namespace
         mc = maascluster(name, ns, endpoint_host=endpoint_host)
         objs: list[dict[str, Any]] = []

@@ -48,6 +48,9 @@ LXD = "lxd"
 COMPOSING = "composing"
 DECOMPOSING = "decomposing"
 DEPLOY_STARTED = "deploy-started"
+#: The MAAS ``agent_name`` the VM is held under: the UID at allocation. A ``clusterctl move`` recreates the
+#: MaasMachine with a new UID but keeps its annotations, so this is how the target still knows the VM is ours.
+AGENT_NAME = "agent-name"
 #: Hosts tried per pass when MAAS refuses composes (over-commit 503, host gone).
 MAX_COMPOSE_TRIES = 3
 #: Longest wait between placement attempts while nothing fits (capacity may free at any time).
@@ -357,16 +360,21 @@ def _deploying(scope: MachineScope, sid: str) -> None:
 
 
 async def _ours(r: MachineReconciler, scope: MachineScope, port: MaasPort, m: maas.Machine) -> bool:
-    """Whether the allocated VM is held under our UID (checked once per process, then remembered)."""
+    """Whether the allocated VM is held under our UID, or under the agent name recorded when it was allocated
+    (a moved MaasMachine has a new UID); checked once per process, then remembered. Recording the agent name
+    found also covers objects allocated before the annotation existed, ahead of any move."""
     if (scope.uid, m.system_id) in r.lxd.allocated:
         return True
-    try:
-        mine = {x.system_id for x in await port.find_by_agent(scope.uid)}
-    except maas_errors.MaasError as exc:
-        raise maas_failure(exc, None, "checking who holds the VM") from exc
-    if m.system_id in mine:
-        r.lxd.allocated.add((scope.uid, m.system_id))
-        return True
+    recorded = scope.annotation(AGENT_NAME)
+    for agent in dict.fromkeys(a for a in (scope.uid, recorded) if a):
+        try:
+            mine = {x.system_id for x in await port.find_by_agent(agent)}
+        except maas_errors.MaasError as exc:
+            raise maas_failure(exc, None, "checking who holds the VM") from exc
+        if m.system_id in mine:
+            r.lxd.allocated.add((scope.uid, m.system_id))
+            scope.set_annotation(AGENT_NAME, agent)
+            return True
     return False
 
 
@@ -387,6 +395,7 @@ async def _allocate(r: MachineReconciler, scope: MachineScope, port: MaasPort, m
     except maas_errors.MaasError as exc:
         raise maas_failure(exc, None, f"allocating VM {m.system_id}") from exc
     r.lxd.allocated.add((scope.uid, new.system_id))
+    scope.set_annotation(AGENT_NAME, scope.uid)
     scope.event("Normal", "VMAllocated", f"VM {new.system_id} allocated")
     return await _deploy(r, scope, port, new)
 
@@ -449,6 +458,7 @@ async def _start_over(
     scope.set_spec(systemID=None, providerID=None)
     scope.set_annotation(DEPLOY_STARTED, None)
     scope.set_annotation(HOST_ID_ANNOTATION, None)
+    scope.set_annotation(AGENT_NAME, None)
     scope.status.pop("lxdHost", None)
     scope.status.pop("vmResourceUsage", None)
     scope.set_condition(C.LXD_VM_CREATED_CONDITION, False, reason, f"{sid}: {why}")

@@ -1,0 +1,105 @@
+"""``clusterctl move`` as the target's operator sees it: every object is new (new UID, so the MAAS
+``agent_name`` the machine was allocated under is no longer the MaasMachine's UID), its status is gone, its
+spec and annotations are as they were on the source, and the operator is a fresh process.
+
+The moved MaasMachine must adopt ``spec.systemID`` as it is: no allocate, compose, deploy, release or delete
+in MAAS, and Ready again with the same providerID. (The end-to-end version with the real ``clusterctl move``
+is ``tests/e2e/test_clusterctl_move.py``.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from test_lxd_lifecycle import add_lxd, lxd_sim
+
+from capmaas.simulator import Simulator
+from conftest import Env, make_env
+
+
+def ready(b: dict[str, Any]) -> bool:
+    return bool((b.get("status") or {}).get("ready"))
+
+
+def writes(sim: Simulator) -> dict[tuple[str, str, str | None], int]:
+    return {k: n for k, n in sim.counters.items() if k[0] != "GET"}
+
+
+def moved(source: Env) -> Env:
+    """The target management cluster after the move: a new operator (new reconcilers, connections, soft
+    memory) and a copy of every object with a new UID, owner references rebuilt, status not restored."""
+    target = make_env(source.sim)
+    uids = {b["metadata"]["uid"]: f"moved-{b['metadata']['uid']}" for b in source.kube.objects.values()}
+    for (plural, ns, name), body in source.kube.objects.items():
+        copied = copy.deepcopy(body)
+        meta = copied["metadata"]
+        meta["uid"] = uids[meta["uid"]]
+        for ref in meta.get("ownerReferences") or ():
+            ref["uid"] = uids.get(ref.get("uid", ""), ref.get("uid"))
+        if plural.startswith("maas"):
+            copied.pop("status", None)  # a subresource: clusterctl cannot restore it
+        target.kube.objects[(plural, ns, name)] = copied
+    target.kube.secrets = copy.deepcopy(source.kube.secrets)
+    return target
+
+
+async def _close(*envs: Env) -> None:
+    for e in envs:
+        await e.connections.aclose()
+    await asyncio.sleep(0)
+
+
+@pytest.fixture
+async def lenv() -> AsyncIterator[Env]:
+    e = make_env(lxd_sim())
+    yield e
+    await _close(e)
+
+
+async def test_moved_bare_metal_machine_is_adopted_without_a_maas_write(env: Env) -> None:
+    await env.cluster()
+    env.machine("w0")
+    await env.drive(["w0"], ready)
+    before = env.kube.get("maasmachines", "w0")
+    sid, pid = before["spec"]["systemID"], before["spec"]["providerID"]
+    target = moved(env)
+    try:
+        env.sim.reset_counters()
+        await target.drive(["w0"], ready)
+        after = target.kube.get("maasmachines", "w0")
+        assert after["metadata"]["uid"] != before["metadata"]["uid"]
+        assert (after["spec"]["systemID"], after["spec"]["providerID"]) == (sid, pid)
+        assert writes(env.sim) == {}
+        m = env.sim.machine(sid)
+        assert m["status_name"] == "Deployed"
+        assert env.sim.check_invariants() == []
+    finally:
+        await _close(target)
+
+
+async def test_moved_lxd_vm_is_adopted_not_composed_again(lenv: Env) -> None:
+    """A moved LXD MaasMachine's VM is held under the *source* UID. Taking that for "someone else's VM"
+    would compose a second VM and leave the first deployed for ever."""
+    env = lenv
+    await env.cluster()
+    add_lxd(env, "cp0", cp=True)
+    await env.drive(["cp0"], ready)
+    before = env.kube.get("maasmachines", "cp0")
+    sid, pid = before["spec"]["systemID"], before["spec"]["providerID"]
+    vms = {s for s, m in env.sim.state.machines.items() if m.pod_id is not None}
+    target = moved(env)
+    try:
+        env.sim.reset_counters()
+        await target.drive(["cp0"], ready)
+        after = target.kube.get("maasmachines", "cp0")
+        assert (after["spec"]["systemID"], after["spec"]["providerID"]) == (sid, pid)
+        assert writes(env.sim) == {}
+        assert {s for s, m in env.sim.state.machines.items() if m.pod_id is not None} == vms
+        assert env.sim.machine(sid)["status_name"] == "Deployed"
+        assert env.sim.check_invariants() == []
+    finally:
+        await _close(target)

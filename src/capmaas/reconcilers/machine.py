@@ -46,6 +46,7 @@ from capmaas.reconcilers.ports import (
 )
 from capmaas.reconcilers.scope import (
     CLUSTER_NAME_LABEL,
+    ConditionStatus,
     ObjectScope,
     Requeue,
     is_paused,
@@ -96,11 +97,20 @@ class MachineScope(ObjectScope):
                 return str(name)
         return self.labels.get(CLUSTER_NAME_LABEL)
 
+    def set_condition(
+        self, type_: str, status: bool | ConditionStatus, reason: str, message: str = ""
+    ) -> None:
+        super().set_condition(type_, status, reason, message)
+        if type_ == C.MACHINE_PROVISIONED_CONDITION and status not in (True, "True") and not self.deleting:
+            # Ready summarises: while not provisioned it says the current step, not an earlier one's message.
+            super().set_condition(C.READY_CONDITION, status, reason, message)
+
     def wait(self, reason: str, message: str) -> None:
-        """Not provisioned yet, for an outside reason: both conditions say which."""
-        self.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, reason, message)
-        if not self.status.get("ready"):
-            self.set_condition(C.READY_CONDITION, False, reason, message)
+        """Not provisioned yet, for an outside reason: both conditions say which. A provisioned machine stays
+        so: an owner missing from the cache or a failed MAAS call says nothing about it (no stale message)."""
+        provisioned = (self.condition(C.MACHINE_PROVISIONED_CONDITION) or {}).get("status") == "True"
+        if not (self.status.get("ready") and provisioned):
+            self.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, reason, message)
 
 
 class MachineReconciler:

@@ -133,7 +133,8 @@ async def test_three_control_planes_land_one_per_zone_on_three_hosts_and_decompo
         assert vm["hostname"] == vm_hostname(n, b["metadata"]["uid"])
         assert vm["pod"]["name"] == st["lxdHost"]
         # The VM's NIC is on its host's network; the address MAAS gave it at deploy reaches the status.
-        assert vm["ip_addresses"] and vm["ip_addresses"][0].startswith("10.30.0."), vm["ip_addresses"]
+        assert len(vm["ip_addresses"]) == 1
+        assert vm["ip_addresses"][0].startswith("10.30.0."), vm["ip_addresses"]
         for kind in ("InternalIP", "ExternalIP"):
             assert {"type": kind, "address": vm["ip_addresses"][0]} in st["addresses"], st["addresses"]
         for t in LXD_CONDITIONS:

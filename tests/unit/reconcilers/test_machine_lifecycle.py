@@ -127,3 +127,43 @@ async def test_delete_for_move_never_calls_maas(env: Env) -> None:
     await env.step("w0")
     assert ("maasmachines", "ns", "w0") not in env.kube.objects
     assert env.requests() == 0
+
+
+def conditions(b: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    return [(c["type"], c["status"], c["reason"], c["message"]) for c in b["status"]["conditions"]]
+
+
+async def test_conditions_say_the_current_step_never_an_earlier_one(env: Env) -> None:
+    await env.cluster()
+    env.machine("w0")
+    machine = env.kube.objects.pop(("machines", "ns", "w0"))  # the owner is not in the cache yet
+    await env.step("w0")
+    c = cond(env.kube.get("maasmachines", "w0"), C.READY_CONDITION)
+    assert (c["status"], c["reason"], c["message"]) == (
+        "False", C.WAITING_FOR_MACHINE_OWNER_REASON, "owner Machine w0 not found yet"
+    )  # fmt: skip
+    env.kube.objects[("machines", "ns", "w0")] = machine
+    await env.drive(["w0"], ready)
+    b = env.kube.get("maasmachines", "w0")
+    ok = [
+        (C.READY_CONDITION, "True", C.READY_REASON, ""),
+        (C.MACHINE_PROVISIONED_CONDITION, "True", C.PROVISIONED_REASON, ""),
+    ]
+    assert conditions(b)[:2] == ok
+    # Ready, then a pass that misses the owner in the cache: nothing about the machine changed.
+    env.kube.objects.pop(("machines", "ns", "w0"))
+    await env.step("w0")
+    assert conditions(env.kube.get("maasmachines", "w0"))[:2] == ok
+    env.kube.objects[("machines", "ns", "w0")] = machine
+    # The machine breaks in MAAS: Ready says so while another is allocated (status.ready stays, per contract).
+    sid = b["spec"]["systemID"]
+    env.sim.mark_broken(env.sim.state.machines[sid], "disk died")
+    await env.settle()
+    await env.step("w0")
+    b = env.kube.get("maasmachines", "w0")
+    assert b["status"]["ready"] is True
+    c = cond(b, C.READY_CONDITION)
+    assert (c["status"], c["reason"]) == ("False", C.MACHINE_BROKEN_REASON), c
+    assert c["message"] == f"{sid}: disk died; allocating another"
+    await env.drive(["w0"], lambda b: cond(b, C.READY_CONDITION)["status"] == "True")
+    assert conditions(env.kube.get("maasmachines", "w0"))[:2] == ok

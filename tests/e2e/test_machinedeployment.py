@@ -20,6 +20,7 @@ from e2e_support import (
     ProviderStack,
     apply,
     get,
+    items,
     maasmachinetemplate,
     machinedeployment,
     wait_for,
@@ -74,6 +75,25 @@ def _provisioned(stack: ProviderStack, cluster: str, md: str, count: int) -> dic
     return facts
 
 
+def _md_available(stack: ProviderStack, md: str, n: int) -> None:
+    """CAPI counts ``n`` Ready and available replicas of the MachineDeployment (its v1beta2 status)."""
+
+    def status() -> dict[str, Any] | None:
+        st = (get(stack.kubectl, "machinedeployment", md, "-n", stack.namespace) or {}).get("status") or {}
+        counts = [st.get(k) for k in ("replicas", "readyReplicas", "availableReplicas", "upToDateReplicas")]
+        return st if counts == [n] * 4 else None
+
+    try:
+        stack.wait_for(
+            status, f"MachineDeployment {md}: {n} replicas ready, available, up to date", timeout=60
+        )
+    except AssertionError as exc:
+        got = get(stack.kubectl, "machinedeployment", md, "-n", stack.namespace) or {}
+        machines = items(stack.kubectl, "machines", stack.namespace, f"{DEPLOYMENT_NAME_LABEL}={md}")
+        conds = [(m["metadata"]["name"], (m.get("status") or {}).get("conditions")) for m in machines[:1]]
+        raise AssertionError(f"{exc}\nMD status: {got.get('status')}\nMachine conditions: {conds}") from exc
+
+
 def _gone(stack: ProviderStack, cluster: str, names: set[str]) -> bool:
     left = {m["metadata"]["name"] for m in stack.machines(cluster)}
     left |= {mm["metadata"]["name"] for mm in stack.maasmachines(cluster)}
@@ -91,7 +111,7 @@ def test_machinedeployment_provisions_scales_and_rolls(provider_stack: ProviderS
     ns = stack.namespace
     cluster = _name("md")
     md = f"{cluster}-workers"
-    with stack.stage("Cluster + MaasCluster ready (capmaas), infrastructure provisioned (CAPI)"):
+    with stack.stage("Cluster + MaasCluster ready, control-plane Machine Running (ControlPlaneInitialized)"):
         stack.create_cluster(cluster)
 
     v1 = f"{cluster}-v1"
@@ -100,20 +120,16 @@ def test_machinedeployment_provisions_scales_and_rolls(provider_stack: ProviderS
         stack.kubectl,
         machinedeployment(md, ns, cluster, v1, replicas=3, bootstrap_secret=f"{cluster}-userdata"),
     )
-    with stack.stage("MachineDeployment of 3: 3 Machines Running with nodeRef"):
+    with stack.stage("MachineDeployment of 3: 3 Machines Running with nodeRef, MD available"):
         first = _provisioned(stack, cluster, md, 3)
+        _md_available(stack, md, 3)
     print(f"zones of the 3 workers: {sorted(f['zone'] for f in first.values())}")
     _no_leaks(stack, "with 3 workers")
-    got = get(stack.kubectl, "machinedeployment", md, "-n", ns)
-    wait_for(
-        lambda: get(stack.kubectl, "machinedeployment", md, "-n", ns)["status"].get("readyReplicas") == 3,
-        "MachineDeployment readyReplicas 3",
-    )
-    assert got["apiVersion"] == CAPI_API
 
     with stack.stage("scale 3 -> 5: 5 Machines Running"):
         _patch_md(stack, md, {"spec": {"replicas": 5}})
         five = _provisioned(stack, cluster, md, 5)
+        _md_available(stack, md, 5)
     assert set(first) <= set(five)  # scaling up keeps the machines it had
     _no_leaks(stack, "with 5 workers")
 
@@ -148,6 +164,7 @@ def test_machinedeployment_provisions_scales_and_rolls(provider_stack: ProviderS
 
         stack.wait_for(rolled, "2 Machines from the new template, the old 2 gone", timeout=240)
         new = _provisioned(stack, cluster, md, 2)
+        _md_available(stack, md, 2)
     for f in new.values():
         mm = f["mm"]
         assert mm["metadata"]["annotations"]["cluster.x-k8s.io/cloned-from-name"] == v2
@@ -155,7 +172,7 @@ def test_machinedeployment_provisions_scales_and_rolls(provider_stack: ProviderS
     allocations = stack.allocations()
     assert all(two[n]["uid"] not in allocations for n in two)  # the replaced machines hold nothing in MAAS
     _no_leaks(stack, "after the rollout")
-    assert len(allocations) == len(stack.maasmachines(cluster)) == 2
+    assert len(allocations) == len(stack.maasmachines(cluster)) == 3  # 2 workers + the control plane
 
     with stack.stage("delete the Cluster: every MAAS machine released"):
         stack.delete_cluster(cluster)
@@ -170,7 +187,7 @@ def test_machinehealthcheck_remediates_an_unhealthy_node(provider_stack: Provide
     cluster = _name("mhc")
     md = f"{cluster}-workers"
     with stack.stage("Cluster + a control-plane Machine Running (ControlPlaneInitialized)"):
-        stack.create_cluster(cluster, control_plane=True)
+        stack.create_cluster(cluster)
     template = f"{cluster}-v1"
     apply(stack.kubectl, maasmachinetemplate(template, ns))
     apply(

@@ -34,6 +34,11 @@ from capmaas.devcluster.tools import run_kubectl
 CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 SECRET_TYPE = "cluster.x-k8s.io/secret"
 DEFAULT_KUBELET_VERSION = "v1.33.0"
+PRESSURE_CONDITIONS = (
+    ("MemoryPressure", "KubeletHasSufficientMemory"),
+    ("DiskPressure", "KubeletHasNoDiskPressure"),
+    ("PIDPressure", "KubeletHasSufficientPID"),
+)
 
 
 def kubeconfig_secret(name: str, namespace: str, cluster_name: str, kubeconfig: bytes) -> dict[str, Any]:
@@ -78,7 +83,20 @@ def node_manifest(
         "spec": spec,
         "status": {
             "addresses": [{"type": t, "address": a} for t, a in addresses],
+            # A kubelet reports the pressure conditions too, and CAPI (v1beta2 NodeHealthy) keeps a Machine
+            # not Ready while they are missing ("Condition not yet reported").
             "conditions": [
+                *(
+                    {
+                        "type": kind,
+                        "status": "False",
+                        "reason": reason,
+                        "message": "capmaas workload stand-in",
+                        "lastHeartbeatTime": stamp,
+                        "lastTransitionTime": stamp,
+                    }
+                    for kind, reason in PRESSURE_CONDITIONS
+                ),
                 {
                     "type": "Ready",
                     "status": "True" if ready else "False",
@@ -86,7 +104,7 @@ def node_manifest(
                     "message": "capmaas workload stand-in",
                     "lastHeartbeatTime": stamp,
                     "lastTransitionTime": stamp,
-                }
+                },
             ],
             "nodeInfo": {
                 "architecture": "amd64",

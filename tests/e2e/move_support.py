@@ -39,7 +39,7 @@ from e2e_support import CAPI_API, CLUSTER_NAME_LABEL, INFRA_API, INFRA_GROUP, RE
 
 from capmaas import clusterctl_repo
 from capmaas.devcluster import CAPI_VERSION, ControlPlane, run_kubectl
-from capmaas.devcluster.capi import CapiManager, capi_source_dir, load_yaml_dir
+from capmaas.devcluster.capi import CapiManager, apply_objects, capi_source_dir, load_yaml_dir
 from capmaas.devcluster.process import free_port
 from capmaas.devcluster.tools import capi_crds_dir
 
@@ -188,36 +188,41 @@ class Management:
         """Satisfies ``e2e_support.Kubectl``, so its ``get``/``items``/``apply`` work on this cluster."""
         return run_kubectl(kubeconfig or self.cp.kubeconfig, *args, check=check, input=input, timeout=timeout)
 
-    def install_inventory(self, *entries: InventoryEntry) -> None:
-        """The clusterctl inventory CRD, the clusterctl/provider labels on the CRDs, and a Provider per entry
-        (see the module doc). Labels only the CRDs of the providers named in ``entries``."""
+    def install(self, *providers: InventoryEntry) -> None:
+        """capmaas' CRDs and the clusterctl inventory as ``clusterctl init`` leaves them (see the module doc),
+        with a Provider object for each of ``providers``. Four kubectl calls: on this busy box every kubectl
+        start with a cold discovery cache costs seconds."""
         manifest = capi_source_dir() / "cmd" / "clusterctl" / "config" / "manifest" / "clusterctl-api.yaml"
-        crd = yaml.safe_load(manifest.read_text())
-        crd["metadata"].setdefault("labels", {})[CLUSTERCTL_CORE_LABEL] = "inventory"
-        self.kubectl("apply", "--server-side", "--field-manager=clusterctl", "-f", "-", input=json.dumps(crd))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd['metadata']['name']}")
-        crds = {
-            CORE.manifest_label: _crd_names(load_yaml_dir(capi_crds_dir())),
-            MAAS.manifest_label: _crd_names(load_yaml_dir(REPO / "crds")),
-        }
-        for entry in entries:
-            names = [f"crd/{n}" for n in crds[entry.manifest_label]]
-            self.kubectl(
-                "label",
-                "--overwrite",
-                *names,
-                f"{CLUSTERCTL_LABEL}=",
-                f"{PROVIDER_LABEL}={entry.manifest_label}",
+        inventory_crd = yaml.safe_load(manifest.read_text())
+        inventory_crd["metadata"].setdefault("labels", {})[CLUSTERCTL_CORE_LABEL] = "inventory"
+        maas_crds = load_yaml_dir(REPO / "crds")
+        for crd in maas_crds:
+            crd["metadata"].setdefault("labels", {}).update(
+                {CLUSTERCTL_LABEL: "", PROVIDER_LABEL: MAAS.manifest_label}
             )
-            self.add_provider(entry)
+        apply_objects(self.kubeconfig, [inventory_crd, *maas_crds], field_manager="clusterctl")
+        names = [f"crd/{n}" for n in _crd_names([inventory_crd, *maas_crds])]
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+        core_crds = [f"crd/{n}" for n in _crd_names(load_yaml_dir(capi_crds_dir()))]
+        labels = [f"{CLUSTERCTL_LABEL}=", f"{PROVIDER_LABEL}={CORE.manifest_label}"]
+        self.kubectl("label", "--overwrite", *core_crds, *labels)
+        self.add_provider(*providers)
 
-    def add_provider(self, entry: InventoryEntry) -> None:
-        ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": entry.namespace}}
-        self.kubectl("apply", "-f", "-", input=json.dumps(ns))
-        self.kubectl("apply", "-f", "-", input=json.dumps(provider_object(entry)))
+    def add_provider(self, *entries: InventoryEntry) -> None:
+        """Record ``entries`` in the inventory (their namespaces and Provider objects)."""
+        objs: list[dict[str, Any]] = []
+        for entry in entries:
+            objs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": entry.namespace}})
+            objs.append(provider_object(entry))
+        listed = {"apiVersion": "v1", "kind": "List", "items": objs}
+        self.kubectl("apply", "-f", "-", input=json.dumps(listed))
 
     def stop_capi(self) -> None:
+        """Stop the CAPI manager without restoring the apiserver (webhook configurations, conversion): this
+        control plane is thrown away, and the restore is several slow kubectl calls."""
         if self.capi is not None:
+            self.capi.webhook_names.clear()
+            self.capi.crd_names.clear()
             self.capi.stop()
 
     def stop(self) -> None:
@@ -243,9 +248,7 @@ def start_management(
         mgmt.capi = CapiManager.start(cp.kubeconfig, workdir=workdir / "capi")
         times["CAPI manager"] = time.monotonic() - t
         t = time.monotonic()
-        mgmt.kubectl("apply", "--server-side", "--field-manager=capmaas-e2e", "-f", str(REPO / "crds"))
-        mgmt.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(REPO / "crds"))
-        mgmt.install_inventory(*inventory)
+        mgmt.install(*inventory)
         times["CRDs + inventory"] = time.monotonic() - t
         mgmt.operator.env = operator_env(cp.kubeconfig, sim)
         mgmt.operator.start()
@@ -297,7 +300,13 @@ def count(writes: Mapping[str, int], op: str, path_end: str = "") -> int:
 
 # -- the objects a CAPI user writes (those e2e_support has no helper for) ------------------------------------
 def control_plane_machine(
-    name: str, namespace: str, cluster: str, bootstrap_secret: str, *, image: str = "ubuntu/noble"
+    name: str,
+    namespace: str,
+    cluster: str,
+    bootstrap_secret: str,
+    *,
+    image: str = "ubuntu/noble",
+    **spec: Any,
 ) -> list[dict[str, Any]]:
     """A stand-alone control-plane Machine and its MaasMachine (no control-plane provider: CAPI counts the
     control plane initialized once such a Machine has a Node, which ``clusterctl move`` insists on)."""
@@ -307,7 +316,7 @@ def control_plane_machine(
             "apiVersion": INFRA_API,
             "kind": "MaasMachine",
             "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "spec": {"image": image, "minCPU": 2, "minMemory": 4096},
+            "spec": {"image": image, "minCPU": 2, "minMemory": 4096, **spec},
         },
         {
             "apiVersion": CAPI_API,

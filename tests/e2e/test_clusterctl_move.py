@@ -14,8 +14,10 @@ The claims, each checked against the simulator (the one place a wrong release or
   the machines were allocated under): the target adopts ``spec.systemID``/``spec.providerID``;
 - the moved MaasMachines go Ready on the target (their status is not moved: capmaas rebuilt it) and their
   Machines Running with the same Nodes; the source namespace is empty; the managed DNS record survives;
+- the control plane is an LXD VM (composed on a MAAS VM host), the workers bare metal: both kinds survive;
 - on the target a scale-up allocates exactly one machine (under the new UID) and a scale-down that picks a
-  moved machine releases exactly that machine; deleting the Cluster releases the rest and the DNS record;
+  moved machine releases exactly that machine; deleting the Cluster releases the rest, decomposes the VM and
+  deletes the DNS record;
 - simulator invariants hold throughout (no double allocation), and nothing is left allocated at the end.
 """
 
@@ -66,7 +68,10 @@ RECONCILE_TIMEOUT = 120.0
 
 
 class Stack:
-    def __init__(self, src: Management, dst: Management, sim: Any, namespace: str, workdir: Path) -> None:
+    def __init__(
+        self, src: Management, dst: Management, sim: Any, namespace: str, workdir: Path, hosts: set[str]
+    ) -> None:
+        self.hosts = hosts
         self.src = src
         self.dst = dst
         self.sim = sim
@@ -102,7 +107,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, stages: Stages) -> Iterator[
     workdir = tmp_path_factory.mktemp("move")
     namespace = f"move-{secrets.token_hex(3)}"
     sim = SimulatorThread(
-        Inventory.generate(machines=8, zones=3, seed=11), Timings(deploy=1.0, release=0.3)
+        Inventory.generate(machines=9, zones=3, vmhosts=3, seed=11), Timings(deploy=1.0, release=0.3)
     ).start()
     sides: list[Management] = []
     try:
@@ -128,7 +133,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, stages: Stages) -> Iterator[
         sim.call(lambda s: setattr(s, "on_deployed", workload.deploy_hook()))
         src.kubectl("create", "namespace", namespace)
         workload.publish_kubeconfig(src.kubeconfig, namespace, CLUSTER)
-        yield Stack(src, dst, sim, namespace, workdir)
+        # The VM hosts are deployed machines of their own; everything else starts Ready.
+        hosts = {sid for sid, m in sim.machine_states().items() if m["owner"] is not None}
+        yield Stack(src, dst, sim, namespace, workdir, hosts)
     finally:
         for side in sides:
             side.stop()
@@ -171,8 +178,9 @@ def _sim_machines(stack: Stack) -> dict[str, dict[str, Any]]:
 
 
 def _owned(stack: Stack) -> set[str]:
-    """System IDs MAAS counts as somebody's (allocated, deploying, deployed, releasing ...)."""
-    return {sid for sid, m in _sim_machines(stack).items() if m["owner"] is not None}
+    """System IDs MAAS counts as somebody's (allocated, deploying, deployed, releasing...), VM hosts aside."""
+    machines = _sim_machines(stack)
+    return {sid for sid, m in machines.items() if m["owner"] is not None and sid not in stack.hosts}
 
 
 def _dns_names(stack: Stack) -> set[str]:
@@ -197,14 +205,16 @@ def test_clusterctl_move_keeps_every_maas_machine(stack: Stack, stages: Stages) 
     # deploys with it, so it has to come along).
     userdata["metadata"]["labels"][MOVE_LABEL] = ""
 
-    with stages("provision on the source (1 control plane + MachineDeployment of 2)"):
+    with stages("provision on the source (LXD control plane + MachineDeployment of 2)"):
         apply(
             src.kubectl,
             maascluster(CLUSTER, ns),  # no endpoint: capmaas manages a DNS record in MAAS
             cluster(CLUSTER, ns),
             userdata,
             maasmachinetemplate(template, ns),
-            *control_plane_machine(f"{CLUSTER}-cp-0", ns, CLUSTER, secret_name),
+            *control_plane_machine(
+                f"{CLUSTER}-cp-0", ns, CLUSTER, secret_name, provisioningMode="lxd", minDiskSize=20
+            ),
         )
         apply(
             src.kubectl,
@@ -228,9 +238,12 @@ def test_clusterctl_move_keeps_every_maas_machine(stack: Stack, stages: Stages) 
             "uid": mm["metadata"]["uid"],
             "systemID": mm["spec"]["systemID"],
             "providerID": mm["spec"]["providerID"],
+            "readySince": _condition(mm, "Ready")["lastTransitionTime"],
         }
         for name, mm in before.items()
     }
+    cp_sid = recorded[f"{CLUSTER}-cp-0"]["systemID"]
+    assert recorded[f"{CLUSTER}-cp-0"]["providerID"].startswith("maas-lxd://")
     sids = {r["systemID"] for r in recorded.values()}
     assert len(sids) == total
     machines = _sim_machines(stack)
@@ -267,7 +280,8 @@ def test_clusterctl_move_keeps_every_maas_machine(stack: Stack, stages: Stages) 
         # The source provider ran through the whole move (it saw pause and delete-for-move) and did nothing.
         assert src.operator.running(), src.operator.tail()
         assert _writes(stack) == writes_before
-        # Its part is over now; stopping it (and the source CAPI manager) keeps the box quiet.
+
+    with stages("stop the source capmaas and CAPI manager (their part is over)"):
         src.operator.stop()
         src.stop_capi()
 
@@ -288,10 +302,16 @@ def test_clusterctl_move_keeps_every_maas_machine(stack: Stack, stages: Stages) 
             assert mm["metadata"]["uid"] != r["uid"]  # a new object: the MAAS agent_name no longer matches
             assert mm["spec"]["systemID"] == r["systemID"]
             assert mm["spec"]["providerID"] == r["providerID"]
-            assert _condition(mm, "Ready").get("status") == "True", mm["status"]
+            ready = _condition(mm, "Ready")
+            assert ready.get("status") == "True", mm["status"]
+            # Rebuilt by the target's operator (status is not moved), not a copy of the source's.
+            assert ready["lastTransitionTime"] > r["readySince"], (ready, r)
             assert running[name]["spec"]["providerID"] == r["providerID"]
         c = get(dst.kubectl, "cluster", CLUSTER, "-n", ns)
         assert not c["spec"].get("paused")  # clusterctl resumed it on the target
+        for kind, name in (("maasmachinetemplate", template), ("secret", secret_name),
+                           ("secret", f"{CLUSTER}-kubeconfig")):  # fmt: skip
+            assert get(dst.kubectl, kind, name, "-n", ns) is not None, (kind, name)
         mc = get(dst.kubectl, "maascluster", CLUSTER, "-n", ns)
         assert mc["spec"]["controlPlaneEndpoint"] == endpoint
         wait_for(
@@ -350,7 +370,7 @@ def test_clusterctl_move_keeps_every_maas_machine(stack: Stack, stages: Stages) 
         machines = _sim_machines(stack)
         for sid in (sids - {victim_sid}) | {new_sid}:
             assert machines[sid]["status_name"] == "Deployed", (sid, machines[sid])
-        assert len(_running_machines(dst, ns, total) or {}) == total
+        wait_for(lambda: _running_machines(dst, ns, total), f"{total} Machines Running after the scale-down")
 
     with stages("delete the Cluster on the target: everything released"):
         dst.kubectl("delete", "cluster", CLUSTER, "-n", ns, "--wait=false")
@@ -361,7 +381,10 @@ def test_clusterctl_move_keeps_every_maas_machine(stack: Stack, stages: Stages) 
         )
         wait_for(lambda: not _owned(stack), "every MAAS machine released", timeout=30)  # nothing leaked
         writes = _writes(stack)
-        assert count(writes, "release", "{system_id}/") == total + 1, writes
+        # Bare metal is released (both moved workers left and the one added on the target); the LXD VM is
+        # deleted from MAAS, which decomposes it.
+        assert count(writes, "release", "{system_id}/") == WORKERS + 1, writes
+        assert cp_sid not in _sim_machines(stack)
         assert count(writes, "deploy") == total + 1, writes
         assert endpoint["host"] not in _dns_names(stack)
         assert stack.sim.invariants() == []

@@ -478,8 +478,12 @@ class MachineReconciler:
             return Requeue()
         if result is NodePatchResult.CONFLICT:
             self._node_done.add(done_key)
+            # Never overwritten (the apiserver would refuse anyway): another provider or a person owns it.
             scope.event(
-                "Warning", "NodeProviderIDConflict", f"Node {scope.status['hostname']} already has {current}"
+                "Warning",
+                "NodeProviderIDConflict",
+                f"Node {scope.status['hostname']} already has providerID {current}, not ours ({pid}); "
+                "left unchanged: check that this Node is the MAAS machine",
             )
             return Requeue()
         return Requeue(self.settings.node_retry)

@@ -167,3 +167,28 @@ async def test_conditions_say_the_current_step_never_an_earlier_one(env: Env) ->
     assert c["message"] == f"{sid}: disk died; allocating another"
     await env.drive(["w0"], lambda b: cond(b, C.READY_CONDITION)["status"] == "True")
     assert conditions(env.kube.get("maasmachines", "w0"))[:2] == ok
+
+
+async def test_a_node_with_another_provider_id_is_left_alone_with_a_warning(env: Env) -> None:
+    await env.cluster()
+    env.kube.secrets[("ns", "c1-kubeconfig")] = {"value": b"apiVersion: v1\nkind: Config\n"}
+    for n in ("w0", "w1"):
+        env.machine(n)
+    await env.drive(["w0", "w1"], ready)  # no Nodes yet: the operator keeps looking
+    b0, b1 = env.kube.get("maasmachines", "w0"), env.kube.get("maasmachines", "w1")
+    foreign = "aws:///us-east-1a/i-0abc"
+    env.kube.nodes[b0["status"]["hostname"]] = ""
+    env.kube.nodes[b1["status"]["hostname"]] = foreign
+    for _ in range(2):
+        for n in ("w0", "w1"):
+            await env.step(n)
+    assert env.kube.nodes[b0["status"]["hostname"]] == b0["spec"]["providerID"]
+    assert env.kube.nodes[b1["status"]["hostname"]] == foreign
+    conflicts = [e for e in env.kube.events if e[2] == "NodeProviderIDConflict"]
+    assert len(conflicts) == 1, env.kube.events  # said once, not on every pass
+    name, type_, _, message = conflicts[0]
+    assert (name, type_) == ("w1", "Warning")
+    assert foreign in message
+    assert b1["spec"]["providerID"] in message
+    assert "left unchanged" in message
+    assert cond(env.kube.get("maasmachines", "w1"), C.READY_CONDITION)["status"] == "True"

@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from e2e_support import CAPI_API, CLUSTER_NAME_LABEL, INFRA_API, INFRA_GROUP, REPO
+from e2e_support import CAPI_API, CLUSTER_NAME_LABEL, INFRA_API, INFRA_GROUP, REPO, TIMINGS
 
 from capmaas import clusterctl_repo
-from capmaas.devcluster import CAPI_VERSION, ControlPlane, run_kubectl
+from capmaas.devcluster import CAPI_VERSION, ControlPlane, process, run_kubectl
 from capmaas.devcluster.capi import CapiManager, apply_objects, capi_source_dir, load_yaml_dir
 from capmaas.devcluster.process import free_port
 from capmaas.devcluster.tools import capi_crds_dir
@@ -118,11 +118,15 @@ class Operator:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        # Its own session (a Ctrl-C of pytest does not race our stop), so stop it at interpreter exit too:
+        # an operator whose apiserver is gone would otherwise retry for ever on a shared box.
+        process.register_cleanup(id(self), self.stop)
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self) -> None:
+        process.unregister_cleanup(id(self))
         if self.proc is None:
             return
         self.proc.terminate()
@@ -333,9 +337,11 @@ def control_plane_machine(
 
 
 class Stages:
-    """Wall time of each named stage, for the issue's timing notes."""
+    """Wall time of each named stage, for the issue's timing notes; also appended to ``e2e_support.TIMINGS``
+    (as ``(test id, stage, seconds)``), which the e2e conftest prints at the end of the run."""
 
-    def __init__(self) -> None:
+    def __init__(self, test_id: str) -> None:
+        self.test_id = test_id
         self.times: list[tuple[str, float]] = []
 
     @contextlib.contextmanager
@@ -346,6 +352,7 @@ class Stages:
         finally:
             took = time.monotonic() - began
             self.times.append((name, took))
+            TIMINGS.append((self.test_id, name, took))
             print(f"[clusterctl move e2e] {name}: {took:.1f}s", flush=True)
 
     def summary(self) -> str:

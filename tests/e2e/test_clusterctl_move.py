@@ -88,13 +88,10 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stages(request: pytest.FixtureRequest) -> Iterator[Stages]:
-    s = Stages()
+    s = Stages(request.node.nodeid)
     yield s
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and s.times:
-        reporter.write_line("")
-        for line in s.summary().splitlines():
-            reporter.write_line(line)
+    if s.times:
+        print("\n" + s.summary())
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from test_lxd_lifecycle import add_lxd, lxd_sim
 
+from capmaas.reconcilers.lxd import AGENT_NAME
+from capmaas.reconcilers.scope import ANNOTATION_PREFIX
 from capmaas.simulator import Simulator
 from conftest import Env, make_env
 
@@ -103,3 +105,32 @@ async def test_moved_lxd_vm_is_adopted_not_composed_again(lenv: Env) -> None:
         assert env.sim.check_invariants() == []
     finally:
         await _close(target)
+
+
+async def test_lxd_vm_allocated_before_the_annotation_existed_is_recorded_then_survives_a_move(
+    lenv: Env,
+) -> None:
+    """An object from an older capmaas has no agent-name annotation: the first pass of an upgraded operator
+    (a fresh process) finds the VM under the UID and records it, so a later move still finds it."""
+    env = lenv
+    await env.cluster()
+    add_lxd(env, "cp0", cp=True)
+    await env.drive(["cp0"], ready)
+    sid = env.kube.get("maasmachines", "cp0")["spec"]["systemID"]
+    meta = env.kube.get("maasmachines", "cp0")["metadata"]
+    key = ANNOTATION_PREFIX + AGENT_NAME
+    assert meta["annotations"].pop(key) == meta["uid"]
+    upgraded = make_env(env.sim)
+    upgraded.kube.objects = env.kube.objects
+    upgraded.kube.secrets = env.kube.secrets
+    target: Env | None = None
+    try:
+        await upgraded.drive(["cp0"], lambda b: key in b["metadata"]["annotations"])
+        assert env.kube.get("maasmachines", "cp0")["metadata"]["annotations"][key] == meta["uid"]
+        target = moved(upgraded)
+        env.sim.reset_counters()
+        await target.drive(["cp0"], ready)
+        assert target.kube.get("maasmachines", "cp0")["spec"]["systemID"] == sid
+        assert writes(env.sim) == {}
+    finally:
+        await _close(upgraded, *([target] if target else []))

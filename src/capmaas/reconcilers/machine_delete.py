@@ -86,6 +86,7 @@ async def reconcile_delete(r: MachineReconciler, scope: MachineScope) -> Requeue
     except maas_errors.MaasError as exc:
         raise maas_failure(exc, None, f"releasing {sid}") from exc
     r._released.add(sid)
-    scope.event("Normal", "MachineReleasing", f"releasing MAAS machine {sid}")
+    # No Event for the request itself: the condition says it, and MachineReleased follows when MAAS confirms
+    # (one Event fewer per machine lifecycle).
     scope.set_condition(C.READY_CONDITION, False, C.RELEASING_REASON, f"{sid}: release requested")
     return Requeue()

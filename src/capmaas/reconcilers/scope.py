@@ -173,6 +173,15 @@ class ObjectScope:
     def event(self, type_: EventType, reason: str, message: str) -> None:
         self._events.append((type_, reason, message))
 
+    def take_event(self, reason: str) -> str | None:
+        """Withdraw a not yet posted Event of ``reason``, returning its message: a later step of the same pass
+        says both in one Event (each Event is a write, and a watch event for every reader of Events)."""
+        for i, (_, r, message) in enumerate(self._events):
+            if r == reason:
+                del self._events[i]
+                return message
+        return None
+
     def _ts(self) -> str:
         return self.now().strftime("%Y-%m-%dT%H:%M:%SZ")
 

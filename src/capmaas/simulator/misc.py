@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from capmaas.simulator.http import (
     HttpError,
@@ -29,6 +31,7 @@ from capmaas.simulator.serialize import (
     tag_json,
     zone_json,
 )
+from capmaas.simulator.state import State
 
 if TYPE_CHECKING:
     from capmaas.simulator.core import Simulator
@@ -49,64 +52,121 @@ TAG_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
 DNS_LABEL = re.compile(r"^(\*|@|[a-zA-Z0-9_]([a-zA-Z0-9_-]{0,61}[a-zA-Z0-9_])?)$")
 
 
-# -- zones ------------------------------------------------------------------------------------------------
-@zones_res.op("GET")
-def list_zones(sim: Simulator, req: Request) -> list[dict[str, Any]]:
-    """List zones, ordered by name."""
-    return [zone_json(z) for z in sorted(sim.state.zones.values(), key=lambda z: z.name)]
+# -- zones and resource pools ------------------------------------------------------------------------------
+Named = TypeVar("Named", Zone, Pool)
+T = TypeVar("T")
 
 
-@zones_res.op("POST")
-def create_zone(sim: Simulator, req: Request) -> dict[str, Any]:
-    """Create a zone (admin)."""
+@dataclass(frozen=True)
+class NamedKind(Generic[Named]):
+    """Zones and resource pools: a unique name plus a description, created, read and updated alike in MAAS
+    (``ZoneForm``/``ResourcePoolForm``). They differ only in their texts, who may write, and the URL key."""
+
+    model: str  # in the 404 text
+    label: str  # in the duplicate-name error
+    param: str  # the URL parameter
+    counter: str  # State.new_id's kind
+    by_id: bool  # the URL key may also be a numeric id
+    denied: Callable[[], HttpError]  # what a non-admin gets
+    records: Callable[[State], dict[int, Named]]
+    make: Callable[[int, str, str], Named]
+    to_json: Callable[[Named], dict[str, Any]]
+
+
+ZONES = NamedKind(
+    model="Zone", label="Physical zone", param="name", counter="zone", by_id=False, denied=admin_only,
+    records=lambda s: s.zones, make=Zone, to_json=zone_json,
+)  # fmt: skip
+POOLS = NamedKind(
+    model="ResourcePool", label="Resource pool", param="id", counter="pool", by_id=True, denied=forbidden,
+    records=lambda s: s.pools, make=Pool, to_json=pool_json,
+)  # fmt: skip
+
+
+def _found(
+    record: T | None, model: str, req: Request, *, write: bool, denied: Callable[[], HttpError] = forbidden
+) -> T:
+    """The record, else MAAS's 404; then a write by a non-admin gets ``denied`` (MAAS looks the object up
+    first, so an unknown one is a 404 for everybody)."""
+    if record is None:
+        raise not_found(model)
+    if write and not req.is_admin:
+        raise denied()
+    return record
+
+
+def _by_name(records: dict[int, Named], name: str) -> Named | None:
+    return next((r for r in records.values() if r.name == name), None)
+
+
+def _check_name_free(sim: Simulator, kind: NamedKind[Named], name: str) -> None:
+    if _by_name(kind.records(sim.state), name):
+        raise bad_request({"name": [f"{kind.label} with this Name already exists."]})
+
+
+def _create_named(sim: Simulator, req: Request, kind: NamedKind[Named]) -> dict[str, Any]:
     if not req.is_admin:
-        raise admin_only()
+        raise kind.denied()
     name = req.form.get("name") or ""
     if not name:
         raise bad_request({"name": ["This field is required."]})
-    if sim.state.zone_by_name(name):
-        raise bad_request({"name": ["Physical zone with this Name already exists."]})
-    zid = sim.state.new_id("zone")
-    zone = sim.state.zones[zid] = Zone(zid, name, req.form.get("description") or "")
-    return zone_json(zone)
+    _check_name_free(sim, kind, name)
+    rid = sim.state.new_id(kind.counter)
+    record = kind.records(sim.state)[rid] = kind.make(rid, name, req.form.get("description") or "")
+    return kind.to_json(record)
 
 
-def _zone(sim: Simulator, req: Request) -> Zone:
-    zone = sim.state.zone_by_name(req.params["name"])
-    if zone is None:
-        raise not_found("Zone")
-    return zone
+def _named(sim: Simulator, req: Request, kind: NamedKind[Named], *, write: bool = False) -> Named:
+    key, records = req.params[kind.param], kind.records(sim.state)
+    record = records.get(int(key)) if kind.by_id and key.isdigit() else _by_name(records, key)
+    return _found(record, kind.model, req, write=write, denied=kind.denied)
 
 
-@zone_res.op("GET")
-def read_zone(sim: Simulator, req: Request) -> dict[str, Any]:
-    """Read a zone."""
-    return zone_json(_zone(sim, req))
-
-
-@zone_res.op("PUT")
-def update_zone(sim: Simulator, req: Request) -> dict[str, Any]:
-    """Update a zone (admin)."""
-    zone = _zone(sim, req)
-    if not req.is_admin:
-        raise admin_only()
+def _update_named(sim: Simulator, req: Request, kind: NamedKind[Named]) -> dict[str, Any]:
+    record = _named(sim, req, kind, write=True)
     name = req.form.get("name")
-    if name and name != zone.name:
-        if sim.state.zone_by_name(name):
-            raise bad_request({"name": ["Physical zone with this Name already exists."]})
-        zone.name = name
+    if name and name != record.name:
+        _check_name_free(sim, kind, name)
+        record.name = name
     if "description" in req.form:
-        zone.description = req.form.get("description") or ""
+        record.description = req.form.get("description") or ""
     sim.state.invalidate_all()
-    return zone_json(zone)
+    return kind.to_json(record)
+
+
+def _register(kind: NamedKind[Named], many: Resource, one: Resource, noun: str, who: str) -> None:
+    """List, create, read and update handlers for ``kind`` (deletes differ: each is written out below)."""
+
+    def listing(sim: Simulator, req: Request) -> list[dict[str, Any]]:
+        return [kind.to_json(r) for r in sorted(kind.records(sim.state).values(), key=lambda r: r.name)]
+
+    def create(sim: Simulator, req: Request) -> dict[str, Any]:
+        return _create_named(sim, req, kind)
+
+    def read(sim: Simulator, req: Request) -> dict[str, Any]:
+        return kind.to_json(_named(sim, req, kind))
+
+    def update(sim: Simulator, req: Request) -> dict[str, Any]:
+        return _update_named(sim, req, kind)
+
+    for res, method, fn, doc in (
+        (many, "GET", listing, f"List {noun}s, ordered by name."),
+        (many, "POST", create, f"Create a {noun} ({who})."),
+        (one, "GET", read, f"Read a {noun}" + (" (by id or name)." if kind.by_id else ".")),
+        (one, "PUT", update, f"Update a {noun} ({who})."),
+    ):
+        fn.__doc__ = doc
+        res.op(method)(fn)
+
+
+_register(ZONES, zones_res, zone_res, "zone", "admin")
+_register(POOLS, pools_res, pool_res, "resource pool", "superuser")
 
 
 @zone_res.op("DELETE")
 def delete_zone(sim: Simulator, req: Request) -> Response:
     """Delete a zone (admin); its machines move to the default zone."""
-    zone = _zone(sim, req)
-    if not req.is_admin:
-        raise admin_only()
+    zone = _named(sim, req, ZONES, write=True)
     if zone.name == "default":
         raise bad_request("This zone is the default zone, it cannot be deleted.")
     default = sim.state.default_zone
@@ -121,65 +181,10 @@ def delete_zone(sim: Simulator, req: Request) -> Response:
     return NO_CONTENT
 
 
-# -- resource pools ---------------------------------------------------------------------------------------
-@pools_res.op("GET")
-def list_pools(sim: Simulator, req: Request) -> list[dict[str, Any]]:
-    """List resource pools, ordered by name."""
-    return [pool_json(p) for p in sorted(sim.state.pools.values(), key=lambda p: p.name)]
-
-
-@pools_res.op("POST")
-def create_pool(sim: Simulator, req: Request) -> dict[str, Any]:
-    """Create a resource pool (superuser)."""
-    if not req.is_admin:
-        raise forbidden()
-    name = req.form.get("name") or ""
-    if not name:
-        raise bad_request({"name": ["This field is required."]})
-    if sim.state.pool_by_name(name):
-        raise bad_request({"name": ["Resource pool with this Name already exists."]})
-    pid = sim.state.new_id("pool")
-    pool = sim.state.pools[pid] = Pool(pid, name, req.form.get("description") or "")
-    return pool_json(pool)
-
-
-def _pool(sim: Simulator, req: Request) -> Pool:
-    key = req.params["id"]
-    pool = sim.state.pools.get(int(key)) if key.isdigit() else sim.state.pool_by_name(key)
-    if pool is None:
-        raise not_found("ResourcePool")
-    return pool
-
-
-@pool_res.op("GET")
-def read_pool(sim: Simulator, req: Request) -> dict[str, Any]:
-    """Read a resource pool (by id or name)."""
-    return pool_json(_pool(sim, req))
-
-
-@pool_res.op("PUT")
-def update_pool(sim: Simulator, req: Request) -> dict[str, Any]:
-    """Update a resource pool (superuser)."""
-    pool = _pool(sim, req)
-    if not req.is_admin:
-        raise forbidden()
-    name = req.form.get("name")
-    if name and name != pool.name:
-        if sim.state.pool_by_name(name):
-            raise bad_request({"name": ["Resource pool with this Name already exists."]})
-        pool.name = name
-    if "description" in req.form:
-        pool.description = req.form.get("description") or ""
-    sim.state.invalidate_all()
-    return pool_json(pool)
-
-
 @pool_res.op("DELETE")
 def delete_pool(sim: Simulator, req: Request) -> Response:
     """Delete an empty, non-default resource pool (superuser)."""
-    pool = _pool(sim, req)
-    if not req.is_admin:
-        raise forbidden()
+    pool = _named(sim, req, POOLS, write=True)
     if pool.id == 0:
         raise bad_request("This is the default pool, it cannot be deleted.")
     if any(m.pool_id == pool.id for m in sim.state.machines.values()):
@@ -223,11 +228,8 @@ def _check_xpath(definition: str) -> None:
         raise bad_request({"definition": [f"Invalid xpath expression: {definition}"]})
 
 
-def _tag(sim: Simulator, req: Request) -> Tag:
-    tag = sim.state.tags.get(req.params["name"])
-    if tag is None:
-        raise not_found("Tag")
-    return tag
+def _tag(sim: Simulator, req: Request, *, write: bool = False) -> Tag:
+    return _found(sim.state.tags.get(req.params["name"]), "Tag", req, write=write)
 
 
 @tag_res.op("GET")
@@ -239,9 +241,7 @@ def read_tag(sim: Simulator, req: Request) -> dict[str, Any]:
 @tag_res.op("PUT")
 def update_tag(sim: Simulator, req: Request) -> dict[str, Any]:
     """Update a tag's comment, definition or kernel options (admin)."""
-    tag = _tag(sim, req)
-    if not req.is_admin:
-        raise forbidden()
+    tag = _tag(sim, req, write=True)
     for key in ("comment", "kernel_opts"):
         if key in req.form:
             setattr(tag, key, req.form.get(key) or "")
@@ -254,9 +254,7 @@ def update_tag(sim: Simulator, req: Request) -> dict[str, Any]:
 @tag_res.op("DELETE")
 def delete_tag(sim: Simulator, req: Request) -> Response:
     """Delete a tag (admin); machines lose it."""
-    tag = _tag(sim, req)
-    if not req.is_admin:
-        raise forbidden()
+    tag = _tag(sim, req, write=True)
     for m in sim.state.machines.values():
         if tag.name in m.tags:
             m.tags.discard(tag.name)
@@ -277,9 +275,7 @@ def tag_machines(sim: Simulator, req: Request) -> Response:
 @tag_res.op("POST", "update_nodes")
 def update_nodes(sim: Simulator, req: Request) -> dict[str, int]:
     """Add the tag to (``add``) and remove it from (``remove``) machines (admin)."""
-    tag = _tag(sim, req)
-    if not req.is_admin:
-        raise forbidden()
+    tag = _tag(sim, req, write=True)
     definition = req.form.get("definition")
     if definition is not None and definition != tag.definition:
         raise conflict(
@@ -304,9 +300,7 @@ def update_nodes(sim: Simulator, req: Request) -> dict[str, int]:
 @tag_res.op("POST", "rebuild")
 def rebuild(sim: Simulator, req: Request) -> dict[str, str]:
     """Re-evaluate the tag's definition (a no-op here)."""
-    tag = _tag(sim, req)
-    if not req.is_admin:
-        raise forbidden()
+    tag = _tag(sim, req, write=True)
     return {"rebuilding": tag.name}
 
 
@@ -336,12 +330,13 @@ def create_domain(sim: Simulator, req: Request) -> dict[str, Any]:
     return domain_json(sim.state, domain)
 
 
-def _domain(sim: Simulator, req: Request) -> Domain:
-    key = req.params["id"]
-    domain = sim.state.domains.get(int(key)) if key.isdigit() else sim.state.domain_by_name(key)
-    if domain is None:
-        raise not_found("Domain")
-    return domain
+def _domain_by_key(state: State, key: str) -> Domain | None:
+    return state.domains.get(int(key)) if key.isdigit() else state.domain_by_name(key)
+
+
+def _domain(sim: Simulator, req: Request, *, write: bool = False) -> Domain:
+    domain = _domain_by_key(sim.state, req.params["id"])
+    return _found(domain, "Domain", req, write=write, denied=admin_only)
 
 
 @domain_res.op("GET")
@@ -353,9 +348,7 @@ def read_domain(sim: Simulator, req: Request) -> dict[str, Any]:
 @domain_res.op("PUT")
 def update_domain(sim: Simulator, req: Request) -> dict[str, Any]:
     """Update a domain (admin)."""
-    domain = _domain(sim, req)
-    if not req.is_admin:
-        raise admin_only()
+    domain = _domain(sim, req, write=True)
     if req.form.get("name"):
         domain.name = req.form.get("name") or domain.name
         sim.state.invalidate_all()
@@ -368,9 +361,7 @@ def update_domain(sim: Simulator, req: Request) -> dict[str, Any]:
 @domain_res.op("DELETE")
 def delete_domain(sim: Simulator, req: Request) -> Response:
     """Delete a domain (admin); the default domain and domains with records cannot be deleted."""
-    domain = _domain(sim, req)
-    if not req.is_admin:
-        raise admin_only()
+    domain = _domain(sim, req, write=True)
     if domain.id == sim.state.default_domain_id:
         raise bad_request("This domain is the default domain, it cannot be deleted.")
     if any(r.domain_id == domain.id for r in sim.state.dns_resources.values()) or any(
@@ -384,9 +375,7 @@ def delete_domain(sim: Simulator, req: Request) -> Response:
 @domain_res.op("POST", "set_default")
 def set_default_domain(sim: Simulator, req: Request) -> dict[str, Any]:
     """Make this the default domain (admin)."""
-    domain = _domain(sim, req)
-    if not req.is_admin:
-        raise admin_only()
+    domain = _domain(sim, req, write=True)
     sim.state.default_domain_id = domain.id
     return domain_json(sim.state, domain)
 
@@ -426,12 +415,7 @@ def _dns_fields(
     if not name:
         raise bad_request({"name": ["This field is required."]})
     if domain_key:
-        domain = (
-            state.domains.get(int(domain_key)) if domain_key.isdigit() else state.domain_by_name(domain_key)
-        )
-        if domain is None:
-            raise not_found("Domain")
-        domain_id = domain.id
+        domain_id = _found(_domain_by_key(state, domain_key), "Domain", req, write=False).id
     else:
         domain_id = current.domain_id if current else state.default_domain_id
     if not DNS_LABEL.match(name):
@@ -463,12 +447,10 @@ def create_dns(sim: Simulator, req: Request) -> dict[str, Any]:
     return dns_resource_json(sim.state, record)
 
 
-def _dns(sim: Simulator, req: Request) -> DnsResource:
+def _dns(sim: Simulator, req: Request, *, write: bool = False) -> DnsResource:
     key = req.params["id"]
     record = sim.state.dns_resources.get(int(key)) if key.isdigit() else None
-    if record is None:
-        raise not_found("DNSResource")
-    return record
+    return _found(record, "DNSResource", req, write=write)
 
 
 @dns_one_res.op("GET")
@@ -480,9 +462,7 @@ def read_dns(sim: Simulator, req: Request) -> dict[str, Any]:
 @dns_one_res.op("PUT")
 def update_dns(sim: Simulator, req: Request) -> dict[str, Any]:
     """Update a DNS resource (admin)."""
-    record = _dns(sim, req)
-    if not req.is_admin:
-        raise forbidden()
+    record = _dns(sim, req, write=True)
     name, domain_id, ips = _dns_fields(sim, req, record)
     record.name, record.domain_id = name, domain_id
     if ips is not None:
@@ -496,9 +476,7 @@ def update_dns(sim: Simulator, req: Request) -> dict[str, Any]:
 @dns_one_res.op("DELETE")
 def delete_dns(sim: Simulator, req: Request) -> Response:
     """Delete a DNS resource (admin)."""
-    record = _dns(sim, req)
-    if not req.is_admin:
-        raise forbidden()
+    record = _dns(sim, req, write=True)
     del sim.state.dns_resources[record.id]
     return NO_CONTENT
 

@@ -40,6 +40,7 @@ from typing import Any
 INFRA_GROUP = "infrastructure.cluster.x-k8s.io"
 INFRA_API = f"{INFRA_GROUP}/v1beta1"
 CAPI_V1BETA1 = "cluster.x-k8s.io/v1beta1"
+HCP_API = "hypershift.openshift.io/v1beta1"
 
 NODEPOOL_ANNOTATION = "hypershift.openshift.io/nodePool"
 CURRENT_CONFIG_VERSION_ANNOTATION = "hypershift.openshift.io/nodePoolCurrentConfigVersion"
@@ -151,21 +152,87 @@ def provisioned_status() -> dict[str, Any]:
 
 
 def capi_cluster(np: NodePool) -> dict[str, Any]:
-    """``reconcileCAPICluster`` (v1beta1), without ``controlPlaneRef``: no HostedControlPlane CRD or
-    controller runs here, and a reference to a kind nobody serves would stall CAPI's MachineSet preflight
-    checks."""
+    """``reconcileCAPICluster`` (v1beta1): the Cluster named after the infra ID, its control plane the
+    HostedControlPlane (named after the HostedCluster), its infrastructure the MaasCluster."""
     return {
         "apiVersion": CAPI_V1BETA1,
         "kind": "Cluster",
         "metadata": {"name": np.infra_id, "namespace": np.hcp_namespace},
         "spec": {
+            "controlPlaneRef": {
+                "apiVersion": HCP_API,
+                "kind": "HostedControlPlane",
+                "namespace": np.hcp_namespace,
+                "name": np.cluster_name,
+            },
             "infrastructureRef": {
                 "apiVersion": INFRA_API,
                 "kind": "MaasCluster",
                 "namespace": np.hcp_namespace,
                 "name": np.infra_id,
-            }
+            },
         },
+    }
+
+
+# -- HostedControlPlane stand-in ----------------------------------------------------------------------------
+def hosted_control_plane_crd() -> dict[str, Any]:
+    """A schemaless stand-in for HyperShift's HostedControlPlane CRD (as HyperShift-adjacent e2e suites use),
+    carrying CAPI contract labels so CAPI resolves ``controlPlaneRef`` to it (which contract HyperShift's own
+    CRD declares is not checked here: the status below satisfies both)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": "hostedcontrolplanes.hypershift.openshift.io",
+            "labels": {"cluster.x-k8s.io/v1beta1": "v1beta1", "cluster.x-k8s.io/v1beta2": "v1beta1"},
+        },
+        "spec": {
+            "group": "hypershift.openshift.io",
+            "names": {
+                "kind": "HostedControlPlane",
+                "listKind": "HostedControlPlaneList",
+                "plural": "hostedcontrolplanes",
+                "singular": "hostedcontrolplane",
+                "shortNames": ["hcp"],
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1beta1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                    },
+                    "subresources": {"status": {}},
+                }
+            ],
+        },
+    }
+
+
+def hosted_control_plane(np: NodePool) -> dict[str, Any]:
+    """The HostedControlPlane the hostedcluster controller creates (no ``spec.version``: it carries a release
+    image, so CAPI's MachineSet preflight checks, which need a control-plane version, do not apply)."""
+    return {
+        "apiVersion": HCP_API,
+        "kind": "HostedControlPlane",
+        "metadata": {"name": np.cluster_name, "namespace": np.hcp_namespace},
+        "spec": {"releaseImage": f"quay.example/openshift-release:{np.release_version}"},
+    }
+
+
+def hosted_control_plane_status(np: NodePool, endpoint_host: str, endpoint_port: int = 443) -> dict[str, Any]:
+    """What the control-plane operator reports once the hosted API server runs: the v1beta1 contract fields
+    HyperShift writes (``ready``, ``initialized``, ``externalManagedControlPlane``) plus the v1beta2 one."""
+    return {
+        "ready": True,
+        "initialized": True,
+        "initialization": {"controlPlaneInitialized": True},
+        "externalManagedControlPlane": True,
+        "controlPlaneEndpoint": {"host": endpoint_host, "port": endpoint_port},
+        "version": np.release_version,
     }
 
 

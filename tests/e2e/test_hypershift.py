@@ -1,0 +1,448 @@
+"""The HyperShift NodePool flow end to end: real CAPI core manager, ``capmaas run``, the MAAS simulator.
+
+The test plays HyperShift's parts (no HyperShift runs here), writing exactly what its controllers write
+(builders and their provenance in ``hypershift_objects``):
+
+- the hostedcluster controller: a v1beta1 Cluster named after the infra ID and a MaasCluster marked
+  ``cluster.x-k8s.io/managed-by`` with HyperShift's endpoint, whose status the platform code marks
+  provisioned;
+- the NodePool controller: ``<nodepool>-<hash>`` MaasMachineTemplates with the nodePool annotation, a
+  ``user-data-<nodepool>-<hash>`` Secret holding an Ignition 3.2 pointer config (keys ``value`` and
+  ``disableTemplating`` only), a MachineDeployment (upgrade type Replace) and a MachineSet (InPlace) named
+  after their NodePools, a MachineHealthCheck, and ``cleanupMachineTemplates`` run on every pass;
+- the ignition-server token rotation: the user-data Secret rewritten in place.
+
+Everything else is real: CAPI creates MachineSets/Machines and clones MaasMachines, capmaas allocates and
+deploys them in the simulator, each deployed machine registers a Node in the workload stand-in, capmaas puts
+the providerID on it and CAPI takes the Machine to Running.
+
+The HostedControlPlane is a schemaless CRD stand-in whose status the test writes as HyperShift's
+control-plane operator does (``initialized``): CAPI needs the Cluster ``ControlPlaneInitialized`` before it
+judges Nodes, so without it no Machine becomes Ready/available and a rolling update stalls.
+
+Not exercised (and why): the hosted control plane itself, the ignition server and the machine-approver
+(nothing boots the Ignition; the approver's input, ``Machine.status.addresses`` InternalDNS = Node name, is
+checked instead), MachineHealthCheck remediation (HyperShift's timeouts are 8 and 20 minutes; remediation is
+the MachineDeployment e2e test's subject), and the in-place upgrader (it drives MCD pods on Nodes; only its
+MachineSet annotations are written).
+
+Tests run in file order and share one hosted cluster; each records its stages (``[e2e timing]`` lines, and
+the conftest's terminal summary).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import hypershift_objects as hs
+import pytest
+from e2e_support import apply, get, items, patch_status
+
+if TYPE_CHECKING:
+    from e2e_support import ProviderStack
+
+pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
+
+MS_V1BETA1 = "machinesets.v1beta1.cluster.x-k8s.io"
+MD_V1BETA1 = "machinedeployments.v1beta1.cluster.x-k8s.io"
+IGNITION_ENDPOINT = "ignition-server-clusters-hc.apps.mgmt.example"  # never contacted
+CA_PEM = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+CAPMAAS_ANNOTATION_PREFIX = "capmaas.infrastructure.cluster.x-k8s.io/"
+
+
+@dataclass
+class Hosted:
+    """One hosted cluster as HyperShift lays it out in the HCP namespace, plus what the tests learn."""
+
+    stack: ProviderStack
+    infra_id: str
+    replace: hs.NodePool
+    inplace: hs.NodePool
+    maascluster_after_capi: dict[str, Any] = field(default_factory=dict)
+    templates: dict[str, str] = field(default_factory=dict)  # role -> template name
+    user_data: dict[str, str] = field(default_factory=dict)  # nodepool name -> Secret name
+    ignition: dict[str, bytes] = field(default_factory=dict)  # Secret name -> current Ignition JSON
+
+    @property
+    def ns(self) -> str:
+        return self.stack.namespace
+
+    def get(self, *args: str) -> Any:
+        return get(self.stack.kubectl, *args, "-n", self.ns)
+
+
+def _user_data(np: hs.NodePool, token: str) -> tuple[dict[str, Any], bytes]:
+    config_hash = hs.hash_simple(f"{np.key}/{np.release_version}")
+    ign = hs.ignition_config(
+        token=token,
+        endpoint=IGNITION_ENDPOINT,
+        ca_pem=CA_PEM,
+        nodepool_key=np.key,
+        target_config_version_hash=config_hash,
+    )
+    return hs.user_data_secret(np, config_hash, ign), ign
+
+
+@pytest.fixture(scope="module")
+def hosted(provider_stack: ProviderStack) -> Hosted:
+    """The HyperShift Cluster + externally managed MaasCluster, provisioned by "HyperShift"."""
+    stack = provider_stack
+    infra_id = f"hs-{secrets.token_hex(3)}"
+    suffix = infra_id[3:]
+
+    def pool(name: str, replicas: int) -> hs.NodePool:
+        return hs.NodePool(
+            name=f"{name}-{suffix}",
+            namespace="clusters",
+            cluster_name=f"hc-{suffix}",
+            infra_id=infra_id,
+            hcp_namespace=stack.namespace,
+            replicas=replicas,
+        )
+
+    h = Hosted(stack, infra_id, replace=pool("replace", 2), inplace=pool("inplace", 1))
+    stack.clusters.append(infra_id)  # the fixture's teardown deletes it if a test did not
+    endpoint = f"api.{infra_id}.hypershift.example"
+    with stack.stage("hosted cluster: Cluster + HostedControlPlane + managed MaasCluster, provisioned"):
+        crd = hs.hosted_control_plane_crd()
+        apply(stack.kubectl, crd)
+        stack.kubectl(
+            "wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s"
+        )
+        apply(stack.kubectl, hs.hosted_control_plane(h.replace), hs.maas_cluster(h.replace, endpoint))
+        apply(stack.kubectl, hs.capi_cluster(h.replace))
+        stack.workload.publish_kubeconfig(stack.kubeconfig, h.ns, infra_id)  # <infraID>-kubeconfig
+
+        def owned() -> dict[str, Any] | None:
+            mc = h.get("maascluster", infra_id)
+            refs = (mc or {}).get("metadata", {}).get("ownerReferences") or []
+            return mc if any(r["kind"] == "Cluster" for r in refs) else None
+
+        stack.wait_for(owned, "CAPI's Cluster ownerRef on the MaasCluster", timeout=60)
+        # PLAYING HYPERSHIFT: its platform code marks the infra CR provisioned, the control-plane operator
+        # reports the hosted API server up.
+        patch_status(stack.kubectl, "maascluster", infra_id, h.ns, hs.provisioned_status())
+        patch_status(
+            stack.kubectl,
+            "hostedcontrolplane",
+            h.replace.cluster_name,
+            h.ns,
+            hs.hosted_control_plane_status(h.replace, endpoint),
+        )
+
+        def initialized() -> bool:
+            c = h.get("cluster", infra_id) or {}
+            init = (c.get("status") or {}).get("initialization") or {}
+            return bool(init.get("infrastructureProvisioned") and init.get("controlPlaneInitialized"))
+
+        stack.wait_for(initialized, "Cluster infrastructureProvisioned + controlPlaneInitialized", timeout=60)
+    c = h.get("cluster", infra_id)
+    assert c["spec"]["controlPlaneEndpoint"] == {"host": endpoint, "port": 443}
+    time.sleep(2)  # let CAPI's Cluster controller settle its writes to the MaasCluster before the snapshot
+    h.maascluster_after_capi = h.get("maascluster", infra_id)
+    return h
+
+
+def _assert_left_alone(h: Hosted) -> dict[str, Any]:
+    """Nothing of capmaas on the MaasCluster: no finalizer, no annotation, status as HyperShift wrote it,
+    and (the strong check) not a single write since CAPI and HyperShift were done with it."""
+    mc = h.get("maascluster", h.infra_id)
+    before = h.maascluster_after_capi
+    meta = mc["metadata"]
+    assert not meta.get("finalizers"), meta.get("finalizers")
+    assert not [a for a in meta.get("annotations") or {} if a.startswith(CAPMAAS_ANNOTATION_PREFIX)]
+    assert mc["spec"] == before["spec"]
+    assert mc["status"] == hs.provisioned_status(), mc["status"]  # no conditions, failure domains, network
+    managers = sorted({(f["manager"], f.get("subresource", "")) for f in meta.get("managedFields") or []})
+    assert meta["resourceVersion"] == before["metadata"]["resourceVersion"], (
+        f"the MaasCluster was written after HyperShift/CAPI were done; managers now: {managers}"
+    )
+    return mc
+
+
+def test_externally_managed_maascluster_is_left_alone(hosted: Hosted) -> None:
+    """The operator has seen it (it reconciles MaasClusters of the namespace) and did nothing."""
+    hosted.stack.check_operator()
+    time.sleep(3)  # a few operator polling rounds
+    mc = _assert_left_alone(hosted)
+    managers = {f["manager"] for f in mc["metadata"].get("managedFields") or []}
+    print(f"MaasCluster field managers: {sorted(managers)}")
+
+
+def _pool_selector(np: hs.NodePool) -> str:
+    return f"{np.resources_name}={np.resources_name}"
+
+
+def _sim_user_data(h: Hosted, system_id: str) -> bytes | None:
+    data: bytes | None = h.stack.sim.call(lambda sim: sim.state.machines[system_id].user_data)
+    return data
+
+
+def _check_provisioned_pool(
+    h: Hosted, np: hs.NodePool, machines: list[dict[str, Any]], template: str
+) -> None:
+    """Per Machine: the clone carries the NodePool annotation and came from ``template``; MAAS deployed it
+    with the NodePool's Ignition; InternalDNS = Node name on the MaasMachine and on the Machine (the
+    machine-approver reads Machines); the Node has the Machine's providerID."""
+    secret = h.user_data[np.name]
+    for m in machines:
+        name = m["metadata"]["name"]
+        mm = h.get("maasmachine", name)
+        meta = mm["metadata"]
+        assert meta["annotations"][hs.NODEPOOL_ANNOTATION] == np.key  # NodePool → Machine → MaasMachine
+        assert meta["annotations"]["cluster.x-k8s.io/cloned-from-name"] == template
+        assert meta["labels"][np.resources_name] == np.resources_name
+        assert m["spec"]["bootstrap"]["dataSecretName"] == secret
+        sid = mm["spec"]["systemID"]
+        got = _sim_user_data(h, sid)
+        assert got == h.ignition[secret], f"{sid} deployed with {got!r:.120}"
+        assert json.loads(got)["ignition"]["version"] == "3.2.0"
+        node_name = m["status"]["nodeRef"]["name"]
+        assert {"type": "InternalDNS", "address": node_name} in mm["status"]["addresses"]
+        assert {"type": "InternalDNS", "address": node_name} in m["status"]["addresses"]
+        node = h.stack.workload.node(node_name)
+        assert node is not None
+        assert node["spec"]["providerID"] == m["spec"]["providerID"] == mm["spec"]["providerID"]
+    events = items(h.stack.kubectl, "events", h.ns)
+    deploying = [
+        e["message"]
+        for e in events
+        if e.get("reason") == "MachineDeploying"
+        and e["involvedObject"]["name"] in {m["metadata"]["name"] for m in machines}
+    ]
+    assert deploying
+    assert all("with ignition user data" in msg for msg in deploying), deploying
+
+
+def test_replace_nodepool_provisions_with_ignition(hosted: Hosted) -> None:
+    h, stack, np = hosted, hosted.stack, hosted.replace
+    template = hs.machine_template(np, hs.machine_template_spec())
+    secret, ign = _user_data(np, token=secrets.token_hex(16))
+    h.templates["replace-v1"] = template["metadata"]["name"]
+    h.user_data[np.name] = secret["metadata"]["name"]
+    h.ignition[secret["metadata"]["name"]] = ign
+    assert set(secret["data"]) == {"value", "disableTemplating"}
+    assert template["metadata"]["name"] == f"{np.name}-{hs.hash_simple(hs.go_json(template['spec']))}"
+    with stack.stage("Replace NodePool: 2 Machines Running (MachineDeployment, Ignition user data)"):
+        apply(stack.kubectl, template, secret)
+        apply(stack.kubectl, hs.machine_deployment(np, template["metadata"]["name"], h.user_data[np.name]))
+        apply(stack.kubectl, hs.machine_health_check(np))
+        machines = stack.wait_for(
+            lambda: stack.running_machines(h.infra_id, _pool_selector(np), np.replicas),
+            f"{np.replicas} Machines of NodePool {np.name} Running",
+            timeout=180,
+        )
+        _wait_pool(h, np, lambda: _md_complete(h, np), "MachineDeploymentComplete", timeout=60)
+    md = h.get(MD_V1BETA1, np.name)
+    assert md["metadata"]["annotations"][hs.NODEPOOL_ANNOTATION] == np.key
+    # CAPI copies the MachineDeployment's annotations to its MachineSets: that is how HyperShift's template
+    # cleanup finds the MachineSets of a Replace NodePool.
+    sets = items(stack.kubectl, MS_V1BETA1, h.ns, f"cluster.x-k8s.io/deployment-name={np.name}")
+    assert [s["metadata"]["annotations"].get(hs.NODEPOOL_ANNOTATION) for s in sets] == [np.key]
+    assert hs.templates_to_delete(np, sets, _templates(h)) == []
+    _check_provisioned_pool(h, np, machines, template["metadata"]["name"])
+
+    # The MachineHealthCheck HyperShift writes (v1beta1) is admitted, converted and selects the pool.
+    def mhc_targets() -> list[str] | None:
+        mhc = h.get("machinehealthchecks.cluster.x-k8s.io", np.name) or {}
+        targets = sorted((mhc.get("status") or {}).get("targets") or [])
+        return targets if len(targets) == np.replicas else None
+
+    targets = stack.wait_for(mhc_targets, "MachineHealthCheck targets", timeout=60)
+    assert targets == sorted(m["metadata"]["name"] for m in machines)
+    mhc = h.get("machinehealthchecks.cluster.x-k8s.io", np.name)
+    assert mhc["spec"]["checks"]["nodeStartupTimeoutSeconds"] == 1200
+    assert stack.leaks() == []
+
+
+def _why(h: Hosted, np: hs.NodePool) -> str:
+    """The Machines of a pool with their phase and the conditions that gate availability (for failures)."""
+    out = []
+    for m in h.stack.machines(h.infra_id, _pool_selector(np)):
+        conds = {c["type"]: c for c in (m.get("status") or {}).get("conditions") or []}
+        parts = [f"{t}={conds[t]['status']}:{conds[t].get('message', '')[:80]!r}" for t in conds]
+        out.append(f"{m['metadata']['name']} {m.get('status', {}).get('phase')} " + " ".join(parts))
+    return "\n".join(out)
+
+
+def _wait_pool(h: Hosted, np: hs.NodePool, check: Any, what: str, timeout: float) -> Any:
+    try:
+        return h.stack.wait_for(check, what, timeout=timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_why(h, np)}") from None
+
+
+def _md_complete(h: Hosted, np: hs.NodePool) -> dict[str, Any] | None:
+    """HyperShift's ``MachineDeploymentComplete`` on the v1beta1 view it reads: updated = replicas =
+    available = desired, observedGeneration current. This is when it records the NodePool's new template."""
+    md = h.get(MD_V1BETA1, np.name)
+    st = md.get("status") or {}
+    want = md["spec"]["replicas"]
+    counts = (st.get("updatedReplicas"), st.get("replicas"), st.get("availableReplicas"))
+    done = counts == (want, want, want) and st.get("observedGeneration", 0) >= md["metadata"]["generation"]
+    return md if done else None
+
+
+def _ms_available(h: Hosted, np: hs.NodePool, n: int) -> dict[str, Any] | None:
+    """What HyperShift copies to ``NodePool.status.replicas`` for an InPlace pool."""
+    ms = h.get(MS_V1BETA1, np.name)
+    return ms if (ms.get("status") or {}).get("availableReplicas") == n else None
+
+
+def _templates(h: Hosted) -> list[dict[str, Any]]:
+    return items(h.stack.kubectl, "maasmachinetemplates", h.ns)
+
+
+def _hypershift_cleanup(h: Hosted, np: hs.NodePool) -> list[str]:
+    """One pass of ``cleanupMachineTemplates``; each deleted template must be gone at once (no finalizer or
+    anything else of ours holds it). Returns the names deleted."""
+    sets = items(h.stack.kubectl, MS_V1BETA1, h.ns)
+    doomed = hs.templates_to_delete(np, sets, _templates(h))
+    for name in doomed:
+        t = h.get("maasmachinetemplate", name)
+        assert not t["metadata"].get("finalizers"), t["metadata"]["finalizers"]
+        assert {r["kind"] for r in t["metadata"].get("ownerReferences") or []} <= {"Cluster"}
+        h.stack.kubectl("delete", "maasmachinetemplate", name, "-n", h.ns, "--wait=false")
+        assert h.get("maasmachinetemplate", name) is None, f"template {name} still there after delete"
+    return doomed
+
+
+def test_replace_nodepool_rolls_to_a_new_template(hosted: Hosted) -> None:
+    h, stack, np = hosted, hosted.stack, hosted.replace
+    old_template = h.templates["replace-v1"]
+    old = {m["metadata"]["name"]: m for m in stack.maasmachines(h.infra_id, _pool_selector(np))}
+    old_sids = [mm["spec"]["systemID"] for mm in old.values()]
+    new = hs.machine_template(np, hs.machine_template_spec(min_memory=2048))
+    new_name = new["metadata"]["name"]
+    assert new_name != old_template
+    h.templates["replace-v2"] = new_name
+    deleted_at: list[float] = []
+    with stack.stage("Replace NodePool: roll 2 Machines to <nodepool>-<newhash>"):
+        started = time.monotonic()
+        # HyperShift's pass: create the new template, then point the MachineDeployment at it.
+        apply(stack.kubectl, new)
+        patch = {"spec": {"template": {"spec": {"infrastructureRef": {"name": new_name}}}}}
+        stack.kubectl("patch", MD_V1BETA1, np.name, "-n", h.ns, "--type=merge", "-p", json.dumps(patch))
+
+        def rolled() -> list[dict[str, Any]] | None:
+            if _hypershift_cleanup(h, np):  # HyperShift reconciles the NodePool again and again
+                deleted_at.append(time.monotonic() - started)
+            ms = stack.running_machines(h.infra_id, _pool_selector(np), np.replicas)
+            if not ms or {m["metadata"]["name"] for m in ms} & set(old):
+                return None
+            return (
+                ms
+                if not set(old) & {mm["metadata"]["name"] for mm in stack.maasmachines(h.infra_id)}
+                else None
+            )
+
+        machines = _wait_pool(h, np, rolled, "the rollout to the new template", timeout=180)
+        _wait_pool(h, np, lambda: _md_complete(h, np), "MachineDeploymentComplete", timeout=60)
+        # Released: no MAAS machine is held for an old MaasMachine any more (one may already be deployed
+        # again for a new one: the simulator hands out the cheapest Ready machine).
+        old_uids = {mm["metadata"]["uid"] for mm in old.values()}
+
+        def released() -> bool:
+            states = stack.sim.machine_states()
+            return not [s for s in old_sids if states[s]["agent_name"] in old_uids]
+
+        stack.wait_for(released, "old MAAS machines released", timeout=60)
+
+        def old_template_gone() -> bool:
+            if _hypershift_cleanup(h, np):
+                deleted_at.append(time.monotonic() - started)
+            return h.get("maasmachinetemplate", old_template) is None
+
+        stack.wait_for(old_template_gone, "HyperShift's cleanup to delete the old template", timeout=60)
+    print(f"old template deleted by HyperShift's cleanup {deleted_at[0]:.1f}s into the rollout")
+    assert len(deleted_at) == 1  # deleted once, gone at once (checked inside the cleanup)
+    _check_provisioned_pool(h, np, machines, new_name)
+    assert stack.leaks() == []
+    assert stack.invariants() == []
+
+
+def test_inplace_nodepool_new_template_applies_to_new_machines_only(hosted: Hosted) -> None:
+    h, stack, np = hosted, hosted.stack, hosted.inplace
+    t1 = hs.machine_template(np, hs.machine_template_spec())
+    secret, ign = _user_data(np, token=secrets.token_hex(16))
+    secret_name = secret["metadata"]["name"]
+    h.user_data[np.name] = secret_name
+    h.ignition[secret_name] = ign
+    config_version = hs.hash_simple(f"{np.key}/{np.release_version}/config")
+    with stack.stage("InPlace NodePool: 1 Machine Running (MachineSet)"):
+        apply(stack.kubectl, t1, secret)
+        apply(stack.kubectl, hs.machine_set(np, t1["metadata"]["name"], secret_name, config_version))
+        (first,) = stack.wait_for(
+            lambda: stack.running_machines(h.infra_id, _pool_selector(np), 1),
+            f"the Machine of NodePool {np.name} Running",
+            timeout=120,
+        )
+        _wait_pool(h, np, lambda: _ms_available(h, np, 1), "MachineSet availableReplicas 1", timeout=60)
+    _check_provisioned_pool(h, np, [first], t1["metadata"]["name"])
+    first_mm = h.get("maasmachine", first["metadata"]["name"])
+
+    with stack.stage("InPlace NodePool: new template, old one deleted at once, machine kept"):
+        t2 = hs.machine_template(np, hs.machine_template_spec(min_cpu=1))
+        apply(stack.kubectl, t2)
+        patch = {"spec": {"template": {"spec": {"infrastructureRef": {"name": t2["metadata"]["name"]}}}}}
+        stack.kubectl("patch", MS_V1BETA1, np.name, "-n", h.ns, "--type=merge", "-p", json.dumps(patch))
+        # The MachineSet no longer references t1: HyperShift's next pass deletes it, while t1's clone runs.
+        assert _hypershift_cleanup(h, np) == [t1["metadata"]["name"]]
+        time.sleep(5)  # MachineSets do not roll: give CAPI (and capmaas) time to prove it
+        now = h.get("maasmachine", first["metadata"]["name"])
+        assert now["metadata"]["uid"] == first_mm["metadata"]["uid"]
+        assert now["spec"]["systemID"] == first_mm["spec"]["systemID"]
+        assert now["status"]["ready"] is True
+        assert [m["metadata"]["name"] for m in stack.machines(h.infra_id, _pool_selector(np))] == [
+            first["metadata"]["name"]
+        ]
+
+    # Token rotation rewrites the (mutable) user-data Secret in place; a scale-up gets the new template and
+    # the rewritten Ignition, the running machine keeps what it was deployed with.
+    rotated, rotated_ign = _user_data(np, token=secrets.token_hex(16))
+    assert rotated["metadata"]["name"] == secret_name
+    assert rotated_ign != ign
+    with stack.stage("InPlace NodePool: rotated user data, scale 1 -> 2"):
+        apply(stack.kubectl, rotated)
+        h.ignition[secret_name] = rotated_ign
+        stack.kubectl(
+            "patch",
+            MS_V1BETA1,
+            np.name,
+            "-n",
+            h.ns,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"replicas": 2}}),
+        )
+        machines = stack.wait_for(
+            lambda: stack.running_machines(h.infra_id, _pool_selector(np), 2),
+            f"2 Machines of NodePool {np.name} Running",
+            timeout=120,
+        )
+        _wait_pool(h, np, lambda: _ms_available(h, np, 2), "MachineSet availableReplicas 2", timeout=60)
+    (second,) = [m for m in machines if m["metadata"]["name"] != first["metadata"]["name"]]
+    _check_provisioned_pool(h, np, [second], t2["metadata"]["name"])
+    assert _sim_user_data(h, first_mm["spec"]["systemID"]) == ign
+    assert stack.leaks() == []
+
+
+def test_managed_maascluster_untouched_after_provisioning(hosted: Hosted) -> None:
+    """Five machines provisioned, rolled and released in its cluster: still not one write to it."""
+    _assert_left_alone(hosted)
+
+
+def test_hosted_cluster_deletion_releases_everything(hosted: Hosted) -> None:
+    h, stack = hosted, hosted.stack
+    sids = [mm["spec"]["systemID"] for mm in stack.maasmachines(h.infra_id)]
+    assert len(sids) == h.replace.replicas + 2
+    with stack.stage("delete the hosted cluster (Cluster → MD/MS → Machines → MAAS releases)"):
+        stack.delete_cluster(h.infra_id, timeout=120)
+        stack.wait_for(lambda: stack.ready_in_maas(sids), "every MAAS machine released", timeout=60)
+    assert h.get("maascluster", h.infra_id) is None
+    assert stack.maasmachines(h.infra_id) == []
+    assert stack.leaks() == []

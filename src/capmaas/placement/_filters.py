@@ -114,18 +114,19 @@ def _pinned_host(ctx: FilterContext, host: HostCandidate) -> tuple[str, str] | N
     return f"{{is}} not the pinned host {pin!r}", f"not the pinned host {pin!r}"
 
 
-def _zone(ctx: FilterContext, host: HostCandidate) -> tuple[str, str] | None:
-    zone = ctx.request.zone
-    if zone is None or host.zone == zone:
+def _placed_in(what: str, wanted: str | None, actual: str | None) -> tuple[str, str] | None:
+    """Zone and resource pool: a wanted one (if any) must be the host's."""
+    if wanted is None or actual == wanted:
         return None
-    return f"{{is}} not in zone {zone!r}", f"in zone {host.zone!r}, not {zone!r}"
+    return f"{{is}} not in {what} {wanted!r}", f"in {what} {actual!r}, not {wanted!r}"
+
+
+def _zone(ctx: FilterContext, host: HostCandidate) -> tuple[str, str] | None:
+    return _placed_in("zone", ctx.request.zone, host.zone)
 
 
 def _resource_pool(ctx: FilterContext, host: HostCandidate) -> tuple[str, str] | None:
-    pool = ctx.request.resource_pool
-    if pool is None or host.pool == pool:
-        return None
-    return f"{{is}} not in resource pool {pool!r}", f"in resource pool {host.pool!r}, not {pool!r}"
+    return _placed_in("resource pool", ctx.request.resource_pool, host.pool)
 
 
 def _tags(ctx: FilterContext, host: HostCandidate) -> tuple[str, str] | None:
@@ -172,31 +173,33 @@ def _storage_pool(ctx: FilterContext, host: HostCandidate) -> tuple[str, str] | 
     return f"{{has}} no storage pool {name!r}", f"has no storage pool {name!r} (has: {known})"
 
 
-def _cores(ctx: FilterContext, host: HostCandidate) -> tuple[str, str] | None:
-    need = ctx.request.cores
-    reserved = ctx.reserved_on(host).cores
-    free = host.cores_capacity - host.cores_used - reserved
+def _over_committed(
+    what: str, unit: str, *, need: int, total: int, ratio: float, capacity: float, used: int, reserved: int
+) -> tuple[str, str] | None:
+    """Cores and memory: what the over-committed capacity leaves after use and reservations must hold it."""
+    free = capacity - used - reserved
     if need <= free:
         return None
     return (
-        f"lack{{s}} {need} free cores",
-        f"{_num(max(free, 0))} cores free ({host.cores_total} x over-commit "
-        f"{host.cpu_over_commit_ratio:g} - {host.cores_used} used - {reserved} reserved); needs {need}",
+        f"lack{{s}} {need}{unit} free {what}",
+        f"{_num(max(free, 0))}{unit} {what} free ({total}{unit} x over-commit {ratio:g} - {used} used - "
+        f"{reserved} reserved); needs {need}",
     )
+
+
+def _cores(ctx: FilterContext, host: HostCandidate) -> tuple[str, str] | None:
+    return _over_committed(
+        "cores", "", need=ctx.request.cores, total=host.cores_total, ratio=host.cpu_over_commit_ratio,
+        capacity=host.cores_capacity, used=host.cores_used, reserved=ctx.reserved_on(host).cores,
+    )  # fmt: skip
 
 
 def _memory(ctx: FilterContext, host: HostCandidate) -> tuple[str, str] | None:
-    need = ctx.request.memory_mib
-    reserved = ctx.reserved_on(host).memory_mib
-    free = host.memory_capacity_mib - host.memory_used_mib - reserved
-    if need <= free:
-        return None
-    return (
-        f"lack{{s}} {need} MiB free memory",
-        f"{_num(max(free, 0))} MiB memory free ({host.memory_total_mib} MiB x over-commit "
-        f"{host.memory_over_commit_ratio:g} - {host.memory_used_mib} used - {reserved} reserved); "
-        f"needs {need}",
-    )
+    return _over_committed(
+        "memory", " MiB", need=ctx.request.memory_mib, total=host.memory_total_mib,
+        ratio=host.memory_over_commit_ratio, capacity=host.memory_capacity_mib, used=host.memory_used_mib,
+        reserved=ctx.reserved_on(host).memory_mib,
+    )  # fmt: skip
 
 
 def _storage(ctx: FilterContext, host: HostCandidate) -> tuple[str, str] | None:

@@ -201,9 +201,11 @@ def provider_stack(
         )
         yield stack
     finally:
+        began = time.monotonic()
         _teardown(stack, kubectl)
         operator.stop()
         sim.stop()
+        TIMINGS.append((request.node.nodeid, "provider stack teardown", time.monotonic() - began))
 
 
 #: The test running now (its node id), for the stage timings.

@@ -43,6 +43,7 @@ Yields an ``e2e_support.ProviderStack`` (``from e2e_support import ProviderStack
   something else initialises (and then set the condition's source yourself). Count the control-plane
   MaasMachine in ``.allocations()``; select workers with ``cluster.x-k8s.io/deployment-name``.
   ``.delete_cluster(name)`` deletes it and waits until CAPI and capmaas are done (MAAS machines released).
+  ``.track_cluster(name)``: for a Cluster you built yourself, so module teardown deletes it too.
 - ``.machines(cluster, selector)``, ``.maasmachines(...)``, ``.running_machines(cluster, selector, n)``,
   ``.wait_for(check, what, timeout=)`` (fails at once if the operator died), ``.stage(what)`` (a context
   manager that prints ``[e2e timing] what: Ns`` and records it for the terminal summary).

@@ -312,8 +312,7 @@ class ProviderStack:
             objs.append(identity_secret(f"{name}-maas", ns, self.sim.url, self.sim.api_key))
             mc["spec"]["identityRef"] = {"kind": "Secret", "name": f"{name}-maas"}
         objs += [bootstrap_secret(f"{name}-userdata", ns, name), mc, cluster(name, ns)]
-        self.clusters.append(name)
-        self.created.append(name)
+        self.track_cluster(name)
         apply(self.kubectl, *objs)
         self.workload.publish_kubeconfig(self.kubeconfig, ns, name)
 
@@ -333,6 +332,14 @@ class ProviderStack:
         if control_plane:
             self.add_control_plane_machine(name, f"{name}-cp-0", timeout=timeout)
         return found
+
+    def track_cluster(self, name: str) -> None:
+        """Have teardown delete (and, as a last resort, unblock) a Cluster created without
+        :meth:`create_cluster` — e.g. one built the way HyperShift builds it."""
+        if name not in self.clusters:
+            self.clusters.append(name)
+        if name not in self.created:
+            self.created.append(name)
 
     def add_control_plane_machine(self, cluster_name: str, name: str, *, timeout: float = 90.0) -> None:
         """A control-plane Machine + its MaasMachine; waits until it runs and the Cluster is

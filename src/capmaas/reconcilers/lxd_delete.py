@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 
 from capmaas.api import conditions as C
 from capmaas.maas import errors as maas_errors
+from capmaas.reconcilers import machine_delete
 from capmaas.reconcilers.credentials import maas_failure
 from capmaas.reconcilers.lxd import COMPOSING, DECOMPOSE_RECHECK, DECOMPOSING, _adopt
 from capmaas.reconcilers.lxd_placer import vm_hostname
-from capmaas.reconcilers.scope import DELETE_FOR_MOVE_ANNOTATION, Requeue, is_paused
+from capmaas.reconcilers.scope import Requeue
 
 if TYPE_CHECKING:
     from capmaas.reconcilers.machine import MachineReconciler, MachineScope
@@ -22,20 +23,9 @@ if TYPE_CHECKING:
 
 async def reconcile_delete(r: MachineReconciler, scope: MachineScope) -> Requeue:
     """Delete the VM in MAAS (decompose), wait until MAAS no longer lists it, then drop the finalizer."""
-    from capmaas.reconcilers.machine import FINALIZER
-
-    if FINALIZER not in scope.finalizers:
+    port = await machine_delete.start(r, scope, "VM")
+    if port is None:
         return Requeue()
-    if DELETE_FOR_MOVE_ANNOTATION in scope.annotations:
-        scope.set_condition(C.READY_CONDITION, False, C.DELETE_FOR_MOVE_REASON, "moved; VM kept")
-        scope.remove_finalizer(FINALIZER)
-        return Requeue()
-    r.load(scope)
-    paused, why = is_paused(scope.body, scope.cluster)
-    scope.set_paused_condition(paused, why)
-    if paused:
-        return Requeue()
-    port = await r.session(scope)
     r.lxd.book(port.endpoint).release(scope.uid)
     r.lxd.waits.pop(scope.uid, None)
     sid = scope.spec.get("systemID")
@@ -69,11 +59,7 @@ async def reconcile_delete(r: MachineReconciler, scope: MachineScope) -> Requeue
 
 
 def _deleted(r: MachineReconciler, scope: MachineScope, sid: str | None) -> Requeue:
-    from capmaas.reconcilers.machine import FINALIZER
-
     if sid:
         scope.event("Normal", "VMDecomposed", f"VM {sid} deleted; its resources are back on the host")
         r.lxd.allocated.discard((scope.uid, sid))
-    scope.remove_finalizer(FINALIZER)
-    r.recorder.machine_phase(scope.key, None)
-    return Requeue()
+    return machine_delete.finished(r, scope)

@@ -17,26 +17,47 @@ from capmaas.reconcilers.scope import DELETE_FOR_MOVE_ANNOTATION, Requeue, is_pa
 
 if TYPE_CHECKING:
     from capmaas.reconcilers.machine import MachineReconciler, MachineScope
+    from capmaas.reconcilers.ports import MaasPort
 
 RELEASED = frozenset({maas.NodeStatus.READY, maas.NodeStatus.NEW, maas.NodeStatus.BROKEN})
 IN_PROGRESS = frozenset({maas.NodeStatus.RELEASING, maas.NodeStatus.DISK_ERASING})
 
 
-async def reconcile_delete(r: MachineReconciler, scope: MachineScope) -> Requeue:
-    from capmaas.reconcilers.machine import ALLOCATING, FINALIZER
+async def start(r: MachineReconciler, scope: MachineScope, kept: str) -> MaasPort | None:
+    """The first steps of both deletions (bare metal and LXD). None means hands off: the finalizer is not ours
+    (any more), clusterctl is moving the object (``kept`` names what lives on in MAAS), or the cluster is
+    paused. Otherwise the MAAS session to delete with."""
+    from capmaas.reconcilers.machine import FINALIZER
 
     if FINALIZER not in scope.finalizers:
-        return Requeue()
+        return None
     if DELETE_FOR_MOVE_ANNOTATION in scope.annotations:
-        scope.set_condition(C.READY_CONDITION, False, C.DELETE_FOR_MOVE_REASON, "moved; MAAS machine kept")
+        scope.set_condition(C.READY_CONDITION, False, C.DELETE_FOR_MOVE_REASON, f"moved; {kept} kept")
         scope.remove_finalizer(FINALIZER)
-        return Requeue()
+        return None
     r.load(scope)
     paused, why = is_paused(scope.body, scope.cluster)
     scope.set_paused_condition(paused, why)
     if paused:
+        return None
+    return await r.session(scope)
+
+
+def finished(r: MachineReconciler, scope: MachineScope) -> Requeue:
+    """Nothing of ours is left in MAAS: drop the finalizer (the object goes) and its phase metric."""
+    from capmaas.reconcilers.machine import FINALIZER
+
+    scope.remove_finalizer(FINALIZER)
+    r.recorder.machine_phase(scope.key, None)
+    return Requeue()
+
+
+async def reconcile_delete(r: MachineReconciler, scope: MachineScope) -> Requeue:
+    from capmaas.reconcilers.machine import ALLOCATING
+
+    port = await start(r, scope, "MAAS machine")
+    if port is None:
         return Requeue()
-    port = await r.session(scope)
     sid = scope.spec.get("systemID")
     if not sid and scope.annotation(ALLOCATING):
         try:
@@ -49,9 +70,7 @@ async def reconcile_delete(r: MachineReconciler, scope: MachineScope) -> Requeue
         scope.set_annotation(ALLOCATING, None)
         await scope.flush()
     if not sid:
-        scope.remove_finalizer(FINALIZER)
-        r.recorder.machine_phase(scope.key, None)
-        return Requeue()
+        return finished(r, scope)
     port.watch(sid, scope.key)
     m = port.snapshot(sid)
     if m is None and not port.is_gone(sid):
@@ -61,9 +80,7 @@ async def reconcile_delete(r: MachineReconciler, scope: MachineScope) -> Requeue
         port.unwatch(sid)
         r._released.discard(sid)
         scope.event("Normal", "MachineReleased", f"MAAS machine {sid} released")
-        scope.remove_finalizer(FINALIZER)
-        r.recorder.machine_phase(scope.key, None)
-        return Requeue()
+        return finished(r, scope)
     scope.status["machineState"] = m.status_name or m.status.name
     if m.status in IN_PROGRESS:
         scope.set_condition(C.READY_CONDITION, False, C.RELEASING_REASON, f"{sid}: {m.status_name}")
@@ -78,8 +95,7 @@ async def reconcile_delete(r: MachineReconciler, scope: MachineScope) -> Requeue
             comment=f"capmaas {scope.key} deleted",
         )
     except maas_errors.NotFoundError:
-        scope.remove_finalizer(FINALIZER)
-        return Requeue()
+        return finished(r, scope)
     except maas_errors.ConflictError as exc:
         scope.set_condition(C.READY_CONDITION, False, C.RELEASING_REASON, f"{sid}: release refused: {exc}")
         return Requeue(30.0)

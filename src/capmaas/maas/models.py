@@ -101,20 +101,24 @@ class PowerState(enum.StrEnum):
         return cls.UNKNOWN
 
 
-class ZoneRef(_Model):
-    """A zone as nested in other objects."""
+class Zone(_Model):
+    """A physical zone (the CAPI failure domain); MAAS nests the same object in machines and VM hosts."""
 
     id: int
     name: str
     description: str = ""
 
 
-class PoolRef(_Model):
-    """A resource pool as nested in other objects."""
+class ResourcePool(_Model):
+    """A resource pool; MAAS nests the same object in machines and VM hosts."""
 
     id: int
     name: str
     description: str = ""
+
+
+ZoneRef = Zone  # the names nested zones and pools had before they were known to be the same objects
+PoolRef = ResourcePool
 
 
 class PodRef(_Model):
@@ -189,8 +193,8 @@ class Machine(_Model):
     error_description: str = ""
     power_state: PowerState = PowerState.UNKNOWN
     power_type: str = ""
-    zone: ZoneRef
-    pool: PoolRef | None = None
+    zone: Zone
+    pool: ResourcePool | None = None
     tag_names: tuple[str, ...] = ()
     ip_addresses: tuple[str, ...] = ()
     interface_set: tuple[Interface, ...] = ()
@@ -251,8 +255,8 @@ class VmHost(_Model):
     total: VmHostResources
     used: VmHostResources
     available: VmHostResources
-    zone: ZoneRef | None = None
-    pool: PoolRef | None = None
+    zone: Zone | None = None
+    pool: ResourcePool | None = None
     cpu_over_commit_ratio: float = 1.0
     memory_over_commit_ratio: float = 1.0
     storage_pools: tuple[StoragePool, ...] = ()
@@ -267,22 +271,6 @@ class ComposedMachine(_Model):
 
     system_id: str
     resource_uri: str = ""
-
-
-class Zone(_Model):
-    """A physical zone (the CAPI failure domain)."""
-
-    id: int
-    name: str
-    description: str = ""
-
-
-class ResourcePool(_Model):
-    """A resource pool."""
-
-    id: int
-    name: str
-    description: str = ""
 
 
 class Tag(_Model):
@@ -365,6 +353,13 @@ class User(_Model):
 class _Request(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
 
+    def _form(self, scalars: tuple[str, ...], lists: tuple[str, ...] = ()) -> FormFields:
+        """Form fields in the given order: each set scalar once, each list value repeated under its key;
+        nothing for what is unset, so MAAS applies its own defaults."""
+        fields: FormFields = [(k, str(v)) for k in scalars if (v := getattr(self, k)) is not None]
+        fields += [(k, v) for k in lists for v in getattr(self, k)]
+        return fields
+
 
 class AllocateConstraints(_Request):
     """What ``machines/?op=allocate`` must match. Every given constraint must hold (AND).
@@ -392,14 +387,10 @@ class AllocateConstraints(_Request):
 
     def to_form(self) -> FormFields:
         """Form fields in a stable order, repeated keys for lists, nothing for unset constraints."""
-        fields: FormFields = []
-        for key in ("name", "system_id", "arch", "cpu_count", "mem", "zone", "pool", "storage", "interfaces"):
-            value = getattr(self, key)
-            if value is not None:
-                fields.append((key, str(value)))
-        for key in ("tags", "not_tags", "not_in_zone", "not_pod_type"):
-            fields.extend((key, v) for v in getattr(self, key))
-        return fields
+        return self._form(
+            ("name", "system_id", "arch", "cpu_count", "mem", "zone", "pool", "storage", "interfaces"),
+            ("tags", "not_tags", "not_in_zone", "not_pod_type"),
+        )
 
 
 class ComposeRequest(_Request):
@@ -421,13 +412,9 @@ class ComposeRequest(_Request):
 
     def to_form(self) -> FormFields:
         """Form fields for the given values only; MAAS applies its own defaults to the rest."""
-        fields: FormFields = []
-        for key in ("hostname", "cores", "memory", "storage", "interfaces", "zone", "pool", "domain"):
-            value = getattr(self, key)
-            if value is not None:
-                fields.append((key, str(value)))
-        if self.architecture is not None:
-            fields.append(("architecture", self.architecture))
+        fields = self._form(
+            ("hostname", "cores", "memory", "storage", "interfaces", "zone", "pool", "domain", "architecture")
+        )
         if self.skip_commissioning:
             fields.append(("skip_commissioning", form_bool(True)))
         return fields

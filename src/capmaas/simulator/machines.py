@@ -205,6 +205,14 @@ def release_many(sim: Simulator, req: Request) -> list[str]:
     return released
 
 
+def editable_machine(sim: Simulator, req: Request) -> Machine:
+    """The machine of a write: visible, not locked (unless admin), and unowned or the caller's (or admin)."""
+    m = get_machine(sim, req, edit=True)
+    if not can_edit(req, m):
+        raise forbidden()
+    return m
+
+
 def can_edit(req: Request, m: Machine) -> bool:
     if req.is_admin:
         return True
@@ -274,9 +282,7 @@ def delete_machine(sim: Simulator, req: Request) -> Response:
 @machine_res.op("POST", "deploy")
 def deploy(sim: Simulator, req: Request) -> Response:
     """Deploy an operating system; a READY machine is allocated to the caller first."""
-    m = get_machine(sim, req, edit=True)
-    if not can_edit(req, m):
-        raise forbidden()
+    m = editable_machine(sim, req)
     form = req.form
     check_maas4(sim, form)
     if bool_opt(form, "install_rackd"):
@@ -344,9 +350,7 @@ def resolve_distro(sim: Simulator, value: str) -> tuple[str, str]:
 @machine_res.op("POST", "release")
 def release(sim: Simulator, req: Request) -> Response:
     """Release a machine; READY or RELEASING is a successful no-op."""
-    m = get_machine(sim, req, edit=True)
-    if not can_edit(req, m):
-        raise forbidden()
+    m = editable_machine(sim, req)
     form = req.form
     erase = any(bool_opt(form, k) for k in ("erase", "secure_erase", "quick_erase"))
     force = bool_opt(form, "force")
@@ -364,9 +368,7 @@ def release(sim: Simulator, req: Request) -> Response:
 @machine_res.op("POST", "power_on")
 def power_on(sim: Simulator, req: Request) -> Response:
     """Power on; for an Allocated machine this starts a deployment."""
-    m = get_machine(sim, req, edit=True)
-    if not can_edit(req, m):
-        raise forbidden()
+    m = editable_machine(sim, req)
     if m.owner is None:
         raise conflict("Can't start node: it hasn't been allocated.")
     if m.status is S.ALLOCATED:
@@ -384,9 +386,7 @@ def power_on(sim: Simulator, req: Request) -> Response:
 @machine_res.op("POST", "power_off")
 def power_off(sim: Simulator, req: Request) -> Response:
     """Power off."""
-    m = get_machine(sim, req, edit=True)
-    if not can_edit(req, m):
-        raise forbidden()
+    m = editable_machine(sim, req)
     stop_mode = req.form.get("stop_mode") or "hard"
     if stop_mode not in ("soft", "hard"):
         raise bad_request(
@@ -447,9 +447,7 @@ def mark_fixed(sim: Simulator, req: Request) -> Response:
 @machine_res.op("POST", "abort")
 def abort(sim: Simulator, req: Request) -> Response:
     """Abort the current operation (deploying, erasing, commissioning, testing)."""
-    m = get_machine(sim, req, edit=True)
-    if not can_edit(req, m):
-        raise forbidden()
+    m = editable_machine(sim, req)
     if m.status not in ABORTABLE:
         raise conflict(f"Cannot abort in current state: node {m.system_id} is in state {m.status.label}.")
     sim.abort(m)

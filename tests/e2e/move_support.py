@@ -14,7 +14,8 @@ The clusterctl inventory is what ``clusterctl init`` records
 - the inventory CRD ``providers.clusterctl.cluster.x-k8s.io`` from clusterctl's own manifest in the module
   cache, labelled ``clusterctl.cluster.x-k8s.io/core: inventory``;
 - every provider CRD labelled ``clusterctl.cluster.x-k8s.io: ""`` (move discovers kinds *only* from CRDs with
-  this label) and ``cluster.x-k8s.io/provider: <manifest label>``;
+  this label) and ``cluster.x-k8s.io/provider: <manifest label>`` (the CAPI CRDs as the CAPI manager harness
+  creates them, capmaas' as they are applied);
 - one ``Provider`` per installed provider, named after its manifest label in its target namespace, with
   ``providerName``, ``type`` and ``version`` (move refuses when a source provider is missing on the target or
   is older there).
@@ -39,9 +40,13 @@ from e2e_support import CAPI_API, CLUSTER_NAME_LABEL, INFRA_API, INFRA_GROUP, RE
 
 from capmaas import clusterctl_repo
 from capmaas.devcluster import CAPI_VERSION, ControlPlane, process, run_kubectl
-from capmaas.devcluster.capi import CapiManager, apply_objects, capi_source_dir, load_yaml_dir
+from capmaas.devcluster.capi import (
+    CapiManager,
+    CapiStartError,
+    capi_source_dir,
+    load_yaml_dir,
+)
 from capmaas.devcluster.process import free_port
-from capmaas.devcluster.tools import capi_crds_dir
 
 if TYPE_CHECKING:
     from capmaas.demo.simthread import SimulatorThread
@@ -80,6 +85,11 @@ def _crd_names(docs: list[dict[str, Any]]) -> list[str]:
     return [d["metadata"]["name"] for d in docs if d.get("kind") == "CustomResourceDefinition"]
 
 
+def inventory_labels(entry: InventoryEntry) -> dict[str, str]:
+    """What ``clusterctl init`` puts on every object of a provider's components (``addCommonLabels``)."""
+    return {CLUSTERCTL_LABEL: "", PROVIDER_LABEL: entry.manifest_label}
+
+
 def provider_object(entry: InventoryEntry) -> dict[str, Any]:
     return {
         "apiVersion": "clusterctl.cluster.x-k8s.io/v1alpha3",
@@ -87,11 +97,7 @@ def provider_object(entry: InventoryEntry) -> dict[str, Any]:
         "metadata": {
             "name": entry.manifest_label,
             "namespace": entry.namespace,
-            "labels": {
-                CLUSTERCTL_LABEL: "",
-                PROVIDER_LABEL: entry.manifest_label,
-                CLUSTERCTL_CORE_LABEL: "inventory",
-            },
+            "labels": {**inventory_labels(entry), CLUSTERCTL_CORE_LABEL: "inventory"},
         },
         "providerName": entry.provider_name,
         "type": entry.type,
@@ -194,22 +200,23 @@ class Management:
 
     def install(self, *providers: InventoryEntry) -> None:
         """capmaas' CRDs and the clusterctl inventory as ``clusterctl init`` leaves them (see the module doc),
-        with a Provider object for each of ``providers``. Four kubectl calls: on this busy box every kubectl
-        start with a cold discovery cache costs seconds."""
+        with a Provider object for each of ``providers``; the CAPI CRDs got their labels when the CAPI manager
+        created them (:func:`start_capi`).
+
+        Three kubectl calls, none validating client-side: kubectl's client-side validation downloads the
+        apiserver's OpenAPI document, which with CAPI's CRDs installed costs seconds to build and parse."""
         manifest = capi_source_dir() / "cmd" / "clusterctl" / "config" / "manifest" / "clusterctl-api.yaml"
         inventory_crd = yaml.safe_load(manifest.read_text())
         inventory_crd["metadata"].setdefault("labels", {})[CLUSTERCTL_CORE_LABEL] = "inventory"
         maas_crds = load_yaml_dir(REPO / "crds")
         for crd in maas_crds:
-            crd["metadata"].setdefault("labels", {}).update(
-                {CLUSTERCTL_LABEL: "", PROVIDER_LABEL: MAAS.manifest_label}
-            )
-        apply_objects(self.kubeconfig, [inventory_crd, *maas_crds], field_manager="clusterctl")
+            crd["metadata"].setdefault("labels", {}).update(inventory_labels(MAAS))
+        self.kubectl(
+            "apply", "--server-side", "--force-conflicts", "--validate=false", "--field-manager=clusterctl",
+            "-f", "-", input=yaml.safe_dump_all([inventory_crd, *maas_crds]),
+        )  # fmt: skip
         names = [f"crd/{n}" for n in _crd_names([inventory_crd, *maas_crds])]
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
-        core_crds = [f"crd/{n}" for n in _crd_names(load_yaml_dir(capi_crds_dir()))]
-        labels = [f"{CLUSTERCTL_LABEL}=", f"{PROVIDER_LABEL}={CORE.manifest_label}"]
-        self.kubectl("label", "--overwrite", *core_crds, *labels)
         self.add_provider(*providers)
 
     def add_provider(self, *entries: InventoryEntry) -> None:
@@ -219,7 +226,7 @@ class Management:
             objs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": entry.namespace}})
             objs.append(provider_object(entry))
         listed = {"apiVersion": "v1", "kind": "List", "items": objs}
-        self.kubectl("apply", "-f", "-", input=json.dumps(listed))
+        self.kubectl("apply", "--validate=false", "-f", "-", input=json.dumps(listed))
 
     def stop_capi(self) -> None:
         """Stop the CAPI manager without restoring the apiserver (webhook configurations, conversion): this
@@ -237,6 +244,24 @@ class Management:
         self.cp.stop()
 
 
+#: The CAPI manager exits at start when its REST mapper does not know a CRD yet: ``CapiManager.start`` applies
+#: the CRDs and spawns it at once, and on a starved apiserver discovery can lag the apply by seconds.
+_DISCOVERY_RACE = "no matches for kind"
+
+
+def start_capi(kubeconfig: Path, workdir: Path, attempts: int = 3) -> CapiManager:
+    """``CapiManager.start``, retried when it lost the race with CRD discovery (see ``_DISCOVERY_RACE``)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return CapiManager.start(kubeconfig, workdir=workdir, crd_labels=inventory_labels(CORE))
+        except CapiStartError as exc:
+            if _DISCOVERY_RACE not in str(exc) or attempt == attempts:
+                raise
+            print(f"CAPI manager lost the CRD discovery race (attempt {attempt}); starting it again")
+            time.sleep(2.0)
+    raise AssertionError("unreachable")
+
+
 def start_management(
     name: str, workdir: Path, namespace: str, sim: SimulatorThread, inventory: tuple[InventoryEntry, ...]
 ) -> Management:
@@ -249,7 +274,7 @@ def start_management(
     mgmt = Management(name, cp, None, Operator({}, namespace, workdir / "capmaas.log"), times)
     try:
         t = time.monotonic()
-        mgmt.capi = CapiManager.start(cp.kubeconfig, workdir=workdir / "capi")
+        mgmt.capi = start_capi(cp.kubeconfig, workdir / "capi")
         times["CAPI manager"] = time.monotonic() - t
         t = time.monotonic()
         mgmt.install(*inventory)

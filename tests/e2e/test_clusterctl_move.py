@@ -57,7 +57,8 @@ from move_support import (
     start_management,
 )
 
-from capmaas.simulator import Inventory, Timings
+from capmaas.demo.simthread import SimulatorThread
+from capmaas.simulator import Inventory, Simulator, Timings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
 
@@ -68,8 +69,16 @@ RECONCILE_TIMEOUT = 120.0
 
 
 class Stack:
+    """Source and target management clusters, the one MAAS, the namespace that moves."""
+
     def __init__(
-        self, src: Management, dst: Management, sim: Any, namespace: str, workdir: Path, hosts: set[str]
+        self,
+        src: Management,
+        dst: Management,
+        sim: SimulatorThread,
+        namespace: str,
+        workdir: Path,
+        hosts: set[str],
     ) -> None:
         self.hosts = hosts
         self.src = src
@@ -96,7 +105,6 @@ def stages(request: pytest.FixtureRequest) -> Iterator[Stages]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, stages: Stages) -> Iterator[Stack]:
-    from capmaas.demo.simthread import SimulatorThread
     from capmaas.devcluster import MissingToolError, StartError
     from capmaas.devcluster.capi import CapiStartError
     from capmaas.devcluster.workload import WorkloadCluster
@@ -114,12 +122,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory, stages: Stages) -> Iterator[
                 pool.submit(start_management, "source", workdir / "source", namespace, sim, (CORE, MAAS)),
                 pool.submit(start_management, "target", workdir / "target", namespace, sim, (CORE,)),
             ]
-            problem = None
-            for f in futures:
+            problem: str | None = None
+            error: BaseException | None = None
+            for f in futures:  # collect both, so a side that did start is stopped below
                 try:
                     sides.append(f.result())
                 except (MissingToolError, StartError, CapiStartError) as exc:
                     problem = f"clusterctl move e2e needs two management clusters: {exc}"
+                except BaseException as exc:
+                    error = exc
+            if error is not None:
+                raise error
             if problem is not None:
                 pytest.fail(problem, pytrace=False)
         src, dst = sides
@@ -134,9 +147,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory, stages: Stages) -> Iterator[
         hosts = {sid for sid, m in sim.machine_states().items() if m["owner"] is not None}
         yield Stack(src, dst, sim, namespace, workdir, hosts)
     finally:
-        for side in sides:
-            side.stop()
-        sim.stop()
+        with stages("teardown (both management clusters, simulator)"):
+            for side in sides:
+                side.stop()
+            sim.stop()
 
 
 # -- helpers -------------------------------------------------------------------------------------------------
@@ -181,7 +195,7 @@ def _owned(stack: Stack) -> set[str]:
 
 
 def _dns_names(stack: Stack) -> set[str]:
-    def names(sim: Any) -> set[str]:
+    def names(sim: Simulator) -> set[str]:
         return {f"{r.name}.{sim.state.domains[r.domain_id].name}" for r in sim.state.dns_resources.values()}
 
     found: set[str] = stack.sim.call(names)

@@ -202,6 +202,7 @@ class CapiManager:
         self.popen: subprocess.Popen[bytes] | None = None
         self.webhook_names: list[tuple[str, str]] = []  # (kind, name) of the configurations we applied
         self.crd_names: list[str] = []
+        self.crd_labels: dict[str, str] = {}  # added to every CAPI CRD (e.g. clusterctl's inventory labels)
         self.startup_seconds = 0.0
         self._stopped = False
 
@@ -230,12 +231,14 @@ class CapiManager:
         extra_args: Sequence[str] = (),
         timeout: float = 120.0,
         attempts: int = 3,
+        crd_labels: Mapping[str, str] | None = None,
     ) -> CapiManager:
         """Install CRDs and webhooks, start the manager and return once ``/readyz`` answers 200.
 
         ``workdir`` None means a fresh temporary directory, removed by :meth:`stop` (pass a directory to keep
         ``cluster-api.log``). Raises :class:`MissingToolError` when the binary or module is absent and
-        :class:`CapiStartError` when the manager exits or never becomes ready.
+        :class:`CapiStartError` when the manager exits or never becomes ready. ``crd_labels`` are added to
+        every CAPI CRD as it is created.
         """
         binary = find_binary("cluster-api")
         source = capi_source_dir()
@@ -255,6 +258,7 @@ class CapiManager:
                 diagnostics_port=process.free_port(),
                 name_suffix=(watch_namespace or "all")[:40] + "-" + secrets.token_hex(2),
             )
+            mgr.crd_labels = dict(crd_labels or {})
             try:
                 mgr._start(binary, source, gates, list(extra_args), timeout)
                 return mgr
@@ -272,7 +276,7 @@ class CapiManager:
         began = time.monotonic()
         ca_pem = self.pki.ca_cert.read_bytes()
         process.register_cleanup(id(self), self.stop)
-        crds = load_yaml_dir(capi_crds_dir())
+        crds = self._crds()
         self.crd_names = [c["metadata"]["name"] for c in crds]
         apply_objects(
             self.kubeconfig, [with_conversion_webhook(c, f"{self.webhook_url}/convert", ca_pem) for c in crds]
@@ -302,6 +306,14 @@ class CapiManager:
         self.popen = process.spawn(args, self.log, detach=False)
         self._wait_ready(began + timeout)
         self.startup_seconds = time.monotonic() - began
+
+    def _crds(self) -> list[dict[str, Any]]:
+        """The CAPI CRDs with ``crd_labels`` added: labels given at creation cost no second write of these big
+        CRDs (the apiserver re-checks every schema and CEL rule of a CRD on each write)."""
+        crds = load_yaml_dir(capi_crds_dir())
+        for c in crds:
+            c["metadata"].setdefault("labels", {}).update(self.crd_labels)
+        return crds
 
     def _wait_ready(self, deadline: float) -> None:
         last = "no answer yet"
@@ -365,7 +377,7 @@ class CapiManager:
             )
             run_kubectl(self.kubeconfig, "delete", resource, name, "--ignore-not-found", timeout=30)
         if self.crd_names:
-            crds = [c for c in load_yaml_dir(capi_crds_dir()) if c["metadata"]["name"] in self.crd_names]
+            crds = [c for c in self._crds() if c["metadata"]["name"] in self.crd_names]
             apply_objects(self.kubeconfig, [with_conversion_webhook(c, None, None) for c in crds], timeout=60)
 
     def __enter__(self) -> CapiManager:

@@ -44,6 +44,8 @@ FINALIZER = "maascluster.infrastructure.cluster.x-k8s.io"
 CUSTOM_DNS_ANNOTATION = "spectrocloud.com/custom-dns-provided"
 DEFAULT_API_PORT = 6443
 RUNNING_STATES = frozenset({"Deployed", "Deploying"})
+#: Seconds between looks (at the watch cache, no API call) of a deleting MaasCluster for its MaasMachines.
+DELETE_RECHECK_SECONDS = 5.0
 
 
 class ClusterScope(ObjectScope):
@@ -237,7 +239,10 @@ class ClusterReconciler:
             scope.set_condition(
                 C.READY_CONDITION, False, C.DELETING_REASON, f"waiting for {len(left)} MaasMachines to go"
             )
-            return Requeue()
+            # Look again soon rather than only when woken: the wake-up for "a MaasMachine went away" finds the
+            # MaasCluster through the Cluster, which may already be gone (deleted first, or a namespace
+            # deletion), and then this MaasCluster would sit until the resync interval (minutes).
+            return Requeue(DELETE_RECHECK_SECONDS)
         host = str((scope.spec.get("controlPlaneEndpoint") or {}).get("host") or "")
         domain = str(scope.spec.get("dnsDomain") or "")
         managed = (

@@ -6,7 +6,7 @@ from typing import Any
 
 from capmaas import demo
 from capmaas.api import conditions as C
-from capmaas.reconcilers.cluster import FINALIZER
+from capmaas.reconcilers.cluster import DELETE_RECHECK_SECONDS, FINALIZER
 from conftest import Env
 
 
@@ -79,3 +79,21 @@ async def test_waits_for_the_cluster_owner_without_a_finalizer(env: Env) -> None
     c = next(c for c in mc["status"]["conditions"] if c["type"] == C.READY_CONDITION)
     assert c["reason"] == C.WAITING_FOR_CLUSTER_OWNER_REASON
     assert env.requests() == 0
+
+
+async def test_deleting_with_machines_left_looks_again_without_being_woken(env: Env) -> None:
+    # The wake-up for "a MaasMachine went away" finds the MaasCluster through the Cluster; once the Cluster is
+    # gone first, nothing wakes the MaasCluster, so it must re-check on its own (not wait for the resync).
+    await env.cluster()
+    env.kube.add("maasmachines", demo.maasmachine("w0", "ns", "c1", control_plane=False))
+    del env.kube.objects[("clusters", "ns", "c1")]
+    env.kube.get("maasclusters", "c1")["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    result = await env.clusters.reconcile(env.kube.get("maasclusters", "c1"))
+    assert result.after == DELETE_RECHECK_SECONDS
+    mc = env.kube.get("maasclusters", "c1")
+    c = next(c for c in mc["status"]["conditions"] if c["type"] == C.READY_CONDITION)
+    assert (c["reason"], c["message"]) == (C.DELETING_REASON, "waiting for 1 MaasMachines to go")
+    assert FINALIZER in mc["metadata"]["finalizers"]
+    del env.kube.objects[("maasmachines", "ns", "w0")]
+    await env.clusters.reconcile(env.kube.get("maasclusters", "c1"))
+    assert ("maasclusters", "ns", "c1") not in env.kube.objects

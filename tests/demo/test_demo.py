@@ -72,12 +72,31 @@ def test_demo_provisions_every_machine_and_releases_them() -> None:
         assert host != "-"
         assert address.startswith("10.")
     assert "2/2 machines Ready" in proc.stdout
+    assert re.search(r"MaasCluster demo ready: endpoint [a-z0-9.-]+:6443,", proc.stdout), out
     assert "released 2/2 MAAS machines" in proc.stdout
     assert "machines still allocated: 0; DNS records left: 0; simulator invariants: ok" in proc.stdout
     workdir = WORKDIR.search(proc.stdout)
     assert workdir is not None, out
     assert not Path(workdir.group(1)).exists()
     assert processes_mentioning(workdir.group(1)) == []
+
+
+def test_demo_lxd_vms_show_their_address_and_are_decomposed() -> None:
+    proc = run(
+        "-m", "capmaas", "demo", "--lxd", "--control-planes", "1", "--workers", "1", "--deploy-seconds", "1",
+        timeout=400,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    rows = final_table(proc.stdout)
+    assert {r[0] for r in rows} == {"cp-0", "worker-0"}, out
+    addresses = [r[6] for r in rows]
+    # The VMs sit on their hosts' network (inventory-lxd.yaml: 10.20.0.0/24) and get one address each.
+    assert all(a.startswith("10.20.0.") for a in addresses), out
+    assert len(set(addresses)) == 2, out
+    assert all(r[7] == "yes" for r in rows), out
+    assert "decomposed 2/2 MAAS machines" in proc.stdout
+    assert "machines still allocated: 0; DNS records left: 0; simulator invariants: ok" in proc.stdout
 
 
 def test_demo_cleans_up_on_ctrl_c() -> None:

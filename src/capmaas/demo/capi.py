@@ -74,7 +74,8 @@ class Capi:
     def wait_infrastructure(
         self, timeout: float, *, check: Callable[[], None] = lambda: None, interval: float = 0.25
     ) -> dict[str, Any]:
-        """Wait for ``MaasCluster.status.ready``, then mark the Cluster's infrastructure provisioned.
+        """Wait for ``MaasCluster.status.ready`` and ``spec.controlPlaneEndpoint``, then mark the Cluster's
+        infrastructure provisioned (CAPI copies the endpoint from there, so it wants both).
 
         ``check`` runs every pass (the caller raises there if the operator died). Returns the MaasCluster.
         """
@@ -82,7 +83,9 @@ class Capi:
         while True:
             check()
             mc = self.kube.get(MAASCLUSTERS, self.namespace, self.cluster)
-            if mc is not None and (mc.get("status") or {}).get("ready"):
+            # The operator writes status before spec in a pass: ready can show a moment before the endpoint.
+            endpoint = ((mc or {}).get("spec") or {}).get("controlPlaneEndpoint") or {}
+            if mc is not None and (mc.get("status") or {}).get("ready") and endpoint.get("host"):
                 break
             if time.monotonic() > deadline:
                 why = condition_message(mc, "Ready") if mc else "not found"

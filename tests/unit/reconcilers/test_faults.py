@@ -15,14 +15,16 @@ def ready(b: dict[str, Any]) -> bool:
     return bool((b.get("status") or {}).get("ready"))
 
 
-# Dropped connections are left to the socket-level chaos test: over ASGITransport the simulator's drop is a
-# bare ConnectionResetError, not what a real socket gives the client.
+# Dropped connections included: over ASGITransport the simulator's drop is a bare ConnectionResetError, which
+# the client maps to its TransportError like a real socket's (capmaas.maas._http).
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_faulty_maas_converges_without_leaks(seed: int) -> None:
     sim = Simulator(
         Inventory.generate(machines=40, zones=3, seed=seed),
         timings=Timings.fast(),
-        faults=Faults(seed=seed, unavailable_rate=0.15, deploy_failure_rate=0.15, broken_rate=0.05),
+        faults=Faults(
+            seed=seed, unavailable_rate=0.15, drop_rate=0.05, deploy_failure_rate=0.15, broken_rate=0.05
+        ),
     )
     env = make_env(sim, MachineSettings(max_deploy_attempts=10))
     try:

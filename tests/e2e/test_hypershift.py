@@ -75,6 +75,35 @@ class Hosted:
         return get(self.stack.kubectl, *args, "-n", self.ns)
 
 
+HYPERSHIFT_MANAGER = "--field-manager=hypershift-operator"
+
+
+def _create(stack: ProviderStack, *objs: dict[str, Any]) -> None:
+    """Create as HyperShift's controllers do (a plain Create: no kubectl apply annotation)."""
+    doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)})
+    stack.kubectl("create", HYPERSHIFT_MANAGER, "-f", "-", input=doc)
+
+
+def _update(stack: ProviderStack, obj: dict[str, Any]) -> None:
+    """A full Update, as HyperShift's CreateOrUpdate sends it."""
+    stack.kubectl("replace", HYPERSHIFT_MANAGER, "-f", "-", input=json.dumps(obj))
+
+
+def _patch(stack: ProviderStack, resource: str, name: str, patch: dict[str, Any]) -> None:
+    """A merge patch, as controller-runtime's CreateOrPatch sends HyperShift's MachineDeployment/Set edits."""
+    stack.kubectl(
+        "patch",
+        resource,
+        name,
+        "-n",
+        stack.namespace,
+        HYPERSHIFT_MANAGER,
+        "--type=merge",
+        "-p",
+        json.dumps(patch),
+    )
+
+
 def _user_data(np: hs.NodePool, token: str) -> tuple[dict[str, Any], bytes]:
     config_hash = hs.hash_simple(f"{np.key}/{np.release_version}")
     ign = hs.ignition_config(
@@ -113,8 +142,8 @@ def hosted(provider_stack: ProviderStack) -> Hosted:
         stack.kubectl(
             "wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s"
         )
-        apply(stack.kubectl, hs.hosted_control_plane(h.replace), hs.maas_cluster(h.replace, endpoint))
-        apply(stack.kubectl, hs.capi_cluster(h.replace))
+        _create(stack, hs.hosted_control_plane(h.replace), hs.maas_cluster(h.replace, endpoint))
+        _create(stack, hs.capi_cluster(h.replace))
         stack.workload.publish_kubeconfig(stack.kubeconfig, h.ns, infra_id)  # <infraID>-kubeconfig
 
         def owned() -> dict[str, Any] | None:
@@ -143,23 +172,28 @@ def hosted(provider_stack: ProviderStack) -> Hosted:
     c = h.get("cluster", infra_id)
     assert c["spec"]["controlPlaneEndpoint"] == {"host": endpoint, "port": 443}
     time.sleep(2)  # let CAPI's Cluster controller settle its writes to the MaasCluster before the snapshot
-    h.maascluster_after_capi = h.get("maascluster", infra_id)
+    h.maascluster_after_capi = h.get("maascluster", infra_id, "--show-managed-fields")
     return h
 
 
 def _assert_left_alone(h: Hosted) -> dict[str, Any]:
     """Nothing of capmaas on the MaasCluster: no finalizer, no annotation, status as HyperShift wrote it,
     and (the strong check) not a single write since CAPI and HyperShift were done with it."""
-    mc = h.get("maascluster", h.infra_id)
+    mc = h.get("maascluster", h.infra_id, "--show-managed-fields")
     before = h.maascluster_after_capi
     meta = mc["metadata"]
     assert not meta.get("finalizers"), meta.get("finalizers")
     assert not [a for a in meta.get("annotations") or {} if a.startswith(CAPMAAS_ANNOTATION_PREFIX)]
     assert mc["spec"] == before["spec"]
     assert mc["status"] == hs.provisioned_status(), mc["status"]  # no conditions, failure domains, network
-    managers = sorted({(f["manager"], f.get("subresource", "")) for f in meta.get("managedFields") or []})
+
+    def managers(obj: dict[str, Any]) -> list[tuple[str, str, str]]:
+        fields = obj["metadata"].get("managedFields") or []
+        return sorted({(f["manager"], f["operation"], f.get("subresource", "")) for f in fields})
+
+    assert managers(mc) == managers(before)
     assert meta["resourceVersion"] == before["metadata"]["resourceVersion"], (
-        f"the MaasCluster was written after HyperShift/CAPI were done; managers now: {managers}"
+        f"the MaasCluster was written after HyperShift/CAPI were done; managers now: {managers(mc)}"
     )
     return mc
 
@@ -169,8 +203,8 @@ def test_externally_managed_maascluster_is_left_alone(hosted: Hosted) -> None:
     hosted.stack.check_operator()
     time.sleep(3)  # a few operator polling rounds
     mc = _assert_left_alone(hosted)
-    managers = {f["manager"] for f in mc["metadata"].get("managedFields") or []}
-    print(f"MaasCluster field managers: {sorted(managers)}")
+    managers = sorted({f["manager"] for f in mc["metadata"]["managedFields"]})
+    print(f"MaasCluster field managers (HyperShift's part played by kubectl, CAPI): {managers}")
 
 
 def _pool_selector(np: hs.NodePool) -> str:
@@ -228,9 +262,9 @@ def test_replace_nodepool_provisions_with_ignition(hosted: Hosted) -> None:
     assert set(secret["data"]) == {"value", "disableTemplating"}
     assert template["metadata"]["name"] == f"{np.name}-{hs.hash_simple(hs.go_json(template['spec']))}"
     with stack.stage("Replace NodePool: 2 Machines Running (MachineDeployment, Ignition user data)"):
-        apply(stack.kubectl, template, secret)
-        apply(stack.kubectl, hs.machine_deployment(np, template["metadata"]["name"], h.user_data[np.name]))
-        apply(stack.kubectl, hs.machine_health_check(np))
+        _create(stack, template, secret)
+        _create(stack, hs.machine_deployment(np, template["metadata"]["name"], h.user_data[np.name]))
+        _create(stack, hs.machine_health_check(np))
         machines = stack.wait_for(
             lambda: stack.running_machines(h.infra_id, _pool_selector(np), np.replicas),
             f"{np.replicas} Machines of NodePool {np.name} Running",
@@ -239,6 +273,18 @@ def test_replace_nodepool_provisions_with_ignition(hosted: Hosted) -> None:
         _wait_pool(h, np, lambda: _md_complete(h, np), "MachineDeploymentComplete", timeout=60)
     md = h.get(MD_V1BETA1, np.name)
     assert md["metadata"]["annotations"][hs.NODEPOOL_ANNOTATION] == np.key
+    # Written at v1beta1 as HyperShift does, stored at v1beta2 through CAPI's conversion webhook.
+    md2 = h.get("machinedeployments.v1beta2.cluster.x-k8s.io", np.name)
+    assert md2["spec"]["rollout"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    assert md2["spec"]["template"]["spec"]["infrastructureRef"] == {
+        "apiGroup": hs.INFRA_GROUP,
+        "kind": "MaasMachineTemplate",
+        "name": template["metadata"]["name"],
+    }
+    _hypershift_template_pass(h, template)
     # CAPI copies the MachineDeployment's annotations to its MachineSets: that is how HyperShift's template
     # cleanup finds the MachineSets of a Replace NodePool.
     sets = items(stack.kubectl, MS_V1BETA1, h.ns, f"cluster.x-k8s.io/deployment-name={np.name}")
@@ -293,6 +339,26 @@ def _ms_available(h: Hosted, np: hs.NodePool, n: int) -> dict[str, Any] | None:
     return ms if (ms.get("status") or {}).get("availableReplicas") == n else None
 
 
+def _hypershift_template_pass(h: Hosted, desired: dict[str, Any]) -> None:
+    """HyperShift's ``CreateOrUpdate`` of an existing template on every NodePool pass: GET, set the desired
+    spec (which lacks the fields our CRD defaults) and the annotation, full UPDATE. The CEL immutability rule
+    on ``spec.template.spec`` must accept it and the spec must not change (defaulting fills the same values
+    in); only the first pass writes at all (its field manager enters managedFields), later ones are no-ops."""
+    name = desired["metadata"]["name"]
+    versions = []
+    for _ in range(2):
+        current = h.get("maasmachinetemplate", name, "--show-managed-fields")
+        updated = json.loads(json.dumps(current))
+        updated["spec"] = desired["spec"]
+        annotation = desired["metadata"]["annotations"][hs.NODEPOOL_ANNOTATION]
+        updated["metadata"]["annotations"][hs.NODEPOOL_ANNOTATION] = annotation
+        _update(h.stack, updated)
+        after = h.get("maasmachinetemplate", name, "--show-managed-fields")
+        assert after["spec"] == current["spec"]
+        versions.append((current["metadata"]["resourceVersion"], after["metadata"]["resourceVersion"]))
+    assert versions[1][0] == versions[1][1], json.dumps([versions, after["metadata"].get("managedFields")])
+
+
 def _templates(h: Hosted) -> list[dict[str, Any]]:
     return items(h.stack.kubectl, "maasmachinetemplates", h.ns)
 
@@ -324,9 +390,9 @@ def test_replace_nodepool_rolls_to_a_new_template(hosted: Hosted) -> None:
     with stack.stage("Replace NodePool: roll 2 Machines to <nodepool>-<newhash>"):
         started = time.monotonic()
         # HyperShift's pass: create the new template, then point the MachineDeployment at it.
-        apply(stack.kubectl, new)
+        _create(stack, new)
         patch = {"spec": {"template": {"spec": {"infrastructureRef": {"name": new_name}}}}}
-        stack.kubectl("patch", MD_V1BETA1, np.name, "-n", h.ns, "--type=merge", "-p", json.dumps(patch))
+        _patch(stack, MD_V1BETA1, np.name, patch)
 
         def rolled() -> list[dict[str, Any]] | None:
             if _hypershift_cleanup(h, np):  # HyperShift reconciles the NodePool again and again
@@ -374,8 +440,8 @@ def test_inplace_nodepool_new_template_applies_to_new_machines_only(hosted: Host
     h.ignition[secret_name] = ign
     config_version = hs.hash_simple(f"{np.key}/{np.release_version}/config")
     with stack.stage("InPlace NodePool: 1 Machine Running (MachineSet)"):
-        apply(stack.kubectl, t1, secret)
-        apply(stack.kubectl, hs.machine_set(np, t1["metadata"]["name"], secret_name, config_version))
+        _create(stack, t1, secret)
+        _create(stack, hs.machine_set(np, t1["metadata"]["name"], secret_name, config_version))
         (first,) = stack.wait_for(
             lambda: stack.running_machines(h.infra_id, _pool_selector(np), 1),
             f"the Machine of NodePool {np.name} Running",
@@ -387,9 +453,9 @@ def test_inplace_nodepool_new_template_applies_to_new_machines_only(hosted: Host
 
     with stack.stage("InPlace NodePool: new template, old one deleted at once, machine kept"):
         t2 = hs.machine_template(np, hs.machine_template_spec(min_cpu=1))
-        apply(stack.kubectl, t2)
+        _create(stack, t2)
         patch = {"spec": {"template": {"spec": {"infrastructureRef": {"name": t2["metadata"]["name"]}}}}}
-        stack.kubectl("patch", MS_V1BETA1, np.name, "-n", h.ns, "--type=merge", "-p", json.dumps(patch))
+        _patch(stack, MS_V1BETA1, np.name, patch)
         # The MachineSet no longer references t1: HyperShift's next pass deletes it, while t1's clone runs.
         assert _hypershift_cleanup(h, np) == [t1["metadata"]["name"]]
         time.sleep(5)  # MachineSets do not roll: give CAPI (and capmaas) time to prove it
@@ -407,18 +473,9 @@ def test_inplace_nodepool_new_template_applies_to_new_machines_only(hosted: Host
     assert rotated["metadata"]["name"] == secret_name
     assert rotated_ign != ign
     with stack.stage("InPlace NodePool: rotated user data, scale 1 -> 2"):
-        apply(stack.kubectl, rotated)
+        _update(stack, rotated)  # HyperShift's Update of the mutable Secret
         h.ignition[secret_name] = rotated_ign
-        stack.kubectl(
-            "patch",
-            MS_V1BETA1,
-            np.name,
-            "-n",
-            h.ns,
-            "--type=merge",
-            "-p",
-            json.dumps({"spec": {"replicas": 2}}),
-        )
+        _patch(stack, MS_V1BETA1, np.name, {"spec": {"replicas": 2}})
         machines = stack.wait_for(
             lambda: stack.running_machines(h.infra_id, _pool_selector(np), 2),
             f"2 Machines of NodePool {np.name} Running",

@@ -8,8 +8,10 @@ Crash safety of allocation (no machine is ever allocated twice or leaked):
 
 A pass that finds ``…/allocating`` but no system ID (a crash between 1 and 3) looks the UID up in MAAS and
 adopts what it finds instead of allocating again; without the annotation no allocation can have happened, so
-the happy path spends no lookup request. Everything after allocation reads machine state from the shared
-poller (:mod:`capmaas.reconcilers.maasgw`), never with a GET of its own.
+the happy path spends no lookup request. Giving a failed machine back has its own crash window (released,
+then ``spec.systemID`` cleared), closed the same way: see :mod:`capmaas.reconcilers.machine_replace`.
+Everything after allocation reads machine state from the shared poller (:mod:`capmaas.reconcilers.maasgw`),
+never with a GET of its own.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from capmaas import maas, placement
 from capmaas.api import conditions as C
 from capmaas.maas import errors as maas_errors
-from capmaas.reconcilers import lxd, lxd_placer, machine_delete
+from capmaas.reconcilers import lxd, lxd_placer, machine_delete, machine_replace
 from capmaas.reconcilers.credentials import connect, maas_failure
 from capmaas.reconcilers.errors import ReconcileError, TerminalError, TransientError
 from capmaas.reconcilers.machine_facts import (
@@ -220,6 +222,14 @@ class MachineReconciler:
         port = await self.session(scope)
         if lxd.is_lxd(scope.spec):
             return await lxd.reconcile(self, scope, port)
+        if sid and machine_replace.interrupted(scope, sid):
+            if await machine_replace.still_ours(scope, port, sid) is None:
+                machine_replace.forget(scope, port, sid)
+                msg = f"{sid} was given back before the last pass ended; allocating another"
+                scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.MACHINE_NOT_FOUND_REASON, msg)
+                await scope.flush()
+                return Requeue(0.0)
+            scope.set_annotation(machine_replace.REPLACING, None)  # still ours: decide again below
         if not sid:
             sid = await self._allocate(scope, port)
         port.watch(sid, scope.key)
@@ -500,32 +510,4 @@ class MachineReconciler:
         return Requeue(self.settings.node_retry)
 
     async def _replace(self, scope: MachineScope, port: MaasPort, sid: str, reason: str, why: str) -> Requeue:
-        """Give this machine back (broken if it failed to deploy); the next pass allocates another."""
-        attempts = int(scope.status.get("attempts") or 1)
-        scope.event("Warning", reason, f"MAAS machine {sid}: {why}; releasing it (attempt {attempts})")
-        m = port.snapshot(sid)
-        try:
-            if m is not None and m.owner is not None and m.status != maas.NodeStatus.READY:
-                if reason in (C.DEPLOYMENT_FAILED_REASON, C.DEPLOYMENT_TIMED_OUT_REASON):
-                    # mark_broken releases it *and* keeps it out of the pool, so it is not handed to us again.
-                    await port.mark_broken(sid, comment=f"capmaas {scope.key}: {reason}")
-                else:
-                    await port.release(
-                        sid, erase=False, secure_erase=False, quick_erase=False, comment=reason
-                    )
-        except maas_errors.NotFoundError:
-            pass
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"releasing failed machine {sid}") from exc
-        port.unwatch(sid)
-        scope.set_spec(systemID=None, providerID=None)
-        scope.set_annotation(DEPLOY_STARTED, None)
-        scope.status.pop("addresses", None) if not scope.status.get("ready") else None
-        if attempts >= self.settings.max_deploy_attempts:
-            await scope.flush()
-            raise TerminalError(C.RETRIES_EXHAUSTED_REASON, f"{attempts} MAAS machines tried; last: {why}")
-        scope.set_condition(
-            C.MACHINE_PROVISIONED_CONDITION, False, reason, f"{sid}: {why}; allocating another"
-        )
-        await scope.flush()
-        return Requeue(0.0)
+        return await machine_replace.replace(self, scope, port, sid, reason=reason, why=why)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from capmaas import maas
 from capmaas.api import conditions as C
 from capmaas.maas import errors as maas_errors
+from capmaas.reconcilers import machine_replace
 from capmaas.reconcilers.credentials import maas_failure
 from capmaas.reconcilers.scope import DELETE_FOR_MOVE_ANNOTATION, Requeue, is_paused
 
@@ -71,6 +72,11 @@ async def reconcile_delete(r: MachineReconciler, scope: MachineScope) -> Requeue
         await scope.flush()
     if not sid:
         return finished(r, scope)
+    if machine_replace.interrupted(scope, sid):
+        if await machine_replace.still_ours(scope, port, sid) is None:
+            port.unwatch(sid)  # given back before the last pass ended (maybe someone else's now): not ours
+            return finished(r, scope)
+        scope.set_annotation(machine_replace.REPLACING, None)
     port.watch(sid, scope.key)
     m = port.snapshot(sid)
     if m is None and not port.is_gone(sid):

@@ -37,6 +37,7 @@ from e2e_support import (
     bootstrap_secret,
     cluster,
     get,
+    identity_secret,
     items,
     maascluster,
     maasmachinetemplate,
@@ -176,6 +177,10 @@ def _ready_maasmachines(side: Management, ns: str, n: int) -> dict[str, dict[str
     return mms
 
 
+def _ready(obj: dict[str, Any] | None) -> dict[str, Any] | None:
+    return obj if obj and obj.get("status", {}).get("ready") else None
+
+
 def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
     for c in obj.get("status", {}).get("conditions") or ():
         if c.get("type") == type_:
@@ -215,11 +220,20 @@ def test_clusterctl_move_keeps_every_maas_machine(stack: Stack, stages: Stages) 
     # User-provided, no owner: clusterctl moves it only with the move label (the scale-up on the target
     # deploys with it, so it has to come along).
     userdata["metadata"]["labels"][MOVE_LABEL] = ""
+    # The MaasCluster's credentials: a MAAS user of the cluster's own, in an identityRef Secret. Same story:
+    # no owner and no CAPI secret-name suffix, so only the move label takes it along; without it the target's
+    # MaasCluster reports IdentitySecretNotFound (the operators' default credentials are never used for it).
+    user = stack.sim.call(lambda sim: sim.add_user(CLUSTER, admin=True))  # admin: MAAS composes VMs only so
+    identity = identity_secret(f"{CLUSTER}-maas", ns, stack.sim.url, user.api_key)
+    identity["metadata"]["labels"] = {MOVE_LABEL: ""}
+    infra = maascluster(CLUSTER, ns)  # no endpoint: capmaas manages a DNS record in MAAS
+    infra["spec"]["identityRef"] = {"kind": "Secret", "name": f"{CLUSTER}-maas"}
 
     with stages("provision on the source (LXD control plane + MachineDeployment of 2)"):
         apply(
             src.kubectl,
-            maascluster(CLUSTER, ns),  # no endpoint: capmaas manages a DNS record in MAAS
+            identity,
+            infra,
             cluster(CLUSTER, ns),
             userdata,
             maasmachinetemplate(template, ns),
@@ -258,8 +272,9 @@ def test_clusterctl_move_keeps_every_maas_machine(stack: Stack, stages: Stages) 
     sids = {r["systemID"] for r in recorded.values()}
     assert len(sids) == total
     machines = _sim_machines(stack)
-    for r in recorded.values():  # each allocated under the source MaasMachine's UID, and deployed
+    for r in recorded.values():  # each allocated by the cluster's user under its MaasMachine's UID, deployed
         assert machines[r["systemID"]]["agent_name"] == r["uid"]
+        assert machines[r["systemID"]]["owner"] == CLUSTER
         assert machines[r["systemID"]]["status_name"] == "Deployed"
     assert endpoint["host"] in _dns_names(stack)
     writes_before = _writes(stack)
@@ -288,6 +303,7 @@ def test_clusterctl_move_keeps_every_maas_machine(stack: Stack, stages: Stages) 
                      "maasclusters", "maasmachinetemplates"):  # fmt: skip
             assert items(src.kubectl, kind, ns) == [], kind
         assert get(src.kubectl, "secret", secret_name, "-n", ns) is None
+        assert get(src.kubectl, "secret", f"{CLUSTER}-maas", "-n", ns) is None
         # The source provider ran through the whole move (it saw pause and delete-for-move) and did nothing.
         assert src.operator.running(), src.operator.tail()
         assert _writes(stack) == writes_before
@@ -321,14 +337,16 @@ def test_clusterctl_move_keeps_every_maas_machine(stack: Stack, stages: Stages) 
         c = get(dst.kubectl, "cluster", CLUSTER, "-n", ns)
         assert not c["spec"].get("paused")  # clusterctl resumed it on the target
         for kind, name in (("maasmachinetemplate", template), ("secret", secret_name),
-                           ("secret", f"{CLUSTER}-kubeconfig")):  # fmt: skip
+                           ("secret", f"{CLUSTER}-kubeconfig"), ("secret", f"{CLUSTER}-maas")):  # fmt: skip
             assert get(dst.kubectl, kind, name, "-n", ns) is not None, (kind, name)
         mc = get(dst.kubectl, "maascluster", CLUSTER, "-n", ns)
         assert mc["spec"]["controlPlaneEndpoint"] == endpoint
-        wait_for(
-            lambda: get(dst.kubectl, "maascluster", CLUSTER, "-n", ns).get("status", {}).get("ready"),
+        mc = wait_for(
+            lambda: _ready(get(dst.kubectl, "maascluster", CLUSTER, "-n", ns)),
             "MaasCluster Ready on the target",
         )
+        connected = _condition(mc, "MaasConnected")  # through the moved identity Secret
+        assert connected.get("status") == "True", mc["status"]
         # Not one MAAS write for the whole move: no release, no re-allocation, no redeploy.
         assert _writes(stack) == writes_before
         machines = _sim_machines(stack)
@@ -355,6 +373,7 @@ def test_clusterctl_move_keeps_every_maas_machine(stack: Stack, stages: Stages) 
         # fitting machine); what MAAS holds is the measure: exactly one more machine, under the new UID.
         assert _owned(stack) == sids | {new_sid}
         assert _sim_machines(stack)[new_sid]["agent_name"] == new["metadata"]["uid"]
+        assert _sim_machines(stack)[new_sid]["owner"] == CLUSTER  # the moved identity Secret's user
         writes = _writes(stack)
         assert count(writes, "deploy") == total + 1, writes
         assert count(writes, "release") == 0, writes

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from e2e_support import (
@@ -62,6 +62,7 @@ from capmaas.demo.simthread import SimulatorThread
 from capmaas.simulator import Inventory, Simulator, Timings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
+T = TypeVar("T")
 
 CLUSTER = "moved"
 WORKERS = 2
@@ -88,12 +89,26 @@ class Stack:
         self.namespace = namespace
         self.workdir = workdir
 
+    def wait(self, check: Callable[[], T | None], what: str, *, timeout: float = 60.0) -> T:
+        """``wait_for`` that, on timeout, adds :meth:`why` as it is then."""
+        try:
+            return wait_for(check, what, timeout=timeout)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}{self.why()}") from None
+
     def why(self) -> str:
-        """Context for a failed wait: both operators' last lines."""
-        return (
-            f"\n--- source capmaas ---\n{self.src.operator.tail()}"
-            f"\n--- target capmaas ---\n{self.dst.operator.tail()}"
-        )
+        """Context for a failed wait: each side's MaasMachine/MaasCluster Ready conditions and the operators'
+        last lines."""
+        parts = []
+        for side in (self.src, self.dst):
+            parts.append(f"\n--- {side.name}: Ready conditions ---")
+            for kind in ("maasclusters", "maasmachines"):
+                found = side.kubectl("get", kind, "-n", self.namespace, "-o", "json", check=False)
+                for obj in json.loads(found.stdout or '{"items": []}').get("items", []):
+                    c = _condition(obj, "Ready")
+                    parts.append(f"{kind}/{obj['metadata']['name']}: {c.get('reason')} {c.get('message')}")
+            parts.append(f"--- {side.name}: capmaas ---\n{side.operator.tail(20)}")
+        return "\n".join(parts)
 
 
 @pytest.fixture(scope="module")
@@ -248,9 +263,9 @@ def test_clusterctl_move_keeps_every_maas_machine(stack: Stack, stages: Stages) 
             ),
         )
         total = WORKERS + 1
-        wait_for(
+        stack.wait(
             lambda: _running_machines(src, ns, total),
-            f"{total} Machines Running on the source" + stack.why(),
+            f"{total} Machines Running on the source",
             timeout=PROVISION_TIMEOUT,
         )
         before = wait_for(lambda: _ready_maasmachines(src, ns, total), "MaasMachines Ready on the source")
@@ -313,14 +328,14 @@ def test_clusterctl_move_keeps_every_maas_machine(stack: Stack, stages: Stages) 
         src.stop_capi()
 
     with stages("moved MaasMachines reconcile on the target"):
-        after = wait_for(
+        after = stack.wait(
             lambda: _ready_maasmachines(dst, ns, total),
-            "moved MaasMachines Ready on the target" + stack.why(),
+            "moved MaasMachines Ready on the target",
             timeout=RECONCILE_TIMEOUT,
         )
-        running = wait_for(
+        running = stack.wait(
             lambda: _running_machines(dst, ns, total),
-            "moved Machines Running on the target" + stack.why(),
+            "moved Machines Running on the target",
             timeout=RECONCILE_TIMEOUT,
         )
         assert set(after) == set(recorded)
@@ -360,9 +375,9 @@ def test_clusterctl_move_keeps_every_maas_machine(stack: Stack, stages: Stages) 
     with stages("scale-up on the target allocates exactly one machine"):
         dst.kubectl("patch", "machinedeployment", md, "-n", ns, "--type=merge",
                     "-p", json.dumps({"spec": {"replicas": WORKERS + 1}}))  # fmt: skip
-        wait_for(
+        stack.wait(
             lambda: _running_machines(dst, ns, total + 1),
-            "the scaled-up Machine Running on the target" + stack.why(),
+            "the scaled-up Machine Running on the target",
             timeout=PROVISION_TIMEOUT,
         )
         mms = wait_for(lambda: _ready_maasmachines(dst, ns, total + 1), "the new MaasMachine Ready")
@@ -384,9 +399,9 @@ def test_clusterctl_move_keeps_every_maas_machine(stack: Stack, stages: Stages) 
         dst.kubectl("annotate", "machine", victim, "-n", ns, f"{DELETE_MACHINE_ANNOTATION}=true")
         dst.kubectl("patch", "machinedeployment", md, "-n", ns, "--type=merge",
                     "-p", json.dumps({"spec": {"replicas": WORKERS}}))  # fmt: skip
-        wait_for(
+        stack.wait(
             lambda: get(dst.kubectl, "maasmachine", victim, "-n", ns) is None,
-            f"MaasMachine {victim} deleted" + stack.why(),
+            f"MaasMachine {victim} deleted",
             timeout=RECONCILE_TIMEOUT,
         )
         wait_for(
@@ -404,9 +419,9 @@ def test_clusterctl_move_keeps_every_maas_machine(stack: Stack, stages: Stages) 
 
     with stages("delete the Cluster on the target: everything released"):
         dst.kubectl("delete", "cluster", CLUSTER, "-n", ns, "--wait=false")
-        wait_for(
+        stack.wait(
             lambda: get(dst.kubectl, "cluster", CLUSTER, "-n", ns) is None,
-            "the Cluster deleted on the target" + stack.why(),
+            "the Cluster deleted on the target",
             timeout=RECONCILE_TIMEOUT,
         )
         wait_for(lambda: not _owned(stack), "every MAAS machine released", timeout=30)  # nothing leaked

@@ -87,7 +87,16 @@ def maas_failure(
         return TransientError(
             C.INVALID_CREDENTIALS_REASON, f"{doing}: {where}: {type(exc).__name__}", delay=CREDENTIALS_RETRY
         )
-    if isinstance(exc, maas_errors.UnauthorizedError | maas_errors.ForbiddenError):
+    if isinstance(exc, maas_errors.ForbiddenError):
+        # The key is fine (MAAS knows the user) but the user may not do this: telling it apart from a bad key
+        # points at the fix (LXD VM hosts, composing and DNS records are admin-only in MAAS).
+        return TransientError(
+            C.INVALID_CREDENTIALS_REASON,
+            f"{doing}: MAAS at {where} refused it to the API key's user (HTTP 403): not an admin (VM hosts, "
+            "composing and DNS records need one) or not the machine's owner",
+            delay=CREDENTIALS_RETRY,
+        )
+    if isinstance(exc, maas_errors.UnauthorizedError):
         return TransientError(
             C.INVALID_CREDENTIALS_REASON,
             f"{doing}: MAAS at {where} rejected the API key (HTTP {exc.status})",

@@ -238,7 +238,8 @@ def test_clusterctl_move_keeps_every_maas_machine(stack: Stack, stages: Stages) 
     # The MaasCluster's credentials: a MAAS user of the cluster's own, in an identityRef Secret. Same story:
     # no owner and no CAPI secret-name suffix, so only the move label takes it along; without it the target's
     # MaasCluster reports IdentitySecretNotFound (the operators' default credentials are never used for it).
-    user = stack.sim.call(lambda sim: sim.add_user(CLUSTER, admin=True))  # admin: MAAS composes VMs only so
+    # An admin: MAAS lets only admins compose VMs and create DNS records.
+    user = stack.sim.call(lambda sim: sim.add_user(CLUSTER, admin=True))
     identity = identity_secret(f"{CLUSTER}-maas", ns, stack.sim.url, user.api_key)
     identity["metadata"]["labels"] = {MOVE_LABEL: ""}
     infra = maascluster(CLUSTER, ns)  # no endpoint: capmaas manages a DNS record in MAAS
@@ -319,7 +320,7 @@ def test_clusterctl_move_keeps_every_maas_machine(stack: Stack, stages: Stages) 
             assert items(src.kubectl, kind, ns) == [], kind
         assert get(src.kubectl, "secret", secret_name, "-n", ns) is None
         assert get(src.kubectl, "secret", f"{CLUSTER}-maas", "-n", ns) is None
-        # The source provider ran through the whole move (it saw pause and delete-for-move) and did nothing.
+        # The source provider ran through the whole move (pause, delete-for-move) and sent MAAS nothing.
         assert src.operator.running(), src.operator.tail()
         assert _writes(stack) == writes_before
 

@@ -32,18 +32,19 @@ Yields an ``e2e_support.ProviderStack`` (``from e2e_support import ProviderStack
   polling; its log is ``.operator.log`` under pytest's basetemp. A failing test that uses the fixture gets
   the tails of the operator and CAPI manager logs in its report (``.logs()``).
 - ``.namespace`` (= ``capi.namespace``), ``.kubectl``, ``.kubeconfig`` (management), ``.capi``, ``.workload``.
-- ``.create_cluster(name, identity=False, endpoint_host=None, control_plane=True)``: Cluster + MaasCluster
-  (+ an identityRef Secret when ``identity``) + ``<name>-kubeconfig`` (via ``workload.publish_kubeconfig``) +
-  ``<name>-userdata`` (bootstrap Secret for ``dataSecretName``); waits for the MaasCluster ready and the
-  Cluster's infrastructureProvisioned. With ``control_plane`` (the default) it also creates a stand-alone
-  control-plane Machine ``<name>-cp-0`` (+ MaasMachine, provisioned by capmaas) and waits for the Cluster's
-  ``ControlPlaneInitialized``: without it CAPI (v1.13) keeps every Machine's NodeReady/NodeHealthy Unknown,
-  so Machines reach Running but never Ready, MachineDeployments never become available, rolling updates
-  stall and MachineHealthChecks see no Nodes. Pass ``control_plane=False`` only to build a cluster the way
-  something else initialises (and then set the condition's source yourself). Count the control-plane
-  MaasMachine in ``.allocations()``; select workers with ``cluster.x-k8s.io/deployment-name``.
-  ``.delete_cluster(name)`` deletes it and waits until CAPI and capmaas are done (MAAS machines released).
-  ``.track_cluster(name)``: for a Cluster you built yourself, so module teardown deletes it too.
+- ``.create_cluster(name, identity=False, endpoint_host=None, control_plane=True)``: Cluster + MaasCluster (+
+  with ``identity``, a MAAS admin user named after the cluster and an identityRef Secret holding its key) +
+  ``<name>-kubeconfig`` (via ``workload.publish_kubeconfig``) + ``<name>-userdata`` (bootstrap Secret for
+  ``dataSecretName``); waits for the MaasCluster ready and the Cluster's infrastructureProvisioned. With
+  ``control_plane`` (the default) it also creates a stand-alone control-plane Machine ``<name>-cp-0`` (+
+  MaasMachine, provisioned by capmaas) and waits for the Cluster's ``ControlPlaneInitialized``: without it
+  CAPI (v1.13) keeps every Machine's NodeReady/NodeHealthy Unknown, so Machines reach Running but never Ready,
+  MachineDeployments never become available, rolling updates stall and MachineHealthChecks see no Nodes. Pass
+  ``control_plane=False`` only to build a cluster the way something else initialises (and then set the
+  condition's source yourself). Count the control-plane MaasMachine in ``.allocations()``; select workers with
+  ``cluster.x-k8s.io/deployment-name``.
+- ``.delete_cluster(name)`` deletes a Cluster and waits until CAPI and capmaas are done (MAAS machines
+  released). ``.track_cluster(name)``: for a Cluster you built yourself, so module teardown deletes it too.
 - ``.machines(cluster, selector)``, ``.maasmachines(...)``, ``.running_machines(cluster, selector, n)``,
   ``.wait_for(check, what, timeout=)`` (fails at once if the operator died), ``.stage(what)`` (a context
   manager that prints ``[e2e timing] what: Ns`` and records it for the terminal summary).

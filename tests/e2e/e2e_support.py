@@ -299,17 +299,22 @@ class ProviderStack:
     ) -> dict[str, Any]:
         """Cluster + MaasCluster + ``<name>-kubeconfig`` (the workload stand-in) + ``<name>-userdata`` (a
         bootstrap data Secret for ``dataSecretName``); waits for the MaasCluster ready and the Cluster's
-        ``infrastructureProvisioned``. ``identity`` uses an identityRef Secret instead of the operator's
-        default credentials. ``control_plane`` (default) adds a stand-alone control-plane Machine
-        ``<name>-cp-0`` and waits for the Cluster's ``ControlPlaneInitialized``: until then CAPI keeps every
-        Machine's NodeReady/NodeHealthy Unknown, so no Machine is Ready, a MachineDeployment never becomes
-        available, a rolling update never proceeds and MachineHealthChecks see no Node. Returns the
-        MaasCluster."""
+        ``infrastructureProvisioned``. ``identity`` adds a MAAS (admin) user named after the cluster and an
+        identityRef Secret ``<name>-maas`` with its key instead of the operator's default credentials (the
+        cluster's machines are then owned by that user in MAAS; the default is the ``admin`` user).
+        ``control_plane`` (default) adds a stand-alone control-plane Machine ``<name>-cp-0`` and waits for the
+        Cluster's ``ControlPlaneInitialized``: until then CAPI keeps every Machine's NodeReady/NodeHealthy
+        Unknown, so no Machine is Ready, a MachineDeployment never becomes available, a rolling update never
+        proceeds and MachineHealthChecks see no Node. Returns the MaasCluster."""
         ns = self.namespace
         mc = maascluster(name, ns, endpoint_host=endpoint_host)
         objs: list[dict[str, Any]] = []
         if identity:
-            objs.append(identity_secret(f"{name}-maas", ns, self.sim.url, self.sim.api_key))
+            # A MAAS user of its own, so MAAS records which credentials allocated a machine (its owner). An
+            # admin: MAAS lets only admins create the DNS record capmaas makes for the endpoint (a plain
+            # user gets 403).
+            key = self.sim.call(lambda sim: sim.add_user(name, admin=True).api_key)
+            objs.append(identity_secret(f"{name}-maas", ns, self.sim.url, key))
             mc["spec"]["identityRef"] = {"kind": "Secret", "name": f"{name}-maas"}
         objs += [bootstrap_secret(f"{name}-userdata", ns, name), mc, cluster(name, ns)]
         self.track_cluster(name)

@@ -186,8 +186,8 @@ def test_machinehealthcheck_remediates_an_unhealthy_node(provider_stack: Provide
     ns = stack.namespace
     cluster = _name("mhc")
     md = f"{cluster}-workers"
-    with stack.stage("Cluster + a control-plane Machine Running (ControlPlaneInitialized)"):
-        stack.create_cluster(cluster)
+    with stack.stage("Cluster (identityRef credentials) + a control-plane Machine Running"):
+        stack.create_cluster(cluster, identity=True)
     template = f"{cluster}-v1"
     apply(stack.kubectl, maasmachinetemplate(template, ns))
     apply(
@@ -221,6 +221,10 @@ def test_machinehealthcheck_remediates_an_unhealthy_node(provider_stack: Provide
 
         stack.wait_for(healthy, "MachineHealthCheck currentHealthy 2", timeout=60)
     _no_leaks(stack, "before remediation")
+    # The MaasCluster's identityRef credentials did the work: MAAS has its user as the owner (the first
+    # test's machines belong to the operator's default credentials, the admin user).
+    owners = {stack.machine_states()[sid]["owner"] for sids in stack.allocations().values() for sid in sids}
+    assert owners == {cluster}
 
     victim = sorted(before)[0]
     sid, uid = before[victim]["system_id"], before[victim]["uid"]

@@ -85,7 +85,7 @@ def _md_available(stack: ProviderStack, md: str, n: int) -> None:
 
     try:
         stack.wait_for(
-            status, f"MachineDeployment {md}: {n} replicas ready, available, up to date", timeout=60
+            status, f"MachineDeployment {md}: {n} replicas ready, available, up to date", timeout=120
         )
     except AssertionError as exc:
         got = get(stack.kubectl, "machinedeployment", md, "-n", stack.namespace) or {}
@@ -102,7 +102,7 @@ def _gone(stack: ProviderStack, cluster: str, names: set[str]) -> bool:
 
 def _no_leaks(stack: ProviderStack, what: str) -> None:
     """MAAS and the live MaasMachines agree one to one (allocations settle right after a deletion)."""
-    wait_for(lambda: stack.leaks() == [], f"no leak or double allocation {what}", timeout=30)
+    wait_for(lambda: stack.leaks() == [], f"no leak or double allocation {what}", timeout=60)
     assert stack.invariants() == []
 
 
@@ -140,7 +140,7 @@ def test_machinedeployment_provisions_scales_and_rolls(provider_stack: ProviderS
         assert len(removed) == 3
         stack.wait_for(lambda: _gone(stack, cluster, removed), "the 3 scaled-down MaasMachines gone")
         released = [five[n]["system_id"] for n in removed]
-        stack.wait_for(lambda: stack.ready_in_maas(released), f"{released} Ready in MAAS", timeout=30)
+        stack.wait_for(lambda: stack.ready_in_maas(released), f"{released} Ready in MAAS", timeout=60)
     allocations = stack.allocations()
     assert all(five[n]["uid"] not in allocations for n in removed)
     _no_leaks(stack, "after scaling down")
@@ -148,7 +148,7 @@ def test_machinedeployment_provisions_scales_and_rolls(provider_stack: ProviderS
         stack.wait_for(
             lambda n=n: stack.workload.node(stack.machine_states()[five[n]["system_id"]]["hostname"]) is None,
             f"Node of {n} deleted",
-            timeout=30,
+            timeout=60,
         )
 
     v2 = f"{cluster}-v2"
@@ -219,7 +219,7 @@ def test_machinehealthcheck_remediates_an_unhealthy_node(provider_stack: Provide
             st = mhc.get("status") or {}
             return st.get("expectedMachines") == 2 and st.get("currentHealthy") == 2
 
-        stack.wait_for(healthy, "MachineHealthCheck currentHealthy 2", timeout=60)
+        stack.wait_for(healthy, "MachineHealthCheck currentHealthy 2", timeout=120)
     _no_leaks(stack, "before remediation")
     # The MaasCluster's identityRef credentials did the work: MAAS has its user as the owner (the first
     # test's machines belong to the operator's default credentials, the admin user).
@@ -236,7 +236,7 @@ def test_machinehealthcheck_remediates_an_unhealthy_node(provider_stack: Provide
         )
         # Released by capmaas: MAAS no longer holds it for the deleted MaasMachine (it may already serve the
         # replacement, under that MaasMachine's UID).
-        stack.wait_for(lambda: uid not in stack.allocations(), f"{sid} released", timeout=30)
+        stack.wait_for(lambda: uid not in stack.allocations(), f"{sid} released", timeout=60)
         state = stack.machine_states()[sid]
         assert state["agent_name"] != uid
     with stack.stage("replacement Machine Running"):

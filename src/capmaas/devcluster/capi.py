@@ -281,6 +281,16 @@ class CapiManager:
         apply_objects(
             self.kubeconfig, [with_conversion_webhook(c, f"{self.webhook_url}/convert", ca_pem) for c in crds]
         )
+        # The manager lists every kind at start and exits on 'no matches for kind' when the apiserver has not
+        # served a just-created CRD yet (seen under load): wait for all of them to be Established first.
+        run_kubectl(
+            self.kubeconfig,
+            "wait",
+            "--for=condition=Established",
+            f"--timeout={int(timeout)}s",
+            *(f"crd/{name}" for name in self.crd_names),
+            timeout=timeout + 10,
+        )
         hooks = webhook_configurations(
             (source / "config" / "webhook" / "manifests.yaml").read_text(),
             base_url=self.webhook_url,

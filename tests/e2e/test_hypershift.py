@@ -32,6 +32,7 @@ the conftest's terminal summary).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import time
@@ -64,6 +65,7 @@ class Hosted:
     inplace: hs.NodePool
     maascluster_after_capi: dict[str, Any] = field(default_factory=dict)
     templates: dict[str, str] = field(default_factory=dict)  # role -> template name
+    desired: dict[str, dict[str, Any]] = field(default_factory=dict)  # nodepool -> its current template
     user_data: dict[str, str] = field(default_factory=dict)  # nodepool name -> Secret name
     ignition: dict[str, bytes] = field(default_factory=dict)  # Secret name -> current Ignition JSON
 
@@ -257,6 +259,7 @@ def test_replace_nodepool_provisions_with_ignition(hosted: Hosted) -> None:
     template = hs.machine_template(np, hs.machine_template_spec())
     secret, ign = _user_data(np, token=secrets.token_hex(16))
     h.templates["replace-v1"] = template["metadata"]["name"]
+    h.desired[np.name] = template
     h.user_data[np.name] = secret["metadata"]["name"]
     h.ignition[secret["metadata"]["name"]] = ign
     assert set(secret["data"]) == {"value", "disableTemplating"}
@@ -363,9 +366,12 @@ def _templates(h: Hosted) -> list[dict[str, Any]]:
     return items(h.stack.kubectl, "maasmachinetemplates", h.ns)
 
 
-def _hypershift_cleanup(h: Hosted, np: hs.NodePool) -> list[str]:
-    """One pass of ``cleanupMachineTemplates``; each deleted template must be gone at once (no finalizer or
-    anything else of ours holds it). Returns the names deleted."""
+def _hypershift_pass(h: Hosted, np: hs.NodePool) -> list[str]:
+    """The template part of one NodePool reconcile (``capi.go`` ``Reconcile``): ``cleanupMachineTemplates``
+    (each deleted template must be gone at once: no finalizer or anything else of ours holds it), then
+    CreateOrUpdate of the NodePool's current template. Note the order: while CAPI has not yet made the
+    MachineSet for a new template, the cleanup deletes that template too and the same pass recreates it.
+    Returns the names deleted."""
     sets = items(h.stack.kubectl, MS_V1BETA1, h.ns)
     doomed = hs.templates_to_delete(np, sets, _templates(h))
     for name in doomed:
@@ -374,66 +380,102 @@ def _hypershift_cleanup(h: Hosted, np: hs.NodePool) -> list[str]:
         assert {r["kind"] for r in t["metadata"].get("ownerReferences") or []} <= {"Cluster"}
         h.stack.kubectl("delete", "maasmachinetemplate", name, "-n", h.ns, "--wait=false")
         assert h.get("maasmachinetemplate", name) is None, f"template {name} still there after delete"
+    desired = h.desired[np.name]
+    if h.get("maasmachinetemplate", desired["metadata"]["name"]) is None:
+        _create(h.stack, desired)
     return doomed
+
+
+def _roll(h: Hosted, np: hs.NodePool, md_patch: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """HyperShift points the MachineDeployment somewhere new and keeps reconciling (template cleanup on every
+    pass) until CAPI has replaced every Machine: new Machines Running, MachineDeploymentComplete, the old
+    MaasMachines gone and their MAAS machines released. Returns the new Machines and the templates the
+    cleanup deleted (each checked gone at once)."""
+    stack = h.stack
+    old = {mm["metadata"]["name"]: mm for mm in stack.maasmachines(h.infra_id, _pool_selector(np))}
+    deleted: list[str] = []
+    _patch(stack, MD_V1BETA1, np.name, md_patch)
+
+    def rolled() -> list[dict[str, Any]] | None:
+        deleted.extend(_hypershift_pass(h, np))
+        ms = stack.running_machines(h.infra_id, _pool_selector(np), np.replicas)
+        live = {mm["metadata"]["name"] for mm in stack.maasmachines(h.infra_id)}
+        return ms if ms and not set(old) & ({m["metadata"]["name"] for m in ms} | live) else None
+
+    machines: list[dict[str, Any]] = _wait_pool(h, np, rolled, "the rollout", timeout=180)
+    _wait_pool(h, np, lambda: _md_complete(h, np), "MachineDeploymentComplete", timeout=60)
+    # Released: no MAAS machine is held for an old MaasMachine any more (one may already be deployed again
+    # for a new one: the simulator hands out the cheapest Ready machine).
+    old_uids = {mm["metadata"]["uid"] for mm in old.values()}
+
+    def released() -> bool:
+        states = stack.sim.machine_states()
+        return not [mm for mm in old.values() if states[mm["spec"]["systemID"]]["agent_name"] in old_uids]
+
+    stack.wait_for(released, "old MAAS machines released", timeout=60)
+    return machines, deleted
 
 
 def test_replace_nodepool_rolls_to_a_new_template(hosted: Hosted) -> None:
     h, stack, np = hosted, hosted.stack, hosted.replace
     old_template = h.templates["replace-v1"]
-    old = {m["metadata"]["name"]: m for m in stack.maasmachines(h.infra_id, _pool_selector(np))}
-    old_sids = [mm["spec"]["systemID"] for mm in old.values()]
     new = hs.machine_template(np, hs.machine_template_spec(min_memory=2048))
     new_name = new["metadata"]["name"]
     assert new_name != old_template
     h.templates["replace-v2"] = new_name
-    deleted_at: list[float] = []
+    h.desired[np.name] = new
     with stack.stage("Replace NodePool: roll 2 Machines to <nodepool>-<newhash>"):
-        started = time.monotonic()
         # HyperShift's pass: create the new template, then point the MachineDeployment at it.
         _create(stack, new)
         patch = {"spec": {"template": {"spec": {"infrastructureRef": {"name": new_name}}}}}
-        _patch(stack, MD_V1BETA1, np.name, patch)
+        machines, deleted = _roll(h, np, patch)
+        # The old template goes once CAPI has deleted the old MachineSet (the last to reference it).
 
-        def rolled() -> list[dict[str, Any]] | None:
-            if _hypershift_cleanup(h, np):  # HyperShift reconciles the NodePool again and again
-                deleted_at.append(time.monotonic() - started)
-            ms = stack.running_machines(h.infra_id, _pool_selector(np), np.replicas)
-            if not ms or {m["metadata"]["name"] for m in ms} & set(old):
-                return None
-            return (
-                ms
-                if not set(old) & {mm["metadata"]["name"] for mm in stack.maasmachines(h.infra_id)}
-                else None
-            )
+        def old_template_deleted() -> bool:
+            deleted.extend(_hypershift_pass(h, np))
+            return old_template in deleted
 
-        machines = _wait_pool(h, np, rolled, "the rollout to the new template", timeout=180)
-        _wait_pool(h, np, lambda: _md_complete(h, np), "MachineDeploymentComplete", timeout=60)
-        # Released: no MAAS machine is held for an old MaasMachine any more (one may already be deployed
-        # again for a new one: the simulator hands out the cheapest Ready machine).
-        old_uids = {mm["metadata"]["uid"] for mm in old.values()}
-
-        def released() -> bool:
-            states = stack.sim.machine_states()
-            return not [s for s in old_sids if states[s]["agent_name"] in old_uids]
-
-        stack.wait_for(released, "old MAAS machines released", timeout=60)
-
-        def old_template_gone() -> bool:
-            if _hypershift_cleanup(h, np):
-                deleted_at.append(time.monotonic() - started)
-            return h.get("maasmachinetemplate", old_template) is None
-
-        stack.wait_for(old_template_gone, "HyperShift's cleanup to delete the old template", timeout=60)
-    print(f"old template deleted by HyperShift's cleanup {deleted_at[0]:.1f}s into the rollout")
-    assert len(deleted_at) == 1  # deleted once, gone at once (checked inside the cleanup)
+        stack.wait_for(old_template_deleted, "HyperShift's pass to delete the old template", timeout=30)
+    assert deleted.count(old_template) == 1  # and gone at once (checked in the pass)
+    flaps = deleted.count(new_name)
+    print(f"HyperShift's cleanup deleted the target template {flaps}x before CAPI's MachineSet referenced it")
+    assert set(deleted) <= {old_template, new_name}
+    assert h.get("maasmachinetemplate", new_name) is not None
     _check_provisioned_pool(h, np, machines, new_name)
     assert stack.leaks() == []
     assert stack.invariants() == []
 
 
+def test_replace_nodepool_release_upgrade_rolls_with_new_user_data(hosted: Hosted) -> None:
+    """A release upgrade: a new ``user-data-<nodepool>-<hash>`` Secret and version on the MachineDeployment,
+    the outdated Secret deleted at once (HyperShift keeps old user data only on AWS and KubeVirt)."""
+    h, stack = hosted, hosted.stack
+    np = h.replace = dataclasses.replace(h.replace, release_version="4.19.1")
+    old_secret = h.user_data[np.name]
+    secret, ign = _user_data(np, token=secrets.token_hex(16))
+    new_secret = secret["metadata"]["name"]
+    assert new_secret != old_secret
+    h.user_data[np.name] = new_secret
+    h.ignition[new_secret] = ign
+    with stack.stage("Replace NodePool: release upgrade, roll 2 Machines to new user data"):
+        _create(stack, secret)
+        patch = {
+            "spec": {
+                "template": {"spec": {"version": "v1.33.2", "bootstrap": {"dataSecretName": new_secret}}}
+            }
+        }
+        stack.kubectl("delete", "secret", old_secret, "-n", h.ns)  # token.go cleanupOutdated
+        machines, deleted = _roll(h, np, patch)
+    assert deleted == []
+    assert {m["spec"]["version"] for m in machines} == {"v1.33.2"}
+    _check_provisioned_pool(h, np, machines, h.templates["replace-v2"])
+    assert stack.leaks() == []
+
+
 def test_inplace_nodepool_new_template_applies_to_new_machines_only(hosted: Hosted) -> None:
     h, stack, np = hosted, hosted.stack, hosted.inplace
     t1 = hs.machine_template(np, hs.machine_template_spec())
+    h.desired[np.name] = t1
     secret, ign = _user_data(np, token=secrets.token_hex(16))
     secret_name = secret["metadata"]["name"]
     h.user_data[np.name] = secret_name
@@ -457,7 +499,8 @@ def test_inplace_nodepool_new_template_applies_to_new_machines_only(hosted: Host
         patch = {"spec": {"template": {"spec": {"infrastructureRef": {"name": t2["metadata"]["name"]}}}}}
         _patch(stack, MS_V1BETA1, np.name, patch)
         # The MachineSet no longer references t1: HyperShift's next pass deletes it, while t1's clone runs.
-        assert _hypershift_cleanup(h, np) == [t1["metadata"]["name"]]
+        h.desired[np.name] = t2
+        assert _hypershift_pass(h, np) == [t1["metadata"]["name"]]
         time.sleep(5)  # MachineSets do not roll: give CAPI (and capmaas) time to prove it
         now = h.get("maasmachine", first["metadata"]["name"])
         assert now["metadata"]["uid"] == first_mm["metadata"]["uid"]

@@ -1,12 +1,14 @@
-"""The Kubernetes side of the reconcilers' ports: watch caches fed by kopf, writes through ``kubernetes``.
+"""The Kubernetes side of the reconcilers' ports: watch caches fed by kopf, writes through our own client.
 
-Why the ``kubernetes`` client for writes and Secret reads (sync, in a small thread pool via
-``run_in_executor``): kopf has no public API to patch arbitrary objects outside a handler's ``patch`` kwarg,
-and our per-object loops run outside handlers. Why caches for reads: kopf already watches MaasMachines,
-MaasClusters, Machines and Clusters for us (``on.event``), so every owner/Cluster/sibling lookup is a dict
-read, not a GET. Objects are stored only if their ``resourceVersion`` is not older than the stored one, and
-our own patch responses go into the store at once, so a reconcile never acts on a version older than its own
-last write (which is what keeps a second ``allocate`` from ever happening).
+Why our own client for writes and Secret reads (:mod:`capmaas.operator.kubehttp`, async, on the event loop):
+kopf has no public API to patch arbitrary objects outside a handler's ``patch`` kwarg, our per-object loops
+run outside handlers, and the synchronous ``kubernetes`` client on threads was about a tenth of the operator's
+CPU at 1,000 machines (it is still used, in a small thread pool, for workload-cluster Nodes). Why caches for
+reads: kopf already watches MaasMachines, MaasClusters, Machines and Clusters for us (``on.event``), so every
+owner/Cluster/sibling lookup is a dict read, not a GET. Objects are stored only if their ``resourceVersion``
+is not older than the stored one, and our own patch responses go into the store at once, so a reconcile never
+acts on a version older than its own last write (which is what keeps a second ``allocate`` from ever
+happening).
 
 Secrets are not watched (there can be thousands); identity and kubeconfig Secrets are read with a short TTL
 cache, bootstrap Secrets are read once, right before deploy.
@@ -29,6 +31,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from capmaas.api import conditions as C
+from capmaas.operator.kubehttp import KubeHttp, KubeHttpError
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.ports import Body, EventType, NodePatchResult, ObjectPlural
 from capmaas.reconcilers.scope import CLUSTER_NAME_LABEL
@@ -37,7 +40,6 @@ log = logging.getLogger(__name__)
 
 GROUP = "infrastructure.cluster.x-k8s.io"
 VERSION = "v1beta1"
-MERGE = "application/merge-patch+json"
 T = TypeVar("T")
 
 
@@ -62,7 +64,11 @@ class Store:
 
     def put(self, plural: str, body: Mapping[str, Any]) -> bool:
         """Store ``body`` unless a newer version is stored or the object was seen deleted (a patch response
-        can arrive after the DELETED event); returns whether it was stored."""
+        can arrive after the DELETED event); returns whether it is news: a version not stored before.
+
+        The watch event of our own patch carries the version its response already put here, so it is not
+        news, and the caller need not wake the object's loop for it (a reconcile per own write would double
+        the passes per machine for nothing)."""
         meta = body.get("metadata", {})
         if meta.get("uid") in self._tombstones:
             return False
@@ -71,8 +77,15 @@ class Store:
             return False
         key = object_key(plural, meta.get("namespace", ""), meta.get("name", ""))
         old = self._objects.get(key)
-        if old is not None and _rv(old) > _rv(body) and old.get("metadata", {}).get("uid") == meta.get("uid"):
-            return False
+        if old is not None and old.get("metadata", {}).get("uid") == meta.get("uid"):
+            old_rv, new_rv = _rv(old), _rv(body)
+            if old_rv > new_rv:
+                return False
+            if old_rv == new_rv and old_rv:
+                return False
+        if "managedFields" in meta:  # never read here; it is most of a small object's size
+            meta = {k: v for k, v in meta.items() if k != "managedFields"}
+            body = {**body, "metadata": meta}
         self._objects[key] = dict(body)
         if plural == "maasmachines":
             self._index(key, old, body)
@@ -116,11 +129,9 @@ class Store:
 class KubeAdapter:
     """:class:`~capmaas.reconcilers.ports.KubePort` over the :class:`Store` and the ``kubernetes`` client."""
 
-    def __init__(self, store: Store, api_client: Any, *, secret_ttl: float, threads: int = 8) -> None:
+    def __init__(self, store: Store, http: KubeHttp, *, secret_ttl: float, threads: int = 4) -> None:
         self.store = store
-        self._api = api_client
-        self._custom = kubernetes.client.CustomObjectsApi(api_client)
-        self._core = kubernetes.client.CoreV1Api(api_client)
+        self._http = http
         self._ttl = secret_ttl
         self._secrets: dict[tuple[str, str], tuple[float, Mapping[str, bytes] | None]] = {}
         self._workload: dict[str, Any] = {}
@@ -130,8 +141,9 @@ class KubeAdapter:
     async def _run(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
 
-    def close(self) -> None:
+    async def aclose(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        await self._http.aclose()
 
     # --- cache reads -------------------------------------------------------------------------------------
     def get_machine(self, namespace: str, name: str) -> Body | None:
@@ -153,21 +165,18 @@ class KubeAdapter:
 
     # --- secrets -----------------------------------------------------------------------------------------
     async def read_secret_fresh(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
-        def read() -> Mapping[str, bytes] | None:
-            try:
-                secret = self._core.read_namespaced_secret(name, namespace)
-            except ApiException as exc:
-                if exc.status == 404:
-                    return None
-                raise
-            return {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
-
+        data: Mapping[str, bytes] | None
         try:
-            data = await self._run(read)
-        except ApiException as exc:
-            raise TransientError(
-                C.MAAS_UNREACHABLE_REASON, f"reading Secret {name}: HTTP {exc.status}"
-            ) from exc
+            secret = await self._http.get_secret(namespace, name)
+        except KubeHttpError as exc:
+            if exc.status != 404:
+                raise TransientError(
+                    C.MAAS_UNREACHABLE_REASON,
+                    f"reading Secret {name}: " + (f"HTTP {exc.status}" if exc.status else str(exc)),
+                ) from exc
+            data = None
+        else:
+            data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
         self._secrets[(namespace, name)] = (time.monotonic(), data)
         return data
 
@@ -181,19 +190,11 @@ class KubeAdapter:
     async def patch(
         self, plural: ObjectPlural, namespace: str, name: str, body: Mapping[str, Any], *, status: bool
     ) -> Body | None:
-        fn = (
-            self._custom.patch_namespaced_custom_object_status
-            if status
-            else self._custom.patch_namespaced_custom_object
-        )
-
-        def call() -> dict[str, Any]:
-            result: Any = fn(GROUP, VERSION, namespace, plural, name, dict(body), _content_type=MERGE)
-            return dict(result)
-
         try:
-            new = await self._run(call)
-        except ApiException as exc:
+            new = await self._http.merge_patch(
+                f"{GROUP}/{VERSION}", plural, namespace, name, body, status=status
+            )
+        except KubeHttpError as exc:
             if exc.status == 404:
                 self.store.delete(plural, namespace, name)
                 return None
@@ -201,7 +202,8 @@ class KubeAdapter:
                 raise TransientError(
                     "Conflict", f"{plural}/{name} changed meanwhile; retrying", delay=1
                 ) from exc
-            raise TransientError("KubernetesError", f"patching {plural}/{name}: HTTP {exc.status}") from exc
+            detail = f"HTTP {exc.status}" if exc.status else str(exc)
+            raise TransientError("KubernetesError", f"patching {plural}/{name}: {detail}") from exc
         self.writes += 1
         self.store.put(plural, new)
         return new

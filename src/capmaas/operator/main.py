@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import logging
+import sys
 
 from capmaas.config import load_config
 
@@ -26,6 +28,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--secrets-dir", help="directory of secret files (e.g. maas__api_key)")
 
 
+def _no_sniffio_lookups() -> None:
+    """httpcore runs ``import sniffio`` on every request; when sniffio is not installed, every one of those
+    failed imports walks ``sys.path`` (5 % of the operator's CPU at 1,000 machines). A ``None`` entry in
+    ``sys.modules`` makes the import fail at once, which httpcore takes as "asyncio" as before."""
+    if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
+        sys.modules["sniffio"] = None  # type: ignore[assignment]
+
+
 def run(args: argparse.Namespace) -> int:
     from capmaas.operator.app import run_operator
     from capmaas.operator.metrics import setup_logging
@@ -43,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if args.priority is not None:
         config.peering.priority = args.priority
     setup_logging(config.logging.format, config.logging.level)
+    _no_sniffio_lookups()
     if config.maas.insecure_skip_tls_verify:
         log.warning("TLS verification of MAAS is disabled (CAPMAAS_MAAS__INSECURE_SKIP_TLS_VERIFY)")
     log.info(

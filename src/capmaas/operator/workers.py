@@ -56,12 +56,14 @@ class Workers:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wake: dict[str, asyncio.Event] = {}
 
-    def ensure(self, key: str) -> None:
-        """Start the loop of ``key`` if it is not running, and wake it."""
+    def ensure(self, key: str, *, wake: bool = True) -> None:
+        """Start the loop of ``key`` if it is not running (its first pass runs at once), and wake it."""
         if key not in self._tasks:
             self._wake[key] = asyncio.Event()
             self._tasks[key] = asyncio.get_running_loop().create_task(self._loop(key), name=f"capmaas {key}")
-        self._wake[key].set()
+            wake = True
+        if wake:
+            self._wake[key].set()
 
     def wake(self, key: str) -> None:
         event = self._wake.get(key)

@@ -1,0 +1,94 @@
+"""An httpx transport that sends over aiohttp: the MAAS client's requests at a third of the CPU.
+
+Why: the operator's MAAS client is an ``httpx.AsyncClient``; measured against the simulator with 16 requests
+in flight, its default transport (httpcore on anyio) cost about 7 ms of CPU per request and this one about
+2 ms (same client, auth, parsing; only the transport differs), and in the benchmark the MAAS client's HTTP
+was a quarter of the operator's CPU. aiohttp is what kopf is built on, so it is installed with the operator.
+
+httpx's transport interface is public; the client keeps its auth, retries, error mapping and metrics. What the
+transport owes it: TLS as the client would have verified it (:func:`ssl_context`, built from the same
+credentials), the per-request timeouts httpx puts in ``request.extensions["timeout"]``, and failures as the
+``httpx`` exceptions the client maps (connect failures as :class:`httpx.ConnectError`, so a POST that never
+left is retried and one that may have left is not).
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+import aiohttp
+import httpx
+
+from capmaas.reconcilers.ports import MaasCredentials
+
+
+def ssl_context(credentials: MaasCredentials, *, insecure: bool = False) -> ssl.SSLContext | bool:
+    """What the transport verifies MAAS's certificate against: the system store plus the CA bundle of the
+    credentials, or nothing at all when told so (the client logs that switch when it is built)."""
+    if insecure or credentials.insecure:
+        return False
+    context = ssl.create_default_context()
+    if credentials.ca_data:
+        context.load_verify_locations(cadata=credentials.ca_data)
+    return context
+
+
+class AiohttpTransport(httpx.AsyncBaseTransport):
+    """One pooled aiohttp session (made on first use, inside the running event loop)."""
+
+    def __init__(self, *, verify: ssl.SSLContext | bool, connections: int = 32) -> None:
+        self._verify = verify
+        self._connections = connections
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._connections, ssl=self._verify),
+                auto_decompress=False,  # httpx decodes Content-Encoding itself
+                trust_env=False,
+                skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
+            )
+        return self._session
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        timeouts: dict[str, Any] = request.extensions.get("timeout") or {}
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=timeouts.get("connect"),
+            sock_read=timeouts.get("read"),
+        )
+        body = await request.aread()
+        try:
+            async with self._client().request(
+                request.method,
+                str(request.url),
+                headers=request.headers.multi_items(),
+                data=body or None,
+                allow_redirects=False,
+                timeout=timeout,
+            ) as response:
+                content = await response.read()
+                headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
+                return httpx.Response(response.status, headers=headers, content=content, request=request)
+        except aiohttp.ConnectionTimeoutError as exc:
+            raise httpx.ConnectTimeout(str(exc) or "connect timed out", request=request) from exc
+        except (TimeoutError, aiohttp.SocketTimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise httpx.ReadTimeout(str(exc) or "read timed out", request=request) from exc
+        except aiohttp.ClientConnectorError as exc:  # incl. certificate and TLS handshake failures
+            raise httpx.ConnectError(str(exc), request=request) from exc
+        except aiohttp.ServerDisconnectedError as exc:
+            raise httpx.RemoteProtocolError(str(exc) or "server disconnected", request=request) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise httpx.ReadError(f"{type(exc).__name__}: {exc}", request=request) from exc
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def transport_for(credentials: MaasCredentials, *, insecure: bool = False) -> AiohttpTransport:
+    """The transport for a MAAS client of ``credentials`` (TLS as :func:`ssl_context` says)."""
+    return AiohttpTransport(verify=ssl_context(credentials, insecure=insecure))

@@ -1,0 +1,74 @@
+"""The aiohttp transport under the real MAAS client, against the simulator on a real loopback socket."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fakes import FakeKube
+from test_credentials_and_config import mc
+
+from capmaas import maas
+from capmaas.api import conditions as C
+from capmaas.maas import errors as maas_errors
+from capmaas.reconcilers.aiotransport import transport_for
+from capmaas.reconcilers.credentials import connect
+from capmaas.reconcilers.errors import TransientError
+from capmaas.reconcilers.maasgw import MaasConnections
+from capmaas.reconcilers.ports import MaasCredentials
+from capmaas.simulator import Simulator, serve
+
+
+def client(c: MaasCredentials, **kwargs: Any) -> maas.MaasClient:
+    return maas.MaasClient(c.endpoint, api_key=c.api_key, transport=transport_for(c), **kwargs)
+
+
+async def test_a_machine_lifecycle_through_the_transport(sim: Simulator) -> None:
+    async with serve(sim, host="127.0.0.1", port=0) as url:
+        c = client(MaasCredentials(endpoint=url, api_key=sim.api_key), max_retries=0)
+        try:
+            assert (await c.whoami()).username
+            m = await c.machines.allocate(maas.AllocateConstraints(zone="az2"), agent_name="u1", comment="t")
+            assert m.zone.name == "az2"
+            deployed = await c.machines.deploy(m.system_id, user_data=b"#cloud-config\n", comment="t")
+            assert deployed.status == maas.NodeStatus.DEPLOYING
+            assert [x.system_id for x in await c.machines.list(agent_name="u1")] == [m.system_id]
+            await c.machines.release(m.system_id, comment="t")
+            with pytest.raises(maas_errors.NotFoundError):  # a 404 still reaches the client as one
+                await c.machines.get("nosuch")
+        finally:
+            await c.aclose()
+    requests = {(method, op) for (method, _, op) in sim.counters}
+    assert {("POST", "allocate"), ("POST", "deploy"), ("POST", "release"), ("GET", None)} <= requests
+
+
+async def test_a_wrong_key_is_still_invalid_credentials(sim: Simulator) -> None:
+    async with serve(sim, host="127.0.0.1", port=0) as url:
+        conns = MaasConnections(
+            client_factory=lambda c: client(c, max_retries=0), fast=1, idle=1, batch_size=10, wake=print
+        )
+        bad = MaasCredentials(endpoint=url, api_key="aaa:bbb:ccc")
+        with pytest.raises(TransientError) as info:
+            await connect(FakeKube(), conns, mc(identity=None), bad)
+        await conns.aclose()
+    assert info.value.reason == C.INVALID_CREDENTIALS_REASON
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+async def test_no_answer_is_maas_unreachable_naming_the_endpoint(sim: Simulator, scheme: str) -> None:
+    """Connection refused (nothing listens), and a TLS handshake with a plain-HTTP server."""
+    async with serve(sim, host="127.0.0.1", port=0) as url:
+        endpoint = url.replace("http://", "https://") if scheme == "https" else "http://127.0.0.1:9/MAAS"
+        conns = MaasConnections(
+            client_factory=lambda c: client(c, max_retries=0, timeout=5),
+            fast=1,
+            idle=1,
+            batch_size=10,
+            wake=print,
+        )
+        with pytest.raises(TransientError) as info:
+            await connect(FakeKube(), conns, mc(identity=None), MaasCredentials(endpoint, sim.api_key))
+        await conns.aclose()
+    assert info.value.reason == C.MAAS_UNREACHABLE_REASON
+    assert endpoint in info.value.message
+    assert sim.api_key not in info.value.message

@@ -227,8 +227,14 @@ class ObjectScope:
             self.body = new
 
     async def close(self) -> None:
-        """Write what changed (metadata/spec first, then status) and post the Events."""
+        """Write what changed (metadata/spec first, then status) and post the Events.
+
+        Spec before status: a reader that acts on status (CAPI copies ``spec.controlPlaneEndpoint`` once the
+        MaasCluster says provisioned) must find the spec already there. The exception is a finalizer being
+        removed: that write may delete the object, so status goes first then."""
         try:
+            if not set(self._orig_finalizers) - set(self.finalizers):
+                await self.flush()
             status_patch = self._status_patch()
             if status_patch and not self.gone:
                 new = await self.kube.patch(

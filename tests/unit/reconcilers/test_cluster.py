@@ -97,3 +97,22 @@ async def test_deleting_with_machines_left_looks_again_without_being_woken(env: 
     del env.kube.objects[("maasmachines", "ns", "w0")]
     await env.clusters.reconcile(env.kube.get("maasclusters", "c1"))
     assert ("maasclusters", "ns", "c1") not in env.kube.objects
+
+
+async def test_endpoint_is_in_spec_before_status_says_provisioned(env: Env) -> None:
+    """CAPI copies ``spec.controlPlaneEndpoint`` once the MaasCluster reports provisioned: every status write
+    that says ready must find the endpoint already stored (spec is written before status in a pass)."""
+    seen: list[tuple[bool, str | None]] = []
+    real_patch = env.kube.patch
+
+    async def recording_patch(plural: Any, namespace: str, name: str, body: Any, *, status: bool) -> Any:
+        if plural == "maasclusters" and status and body["status"].get("ready"):
+            stored = env.kube.get("maasclusters", name, namespace)
+            seen.append((True, stored.get("spec", {}).get("controlPlaneEndpoint", {}).get("host")))
+        return await real_patch(plural, namespace, name, body, status=status)
+
+    env.kube.patch = recording_patch  # type: ignore[method-assign]
+    mc = await env.cluster()
+    assert mc["status"]["ready"] is True
+    assert len(seen) == 1
+    assert seen[0][1] == mc["spec"]["controlPlaneEndpoint"]["host"]

@@ -64,7 +64,9 @@ class KubeHttp:
         self._base = str(cfg.host).rstrip("/")
         self._ssl: ssl.SSLContext | bool = _ssl_context(cfg) if self._base.startswith("https") else False
         self._connections = connections
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        # Per socket operation, not in total: a burst of a thousand patches waits for one of the connections
+        # for as long as it takes; only an apiserver that stops answering times out.
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout)
         self._session: aiohttp.ClientSession | None = None  # made on first use, inside the event loop
 
     def _client(self) -> aiohttp.ClientSession:

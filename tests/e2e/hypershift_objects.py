@@ -24,6 +24,9 @@ nodepool/``), with the MAAS kinds in place of e.g. ``AgentMachineTemplate``:
 - ``hostedcluster`` platform ``ReconcileCAPIInfraCR``: :func:`maas_cluster` marked
   ``cluster.x-k8s.io/managed-by`` with the endpoint HyperShift owns; :func:`provisioned_status` is what the
   platform code then writes through the status subresource.
+- ``hostedcluster_controller.go`` ``reconcileCAPICluster``: :func:`capi_cluster`, whose ``controlPlaneRef``
+  is the HostedControlPlane; here a schemaless CRD stand-in (:func:`hosted_control_plane_crd`) whose status
+  the test writes as the control-plane operator would (:func:`hosted_control_plane_status`).
 
 HyperShift writes CAPI core objects through the v1beta1 Go types, so MachineDeployment, MachineSet,
 MachineHealthCheck and Cluster are built at ``cluster.x-k8s.io/v1beta1`` here too (CAPI's conversion webhook

@@ -181,7 +181,7 @@ def hosted(provider_stack: ProviderStack) -> Hosted:
 def _assert_left_alone(h: Hosted) -> dict[str, Any]:
     """Nothing of capmaas on the MaasCluster: no finalizer, no annotation, status as HyperShift wrote it,
     and (the strong check) not a single write since CAPI and HyperShift were done with it."""
-    mc = h.get("maascluster", h.infra_id, "--show-managed-fields")
+    mc: dict[str, Any] = h.get("maascluster", h.infra_id, "--show-managed-fields")
     before = h.maascluster_after_capi
     meta = mc["metadata"]
     assert not meta.get("finalizers"), meta.get("finalizers")
@@ -457,11 +457,14 @@ def test_replace_nodepool_release_upgrade_rolls_with_new_user_data(hosted: Hoste
     assert new_secret != old_secret
     h.user_data[np.name] = new_secret
     h.ignition[new_secret] = ign
-    with stack.stage("Replace NodePool: release upgrade, roll 2 Machines to new user data"):
+    with stack.stage("Replace NodePool: release upgrade, roll 2 Machines (maxSurge 2) to new user data"):
         _create(stack, secret)
+        # The NodePool also asks for maxSurge 2 (spec.management.replace.rollingUpdate), which HyperShift
+        # writes to the strategy in the same pass: both Machines are replaced at once.
         patch = {
             "spec": {
-                "template": {"spec": {"version": "v1.33.2", "bootstrap": {"dataSecretName": new_secret}}}
+                "strategy": {"rollingUpdate": {"maxSurge": 2}},
+                "template": {"spec": {"version": "v1.33.2", "bootstrap": {"dataSecretName": new_secret}}},
             }
         }
         stack.kubectl("delete", "secret", old_secret, "-n", h.ns)  # token.go cleanupOutdated

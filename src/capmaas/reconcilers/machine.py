@@ -322,10 +322,12 @@ class MachineReconciler:
             if domains:
                 counts: dict[str, int] = {}
                 for sibling in self.kube.list_maasmachines(scope.namespace, scope.cluster_name or ""):
-                    z = (sibling.get("spec") or {}).get("failureDomain")
-                    if z and sibling.get("metadata", {}).get("uid") != scope.uid:
+                    uid = str(sibling.get("metadata", {}).get("uid", ""))
+                    z = (sibling.get("spec") or {}).get("failureDomain") or self.spread.chosen_zone(uid)
+                    if z and uid != scope.uid:
                         counts[z] = counts.get(z, 0) + 1
                 zone = placement.choose_zone(counts, domains, machine=scope.name)
+                self.spread.remember_choice(scope.uid, zone)
                 chosen = True
         storage = f"root:{int(spec['minDiskSize'])}" if spec.get("minDiskSize") else None
         return (

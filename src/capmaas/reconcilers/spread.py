@@ -27,6 +27,20 @@ class ZoneSpread:
         self._dry: dict[str, float] = {}  # zone -> until
         self._wet: dict[str, float] = {}
         self._probes: dict[str, asyncio.Lock] = {}
+        self._chosen: dict[str, tuple[str, float]] = {}  # MaasMachine UID -> (zone, until)
+
+    def remember_choice(self, uid: str, zone: str) -> None:
+        """Record the zone just chosen for ``uid``: until its ``spec.failureDomain`` reaches the cache,
+        siblings choosing in the same burst count it (Machines of a MachineDeployment arrive together; stale
+        counts alone put two of three in one zone)."""
+        now = self.clock()
+        if len(self._chosen) > 4096:
+            self._chosen = {u: c for u, c in self._chosen.items() if c[1] >= now}
+        self._chosen[uid] = (zone, now + VERDICT_SECONDS)
+
+    def chosen_zone(self, uid: str) -> str | None:
+        choice = self._chosen.get(uid)
+        return choice[0] if choice is not None and choice[1] >= self.clock() else None
 
     def is_dry(self, zone: str, now: float) -> bool:
         return self._dry.get(zone, 0.0) >= now

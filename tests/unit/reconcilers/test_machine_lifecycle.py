@@ -192,3 +192,19 @@ async def test_a_node_with_another_provider_id_is_left_alone_with_a_warning(env:
     assert b1["spec"]["providerID"] in message
     assert "left unchanged" in message
     assert cond(env.kube.get("maasmachines", "w1"), C.READY_CONDITION)["status"] == "True"
+
+
+async def test_a_burst_spreads_over_zones_even_when_the_cache_lags(env: Env) -> None:
+    """A MachineDeployment's Machines arrive together and each chooses its zone before the others'
+    ``spec.failureDomain`` reaches the informer cache: the zones chosen in this process count as well."""
+    import copy
+
+    await env.cluster()
+    names = ["w0", "w1", "w2"]
+    for n in names:
+        env.machine(n)
+    stale = copy.deepcopy(env.kube.list_maasmachines("ns", "c1"))  # the cache as it was before any allocation
+    env.kube.list_maasmachines = lambda namespace, cluster_name: stale  # type: ignore[method-assign]
+    await env.drive(names, ready)
+    zones = [env.kube.get("maasmachines", n)["status"]["failureDomain"] for n in names]
+    assert sorted(zones) == ["az1", "az2", "az3"], zones

@@ -9,8 +9,11 @@ The test plays HyperShift's parts (no HyperShift runs here), writing exactly wha
 - the NodePool controller: ``<nodepool>-<hash>`` MaasMachineTemplates with the nodePool annotation, a
   ``user-data-<nodepool>-<hash>`` Secret holding an Ignition 3.2 pointer config (keys ``value`` and
   ``disableTemplating`` only), a MachineDeployment (upgrade type Replace) and a MachineSet (InPlace) named
-  after their NodePools, a MachineHealthCheck, and ``cleanupMachineTemplates`` run on every pass;
-- the ignition-server token rotation: the user-data Secret rewritten in place.
+  after their NodePools, a MachineHealthCheck; every pass runs ``cleanupMachineTemplates`` and then
+  CreateOrUpdate of the current template; a template change (new name) and a release upgrade (new user-data
+  Secret and version, the outdated Secret deleted at once) roll the Replace pool; the InPlace pool's new
+  template applies to new Machines only;
+- the token-secret controller's rotation: the user-data Secret rewritten in place.
 
 Everything else is real: CAPI creates MachineSets/Machines and clones MaasMachines, capmaas allocates and
 deploys them in the simulator, each deployed machine registers a Node in the workload stand-in, capmaas puts
@@ -93,17 +96,8 @@ def _update(stack: ProviderStack, obj: dict[str, Any]) -> None:
 
 def _patch(stack: ProviderStack, resource: str, name: str, patch: dict[str, Any]) -> None:
     """A merge patch, as controller-runtime's CreateOrPatch sends HyperShift's MachineDeployment/Set edits."""
-    stack.kubectl(
-        "patch",
-        resource,
-        name,
-        "-n",
-        stack.namespace,
-        HYPERSHIFT_MANAGER,
-        "--type=merge",
-        "-p",
-        json.dumps(patch),
-    )
+    args = ["-n", stack.namespace, HYPERSHIFT_MANAGER, "--type=merge", "-p", json.dumps(patch)]
+    stack.kubectl("patch", resource, name, *args)
 
 
 def _user_data(np: hs.NodePool, token: str) -> tuple[dict[str, Any], bytes]:

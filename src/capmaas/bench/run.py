@@ -21,6 +21,8 @@ import time
 from collections import Counter
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from capmaas.bench.metrics import ProcStats, WriteKey, apiserver_writes, percentile, proc_stats
 from capmaas.demo.capi import Capi, CapiError, MachineSpec, parallel
 from capmaas.demo.kube import MAASMACHINES
@@ -137,7 +139,7 @@ class Bench:
             ]
             stats_ready = proc_stats(op.pid)
             t1 = time.time()
-            kube.delete_all(MAASMACHINES, ns, label_selector=f"{CLUSTER_NAME_LABEL}={CLUSTER}")
+            deletes = _delete_all(kube, ns)
             tracker.follow(
                 watcher,
                 lambda: tracker.count(names, deleted=True) == n,
@@ -167,6 +169,7 @@ class Bench:
             writes=writes,
             stats=(stats_ready, stats_end, cpu0),
             invariants=sim.invariants(),
+            deletes=deletes,
         )
         self._print(counters, writes)
         if self.args.json:
@@ -189,14 +192,15 @@ class Bench:
         writes: Counter[WriteKey],
         stats: tuple[ProcStats, ProcStats, float],
         invariants: list[str],
+        deletes: int,
     ) -> None:
         n = self.n
-        # Ours: N creates and one delete-collection (which the apiserver counts as DELETECOLLECTION or, in
-        # recent versions, DELETE).
+        # Ours: N creates and the delete-collection calls (the apiserver counts them as DELETECOLLECTION or,
+        # in recent versions, DELETE).
         own = {("POST", "maasmachines", ""): n}
         for verb in ("DELETECOLLECTION", "DELETE"):
             if writes.get((verb, "maasmachines", ""), 0) > 0:
-                own[(verb, "maasmachines", "")] = 1
+                own[(verb, "maasmachines", "")] = deletes
                 break
         op_writes = sum(max(0, v - own.get(k, 0)) for k, v in writes.items())
         stats_ready, stats_end, cpu0 = stats
@@ -304,6 +308,21 @@ class Bench:
             if count
         ]
         self.say(table(["VERB", "RESOURCE", "REQUESTS", "PER MACHINE"], kube_rows))
+
+
+def _delete_all(kube: Any, namespace: str, attempts: int = 5) -> int:
+    """DELETECOLLECTION of the benchmark's MaasMachines; returns the calls made. A loaded apiserver may answer
+    504 after its request timeout while it is still marking a thousand objects deleted: that is retried (the
+    next call marks what is left), not an end of the run."""
+    for attempt in range(1, attempts + 1):
+        try:
+            kube.delete_all(MAASMACHINES, namespace, label_selector=f"{CLUSTER_NAME_LABEL}={CLUSTER}")
+            return attempt
+        except ApiException as exc:
+            if exc.status != 504 or attempt == attempts:
+                raise
+            print(f"  delete-collection answered 504 (attempt {attempt}); retrying", flush=True)
+    return attempts
 
 
 class _Progress:

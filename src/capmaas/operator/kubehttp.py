@@ -12,9 +12,13 @@ stays for the rare calls (workload-cluster Nodes), and kopf keeps its own sessio
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import heapq
+import itertools
 import json
 import ssl
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -56,6 +60,49 @@ def _ssl_context(cfg: Any) -> ssl.SSLContext:
     return ctx
 
 
+class PrioritySlots:
+    """At most ``n`` holders; waiters are let in by ``priority`` (lower first), then in arrival order.
+
+    Why priorities: in a burst the apiserver is the bottleneck and writes queue here. A machine's Ready status
+    must not wait behind the metadata patches of a thousand machines that are only starting (readiness lag),
+    so status writes (priority 0) go before metadata writes and Secret reads (priority 1): finishing work goes
+    before starting more."""
+
+    def __init__(self, n: int) -> None:
+        self._free = n
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+
+    async def acquire(self, priority: int) -> None:
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (priority, next(self._seq), future))
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self.release()  # handed a slot just as it was cancelled: pass it on
+            raise
+
+    def release(self) -> None:
+        while self._waiters:
+            _, _, future = heapq.heappop(self._waiters)
+            if not future.done():
+                future.set_result(None)
+                return
+        self._free += 1
+
+    @contextlib.asynccontextmanager
+    async def slot(self, priority: int) -> AsyncIterator[None]:
+        await self.acquire(priority)
+        try:
+            yield
+        finally:
+            self.release()
+
+
 class KubeHttp:
     """Merge patches and GETs against the apiserver ``cfg`` points at, at most ``connections`` at a time."""
 
@@ -67,6 +114,7 @@ class KubeHttp:
         # Per socket operation, not in total: a burst of a thousand patches waits for one of the connections
         # for as long as it takes; only an apiserver that stops answering times out.
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout)
+        self._slots = PrioritySlots(connections)
         self._session: aiohttp.ClientSession | None = None  # made on first use, inside the event loop
 
     def _client(self) -> aiohttp.ClientSession:
@@ -96,12 +144,16 @@ class KubeHttp:
         *,
         body: Mapping[str, Any] | None = None,
         content_type: str | None = None,
+        priority: int = 1,
     ) -> dict[str, Any]:
         content = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
         try:
-            async with self._client().request(
-                method, self._base + path, data=content, headers=self._headers(content_type)
-            ) as response:
+            async with (
+                self._slots.slot(priority),
+                self._client().request(
+                    method, self._base + path, data=content, headers=self._headers(content_type)
+                ) as response,
+            ):
                 status, text = response.status, await response.text()
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise KubeHttpError(0, f"{method} {path}: {type(exc).__name__}: {exc}") from exc
@@ -121,7 +173,7 @@ class KubeHttp:
         """Merge-patch ``api`` (``group/version``) object ``plural/name`` (``status``: its subresource)."""
         path = f"/apis/{api}/namespaces/{quote(namespace)}/{plural}/{quote(name)}"
         path += "/status" if status else ""
-        return await self.request("PATCH", path, body=body, content_type=MERGE)
+        return await self.request("PATCH", path, body=body, content_type=MERGE, priority=0 if status else 1)
 
     async def get_secret(self, namespace: str, name: str) -> dict[str, Any]:
         return await self.request("GET", f"/api/v1/namespaces/{quote(namespace)}/secrets/{quote(name)}")

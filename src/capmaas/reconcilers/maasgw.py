@@ -3,10 +3,11 @@
 Why a shared poller: the Go provider GETs each machine on every requeue, so MAAS load grows with machines x
 requeues. Here every MaasMachine *registers* its system ID with the poller of its endpoint, and one
 ``machines.list(ids=...)`` call per interval (chunked by ``batch_size``) refreshes all of them. Polling is
-adaptive *per machine*: every ``fast`` interval only the machines in a transitional state (allocated,
-deploying, releasing, erasing) or not yet seen are listed; all watched machines are listed every ``idle``
-interval (that is what notices a Deployed machine powered off or broken). Listing the steady machines every
-fast interval too would cost O(machines) JSON per second: at 1,000 machines that was a quarter of the
+adaptive *per machine*: every ``fast`` interval only the machines in a transitional state (deploying,
+releasing, erasing, commissioning) or not yet seen are listed, and never more often (a burst of writes kicks
+the poller, but must not make it list a growing set back to back); all watched machines are listed every
+``idle`` interval (that is what notices a Deployed machine powered off or broken). Listing the steady machines
+every fast interval too would cost O(machines) JSON per second: at 1,000 machines that was a quarter of the
 operator's CPU. A change wakes exactly the object that registered the machine (``wake(key)``), so status
 follows MAAS within about one fast interval without any per-machine request.
 
@@ -37,10 +38,11 @@ from capmaas.reconcilers.ports import DnsRecord, MaasCredentials
 
 log = logging.getLogger(__name__)
 
-#: States in which MAAS will change the machine by itself soon: poll fast while any watched machine is in one.
+#: States in which MAAS will change the machine by itself soon: machines in one are polled every fast
+#: interval. Not ALLOCATED: MAAS leaves an allocated machine alone until we deploy it (and the deploy's answer
+#: is folded in at once); a thousand machines waiting for their deploy must not make every poll list them.
 TRANSITIONAL = frozenset(
     {
-        maas.NodeStatus.ALLOCATED,
         maas.NodeStatus.DEPLOYING,
         maas.NodeStatus.RELEASING,
         maas.NodeStatus.DISK_ERASING,
@@ -150,6 +152,7 @@ class MachinePoller:
         return max(self._fast, self._idle - (time.monotonic() - self._last_full))
 
     async def _run(self) -> None:
+        last = -self._fast
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._interval()):
@@ -157,8 +160,10 @@ class MachinePoller:
             self._kick.clear()
             if not self._watched:
                 continue
-            # A short coalescing pause: many objects registering at once share one list call.
-            await asyncio.sleep(min(0.05, self._fast))
+            # A coalescing pause, at least until one fast interval after the last poll: many objects
+            # registering or writing at once share one list call.
+            await asyncio.sleep(max(min(0.05, self._fast), last + self._fast - time.monotonic()))
+            last = time.monotonic()
             full = self.last_error is not None or time.monotonic() - self._last_full >= self._idle
             try:
                 await self.poll_once(full=full)

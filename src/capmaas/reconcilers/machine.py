@@ -244,9 +244,10 @@ class MachineReconciler:
         return await self._follow(scope, port, m)
 
     async def _allocate(self, scope: MachineScope, port: MaasPort) -> str:
+        agent = machine_replace.agent_name(scope)
         if scope.annotation(ALLOCATING):
             try:
-                found = await port.find_by_agent(scope.uid)
+                found = await port.find_by_agent(agent)
             except maas_errors.MaasError as exc:
                 raise maas_failure(exc, None, "looking up an earlier allocation") from exc
             if found:
@@ -264,15 +265,16 @@ class MachineReconciler:
             )
         constraints, chosen_zone = self._constraints(scope)
         scope.set_annotation(ALLOCATING, str(int(self.clock())))
+        scope.set_annotation(lxd.AGENT_NAME, agent)  # same patch: survives a move with the allocate in doubt
         await scope.flush()
         started = self.clock()
         try:
             if chosen_zone:
                 m, constraints = await self.spread.allocate(
-                    port, constraints, agent_name=scope.uid, comment=f"capmaas {scope.key}"
+                    port, constraints, agent_name=agent, comment=f"capmaas {scope.key}"
                 )
             else:
-                m = await port.allocate(constraints, agent_name=scope.uid, comment=f"capmaas {scope.key}")
+                m = await port.allocate(constraints, agent_name=agent, comment=f"capmaas {scope.key}")
         except maas_errors.NoMachineAvailableError as exc:
             scope.set_annotation(ALLOCATING, None)
             raise TransientError(

@@ -77,11 +77,21 @@ def interrupted(scope: MachineScope, sid: str) -> bool:
     return scope.annotation(REPLACING) == sid
 
 
+def agent_name(scope: MachineScope) -> str:
+    """The MAAS ``agent_name`` this MaasMachine allocates under: its UID, kept in the ``…/agent-name``
+    annotation from the first allocation on. ``clusterctl move`` recreates the object with a new UID but keeps
+    its annotations, so the moved object still finds what it allocated (an earlier allocate whose answer was
+    lost, or a machine an interrupted replacement had not yet given back)."""
+    from capmaas.reconcilers.lxd import AGENT_NAME
+
+    return scope.annotation(AGENT_NAME) or scope.uid
+
+
 async def still_ours(scope: MachineScope, port: MaasPort, sid: str) -> maas.Machine | None:
-    """After an interrupted replacement: the machine if MAAS still holds it under our UID, else None (given
-    back already, and maybe someone else's by now: not to be touched)."""
+    """After an interrupted replacement: the machine if MAAS still holds it under our agent name, else None
+    (given back already, and maybe someone else's by now: not to be touched)."""
     try:
-        found = await port.find_by_agent(scope.uid)
+        found = await port.find_by_agent(agent_name(scope))
     except maas_errors.MaasError as exc:
         raise maas_failure(exc, None, "checking an interrupted replacement") from exc
     return next((m for m in found if m.system_id == sid), None)

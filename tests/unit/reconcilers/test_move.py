@@ -134,3 +134,47 @@ async def test_lxd_vm_allocated_before_the_annotation_existed_is_recorded_then_s
         assert writes(env.sim) == {}
     finally:
         await _close(upgraded, *([target] if target else []))
+
+
+class _Died(Exception):
+    """The source process stopped here: nothing after this write happened."""
+
+
+async def test_allocate_in_doubt_on_the_source_is_adopted_after_the_move(env: Env) -> None:
+    """The source died between MAAS's allocate and the spec write, then the cluster was moved: the target's
+    MaasMachine (new UID) finds the machine under the agent name recorded before the allocate - no second
+    allocation, nothing left held by a name nobody uses."""
+    await env.cluster()
+    env.machine("w0")
+    original = env.kube.patch
+
+    async def dies_on_recording(plural: Any, namespace: str, name: str, body: Any, *, status: bool) -> Any:
+        if name == "w0" and (body.get("spec") or {}).get("systemID"):
+            raise _Died
+        return await original(plural, namespace, name, body, status=status)
+
+    env.kube.patch = dies_on_recording  # type: ignore[method-assign]
+    died = False
+    for _ in range(4):
+        try:
+            await env.step("w0")
+        except _Died:
+            died = True
+            break
+    assert died
+    source_uid = env.kube.get("maasmachines", "w0")["metadata"]["uid"]
+    held = [m["system_id"] for m in env.sim.machines_by_agent(source_uid)]
+    assert len(held) == 1
+    assert not env.kube.get("maasmachines", "w0")["spec"].get("systemID")
+    target = moved(env)
+    try:
+        env.sim.reset_counters()
+        await target.drive(["w0"], ready)
+        after = target.kube.get("maasmachines", "w0")
+        assert after["spec"]["systemID"] == held[0]
+        assert not [k for k in env.sim.counters if k[0] == "POST" and k[2] == "allocate"]
+        assert env.sim.machines_by_agent(after["metadata"]["uid"]) == []
+        assert [m["system_id"] for m in env.sim.machines_by_agent(source_uid)] == held
+        assert env.sim.check_invariants() == []
+    finally:
+        await _close(target)

@@ -134,6 +134,7 @@ class KubeAdapter:
         self._http = http
         self._ttl = secret_ttl
         self._secrets: dict[tuple[str, str], tuple[float, Mapping[str, bytes] | None]] = {}
+        self._reading: dict[tuple[str, str], asyncio.Task[Mapping[str, bytes] | None]] = {}
         self._workload: dict[str, Any] = {}
         self._pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="capmaas-kube")
         self.writes = 0
@@ -164,10 +165,12 @@ class KubeAdapter:
         return out
 
     # --- secrets -----------------------------------------------------------------------------------------
-    async def read_secret_fresh(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
+    async def read_secret_fresh(
+        self, namespace: str, name: str, *, priority: int = 1
+    ) -> Mapping[str, bytes] | None:
         data: Mapping[str, bytes] | None
         try:
-            secret = await self._http.get_secret(namespace, name)
+            secret = await self._http.get_secret(namespace, name, priority=priority)
         except KubeHttpError as exc:
             if exc.status != 404:
                 raise TransientError(
@@ -184,7 +187,23 @@ class KubeAdapter:
         cached = self._secrets.get((namespace, name))
         if cached is not None and time.monotonic() - cached[0] < self._ttl:
             return cached[1]
-        return await self.read_secret_fresh(namespace, name)
+        # One read per expiry, shared by every pass that asks meanwhile, and first in the write queue: the
+        # credentials Secret gates every pass of a cluster's machines, so when its cache entry expired in a
+        # burst, each pass queued its own GET behind hundreds of starting machines' writes (readiness lag).
+        key = (namespace, name)
+        task = self._reading.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(
+                self.read_secret_fresh(namespace, name, priority=-1)
+            )
+            self._reading[key] = task
+            task.add_done_callback(lambda t: self._read_done(key, t))
+        return await asyncio.shield(task)
+
+    def _read_done(self, key: tuple[str, str], task: asyncio.Task[Mapping[str, bytes] | None]) -> None:
+        self._reading.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved here too, so a read whose every waiter left is not logged as lost
 
     # --- writes ------------------------------------------------------------------------------------------
     async def patch(
@@ -192,7 +211,7 @@ class KubeAdapter:
     ) -> Body | None:
         try:
             new = await self._http.merge_patch(
-                f"{GROUP}/{VERSION}", plural, namespace, name, body, status=status
+                f"{GROUP}/{VERSION}", plural, namespace, name, body, status=status, done=_completes(body)
             )
         except KubeHttpError as exc:
             if exc.status == 404:
@@ -247,3 +266,10 @@ class KubeAdapter:
             kopf.event(dict(obj), type=type, reason=reason, message=message[:1000])  # type: ignore[arg-type]
         except LookupError:  # outside kopf's context (unit use): log only
             log.info("event %s %s: %s", type, reason, message)
+
+
+def _completes(body: Mapping[str, Any]) -> bool:
+    """A status write that finishes an object's provisioning (``ready: true``): it goes first in the write
+    queue, since CAPI waits on it and finishing in-flight work before starting more bounds the lag."""
+    status = body.get("status")
+    return isinstance(status, Mapping) and status.get("ready") is True

@@ -66,7 +66,8 @@ class PrioritySlots:
     Why priorities: in a burst the apiserver is the bottleneck and writes queue here. A machine's Ready status
     must not wait behind the metadata patches of a thousand machines that are only starting (readiness lag),
     so status writes (priority 0) go before metadata writes and Secret reads (priority 1): finishing work goes
-    before starting more."""
+    before starting more. Priority -1 goes before both: the status write that completes an object (``ready``)
+    and the one shared read of a cached Secret that every pass waits on."""
 
     def __init__(self, n: int) -> None:
         self._free = n
@@ -168,15 +169,26 @@ class KubeHttp:
         return data
 
     async def merge_patch(
-        self, api: str, plural: str, namespace: str, name: str, body: Mapping[str, Any], *, status: bool
+        self,
+        api: str,
+        plural: str,
+        namespace: str,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        status: bool,
+        done: bool = False,
     ) -> dict[str, Any]:
-        """Merge-patch ``api`` (``group/version``) object ``plural/name`` (``status``: its subresource)."""
+        """Merge-patch ``api`` (``group/version``) object ``plural/name`` (``status``: its subresource;
+        ``done``: the write that completes the object's work, first in the queue)."""
         path = f"/apis/{api}/namespaces/{quote(namespace)}/{plural}/{quote(name)}"
         path += "/status" if status else ""
-        return await self.request("PATCH", path, body=body, content_type=MERGE, priority=0 if status else 1)
+        priority = -1 if status and done else 0 if status else 1
+        return await self.request("PATCH", path, body=body, content_type=MERGE, priority=priority)
 
-    async def get_secret(self, namespace: str, name: str) -> dict[str, Any]:
-        return await self.request("GET", f"/api/v1/namespaces/{quote(namespace)}/secrets/{quote(name)}")
+    async def get_secret(self, namespace: str, name: str, *, priority: int = 1) -> dict[str, Any]:
+        path = f"/api/v1/namespaces/{quote(namespace)}/secrets/{quote(name)}"
+        return await self.request("GET", path, priority=priority)
 
     async def aclose(self) -> None:
         if self._session is not None:

@@ -479,6 +479,10 @@ class MachineReconciler:
         scope.status["addresses"] = addresses(m)
         scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, True, C.PROVISIONED_REASON, "")
         scope.set_condition(C.READY_CONDITION, True, C.READY_REASON, "")
+        # Ready is written now, before the Node step: that step reads the kubeconfig Secret (a queued GET
+        # behind every starting machine's writes in a burst) and may dial a slow workload apiserver, and
+        # CAPI is waiting on Ready, not on the Node's providerID (readiness lag). close() may run again.
+        await scope.close()
         return await self._node(scope)
 
     async def _node(self, scope: MachineScope) -> Requeue:

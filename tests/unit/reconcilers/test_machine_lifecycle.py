@@ -208,3 +208,23 @@ async def test_a_burst_spreads_over_zones_even_when_the_cache_lags(env: Env) -> 
     await env.drive(names, ready)
     zones = [env.kube.get("maasmachines", n)["status"]["failureDomain"] for n in names]
     assert sorted(zones) == ["az1", "az2", "az3"], zones
+
+
+async def test_ready_is_written_before_the_node_step_reads_the_kubeconfig(env: Env) -> None:
+    """CAPI waits on Ready, not on the Node's providerID: the Node step (a Secret read queued behind other
+    machines' writes, then a workload apiserver that may be slow) must not hold the Ready write back."""
+    await env.cluster()
+    env.kube.secrets[("ns", "c1-kubeconfig")] = {"value": b"apiVersion: v1\nkind: Config\n"}
+    ready_when_read: list[bool] = []
+    read = env.kube.get_secret
+
+    async def observed(namespace: str, name: str) -> Any:
+        if name == "c1-kubeconfig":
+            ready_when_read.append(env.kube.get("maasmachines", "w0")["status"].get("ready") is True)
+        return await read(namespace, name)
+
+    env.kube.get_secret = observed  # type: ignore[method-assign]
+    env.machine("w0")
+    await env.drive(["w0"], ready)
+    assert ready_when_read, "the Node step never ran"
+    assert ready_when_read[0] is True

@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from operator_harness import Harness
 
 from capmaas import demo
 from capmaas.simulator import Faults, Inventory, NodeStatus, Simulator, Timings
-from conftest import Harness
 
 pytestmark = pytest.mark.k8s
 

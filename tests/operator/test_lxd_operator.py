@@ -10,12 +10,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from operator_harness import Harness
 
 from capmaas import demo, maas
 from capmaas.api import conditions as C
 from capmaas.reconcilers.lxd_placer import vm_hostname
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
-from conftest import Harness
 
 pytestmark = pytest.mark.k8s
 

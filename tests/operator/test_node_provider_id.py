@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import yaml
+from operator_harness import Harness
 
 from capmaas.api import conditions as C
-from conftest import Harness
 
 pytestmark = pytest.mark.k8s
 

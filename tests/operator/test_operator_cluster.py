@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from operator_harness import Harness
 
 from capmaas.api import conditions as C
-from conftest import Harness
 
 pytestmark = pytest.mark.k8s
 

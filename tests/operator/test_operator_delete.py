@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from conftest import Harness
+from operator_harness import Harness
 
 pytestmark = pytest.mark.k8s
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 import yaml
+from operator_harness import Harness
 
 from capmaas import demo
 from capmaas.api import conditions as C
 from capmaas.simulator import Faults, Timings
-from conftest import Harness
 
 pytestmark = pytest.mark.k8s
 

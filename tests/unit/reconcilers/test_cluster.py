@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from reconciler_env import Env
+
 from capmaas import demo
 from capmaas.api import conditions as C
 from capmaas.reconcilers.cluster import DELETE_RECHECK_SECONDS, FINALIZER
-from conftest import Env
 
 
 def dns(env: Env) -> dict[str, list[str]]:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from fakes import FakeKube
+from reconciler_env import Env
 
 from capmaas import demo
 from capmaas.api import conditions as C
@@ -13,7 +14,6 @@ from capmaas.config import load_config
 from capmaas.reconcilers.credentials import connect, resolve_credentials
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.ports import MaasCredentials
-from conftest import Env
 
 
 def mc(identity: str | None = "creds") -> dict[str, object]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from reconciler_env import make_env
 
 from capmaas.reconcilers.machine import MachineSettings
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
-from conftest import make_env
 
 
 def ready(b: dict[str, Any]) -> bool:

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from reconciler_env import Env, make_env
 
 from capmaas import maas
 from capmaas.api import conditions as C
@@ -16,7 +17,6 @@ from capmaas.reconcilers.lxd_placer import vm_hostname
 from capmaas.reconcilers.machine import FINALIZER
 from capmaas.reconcilers.scope import ANNOTATION_PREFIX
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
-from conftest import Env, make_env
 
 
 def inventory(hosts_per_zone: int = 2, cores: int = 8, memory: int = 16384, disk: str = "200G") -> Inventory:

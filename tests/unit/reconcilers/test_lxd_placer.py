@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+from reconciler_env import make_env
+
 from capmaas import maas, placement
 from capmaas.reconcilers import lxd_placer
 from capmaas.reconcilers.scope import ANNOTATION_PREFIX
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
-from conftest import make_env
 
 
 def vm_host(**over: object) -> maas.VmHost:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from reconciler_env import Env
 
 from capmaas.api import conditions as C
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.machine import FINALIZER
-from conftest import Env
 
 
 def ready(b: dict[str, Any]) -> bool:

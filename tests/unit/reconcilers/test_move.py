@@ -15,12 +15,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from reconciler_env import Env, make_env
 from test_lxd_lifecycle import add_lxd, lxd_sim
 
 from capmaas.reconcilers.lxd import AGENT_NAME
 from capmaas.reconcilers.scope import ANNOTATION_PREFIX
 from capmaas.simulator import Simulator
-from conftest import Env, make_env
 
 
 def ready(b: dict[str, Any]) -> bool:

@@ -13,12 +13,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from reconciler_env import Env, make_env
 from test_lxd_lifecycle import add_lxd, lxd_sim
 
 from capmaas import demo
 from capmaas.api import conditions as C
 from capmaas.reconcilers.ports import MaasCredentials
-from conftest import Env, make_env
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from reconciler_env import Env, make_env
 
 from capmaas.reconcilers.machine import FINALIZER
 from capmaas.reconcilers.ports import Body, ObjectPlural
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
-from conftest import Env, make_env
 
 
 class BrokenOnce(Faults):

@@ -1,0 +1,223 @@
+"""Operator tests: ``capmaas run`` as a subprocess against the real apiserver, the simulator on loopback.
+
+The test plays Cluster API core: it creates Clusters/Machines with owner references and bootstrap Secrets,
+and marks the Cluster's infrastructure provisioned once the MaasCluster is ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from capmaas import demo
+from capmaas.devcluster import ControlPlane
+from capmaas.simulator import Faults, Inventory, Simulator, Timings, serve
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPMAAS = str(Path(sys.executable).parent / "capmaas")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def crds(kube: ControlPlane, kubectl: Any) -> None:
+    kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
+    for name in ("maasmachines", "maasclusters"):
+        kubectl("wait", "--for=condition=Established", f"crd/{name}.infrastructure.cluster.x-k8s.io")
+
+
+@dataclass
+class Operator:
+    """A running ``capmaas run`` process; restartable."""
+
+    env: dict[str, str]
+    namespace: str
+    log: Path
+    extra_args: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        out = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [CAPMAAS, "run", "--namespace", self.namespace, "--standalone", *self.extra_args],
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+    def stop(self, kill: bool = False) -> None:
+        if self.proc is None:
+            return
+        if kill:
+            self.proc.kill()
+        else:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def tail(self, n: int = 60) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+
+@dataclass
+class Harness:
+    kube: ControlPlane
+    kubectl: Any
+    namespace: str
+    sim: Simulator
+    url: str
+    operator: Operator
+
+    async def k(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return await asyncio.to_thread(self.kubectl, *args, input=input, check=check)
+
+    async def apply(self, *objs: dict[str, Any]) -> None:
+        await self.k("apply", "-n", self.namespace, "-f", "-", input=yaml.safe_dump_all(list(objs)))
+
+    async def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        r = await self.k("get", kind, name, "-n", self.namespace, "-o", "json", check=False)
+        if r.returncode != 0:
+            return None
+        return dict(json.loads(r.stdout))
+
+    async def uid(self, kind: str, name: str) -> str:
+        obj = await self.get(kind, name)
+        assert obj is not None, (kind, name)
+        return str(obj["metadata"]["uid"])
+
+    async def wait(
+        self, what: str, check: Callable[[], Awaitable[bool]], within: float = 60.0, interval: float = 0.3
+    ) -> None:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if await check():
+                return
+            await asyncio.sleep(interval)
+        raise AssertionError(f"timed out waiting for {what}\n--- operator log ---\n{self.operator.tail()}")
+
+    async def cluster(
+        self, name: str = "c1", *, maascluster: dict[str, Any] | None = None, provision: bool = True
+    ) -> str:
+        """Cluster + MaasCluster (owned by it). Returns the Cluster UID."""
+        await self.apply(demo.cluster(name, self.namespace))
+        uid = await self.uid("clusters.cluster.x-k8s.io", name)
+        mc = maascluster or demo.maascluster(name, self.namespace)
+        mc["metadata"]["ownerReferences"] = [demo.owner("Cluster", name, uid)]
+        await self.apply(mc)
+        if provision:
+            await self.wait("MaasCluster ready", lambda: self.field("maasclusters", name, "status", "ready"))
+            status = {"status": {"initialization": {"infrastructureProvisioned": True}}}
+            await self.k(
+                "patch", "clusters.cluster.x-k8s.io", name, "-n", self.namespace, "--subresource=status",
+                "--type=merge", "-p", json.dumps(status),
+            )  # fmt: skip
+        return uid
+
+    async def machine(
+        self, name: str, *, cp: bool, cluster: str = "c1", bootstrap: bool = True, **kw: Any
+    ) -> None:
+        objs: list[dict[str, Any]] = []
+        if bootstrap:
+            objs.append(demo.bootstrap_secret(f"{name}-bootstrap", self.namespace, cluster))
+        objs.append(
+            demo.machine(
+                name,
+                self.namespace,
+                cluster,
+                control_plane=cp,
+                bootstrap=f"{name}-bootstrap" if bootstrap else None,
+            )
+        )
+        await self.apply(*objs)
+        muid = await self.uid("machines.cluster.x-k8s.io", name)
+        await self.apply(
+            demo.maasmachine(name, self.namespace, cluster, control_plane=cp, machine_uid=muid, **kw)
+        )
+
+    async def field(self, plural: str, name: str, *path: str) -> Any:
+        obj = await self.get(plural, name)
+        for p in path:
+            if not isinstance(obj, dict):
+                return None
+            obj = obj.get(p)
+        return obj
+
+    async def condition(self, plural: str, name: str, type_: str) -> dict[str, Any] | None:
+        for c in await self.field(plural, name, "status", "conditions") or ():
+            if c.get("type") == type_:
+                return dict(c)
+        return None
+
+
+@pytest.fixture
+def sim() -> Simulator:
+    return Simulator(
+        Inventory.generate(machines=12, zones=3, seed=7),
+        timings=Timings(deploy=1.0, release=0.3),
+        faults=Faults(),
+    )
+
+
+@pytest.fixture
+def operator_env(kube: ControlPlane) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(kube.env())
+    env.update(
+        CAPMAAS_POLLING__FAST_INTERVAL="0.2",
+        CAPMAAS_POLLING__IDLE_INTERVAL="2",
+        CAPMAAS_SERVER__BIND_ADDRESS="127.0.0.1",
+        CAPMAAS_SERVER__HEALTH_PORT=str(free_port()),
+        CAPMAAS_SERVER__METRICS_PORT=str(free_port()),
+        CAPMAAS_LOGGING__FORMAT="text",
+        CAPMAAS_LOGGING__LEVEL="INFO",
+        CAPMAAS_MACHINE__RETRY_BASE_DELAY="0.5",
+        CAPMAAS_MACHINE__RETRY_MAX_DELAY="3",
+        CAPMAAS_KUBE__SECRET_CACHE_TTL="1",
+    )
+    return env
+
+
+@pytest.fixture
+async def harness(
+    kube: ControlPlane,
+    kubectl: Any,
+    crds: None,
+    namespace: str,
+    sim: Simulator,
+    operator_env: dict[str, str],
+    tmp_path: Path,
+) -> AsyncIterator[Harness]:
+    async with serve(sim, host="127.0.0.1", port=0) as url:
+        operator_env.update(CAPMAAS_MAAS__ENDPOINT=url, CAPMAAS_MAAS__API_KEY=sim.api_key)
+        op = Operator(operator_env, namespace, tmp_path / "operator.log")
+        h = Harness(kube, kubectl, namespace, sim, url, op)
+        try:
+            yield h
+        finally:
+            op.stop()
+            # Leave nothing blocking the namespace deletion behind.
+            for plural in ("maasmachines", "maasclusters"):
+                patch = '{"metadata":{"finalizers":null}}'
+                await h.k("patch", plural, "--all", "-n", namespace, "--type=merge", "-p", patch, check=False)

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from capmaas.demo.manifests import identity_secret
+
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
 INFRA_GROUP = "infrastructure.cluster.x-k8s.io"
@@ -200,17 +202,6 @@ def maasmachine(name: str, namespace: str, cluster_name: str, *, control_plane: 
         "kind": "MaasMachine",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {"image": "ubuntu/noble", "minCPU": 2, "minMemory": 4096},
-    }
-
-
-def identity_secret(name: str, namespace: str, endpoint: str, api_key: str) -> dict[str, Any]:
-    """The Secret a MaasCluster's ``spec.identityRef`` names (keys as capmaas' credentials module reads)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "Opaque",
-        "metadata": {"name": name, "namespace": namespace},
-        "stringData": {"MAAS_ENDPOINT": endpoint, "MAAS_API_KEY": api_key},
     }
 
 

@@ -182,7 +182,10 @@ def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 def _int_or_string(node: dict[str, Any], options: list[Any], defs: Mapping[str, Any]) -> dict[str, Any]:
     """anyOf[integer, string] -> x-kubernetes-int-or-string, string constraints hoisted (structural rule)."""
-    out = {k: v for k, v in node.items() if k != "anyOf"}
+    # pydantic's own default (None for an optional field) is not a schema default; a deliberate one is kept.
+    out = {k: v for k, v in node.items() if k not in ("anyOf", "default", CRD_DEFAULT_KEY, *_DROPPED_KEYS)}
+    if CRD_DEFAULT_KEY in node:
+        out["default"] = node[CRD_DEFAULT_KEY]
     for opt in options:
         resolved = _structural(opt, defs, "")
         out.update({k: v for k, v in resolved.items() if k not in ("type", "description")})

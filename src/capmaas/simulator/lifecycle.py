@@ -237,7 +237,7 @@ class Lifecycle:
             architecture=architecture,
             cpu_count=cores,
             memory=memory,
-            disks=[Disk(state.new_id("disk"), label, size) for label, size, _ in disks],
+            disks=[Disk(state.new_id("disk"), label, size, pool_id=pool.id) for label, size, pool in disks],
             interfaces=[
                 Interface(iface_id, "eth0", mac, subnet_id, ip, auto=ip is None and subnet_id is not None)
             ],

@@ -258,6 +258,11 @@ def update_machine(sim: Simulator, req: Request) -> Response:
                 errors[key] = ["Enter a whole number."]
                 continue
             state.resize(m, **{key: number})
+    if "swap_size" in form:  # MachineForm.clean_swap_size: bytes, or a K/M/G/T (decimal) suffix; "" clears it
+        try:
+            m.swap_size = parse_swap_size(form.get("swap_size") or "")
+        except ValueError:
+            errors["swap_size"] = [f"Invalid size for swap: {form.get('swap_size')}"]
     for key in ("description", "architecture", "power_type"):
         value = form.get(key)
         if value is not None:
@@ -310,6 +315,26 @@ def deploy(sim: Simulator, req: Request) -> Response:
     m.user_data = decode_user_data(form.get("user_data"))
     sim.start_deploy(m)
     return machine_response(sim, m)
+
+
+def default_kernel(osystem: str, series: str) -> str | None:
+    """``validate_hwe_kernel`` without a kernel asked for: an Ubuntu series gets its GA kernel."""
+    version = SERIES_VERSIONS.get(series)
+    return f"ga-{version}" if osystem == "ubuntu" and version else None
+
+
+def check_on_network(sim: Simulator, m: Machine) -> None:
+    """``Node._start_deployment``: a machine with no interface linked to a subnet cannot deploy. MAAS raises
+    it inside the deploy's transaction, so nothing of the request (the allocation, the series) is kept."""
+    if not sim.state.has_network_link(m):
+        raise bad_request({"network": ["Node must be configured to use a network"]})
+
+
+def parse_swap_size(value: str) -> int | None:
+    if value == "":
+        return None
+    factor = {"K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4}.get(value[-1:], 1)
+    return int(value[:-1] if factor > 1 else value) * factor
 
 
 def decode_user_data(value: str | None) -> bytes | None:

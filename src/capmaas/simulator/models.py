@@ -245,6 +245,8 @@ class Disk:
     name: str
     size: int  # bytes
     tags: list[str] = field(default_factory=list)
+    #: A composed VM's disk: the id of the VM host storage pool backing it (its ``storage_pool``).
+    pool_id: int | None = None
 
 
 @dataclass(slots=True)
@@ -256,6 +258,12 @@ class Interface:
     ip: str | None = None
     #: An AUTO link: MAAS claims ``ip`` from the subnet when deployment starts and gives it back on release.
     auto: bool = False
+    type: str = "physical"  # physical | bridge | bond | vlan
+    parents: list[str] = field(default_factory=list)  # names of the parent interfaces (bridge, bond)
+    params: dict[str, object] = field(default_factory=dict)
+    #: The link's mode when it is not plain AUTO/STATIC: ``dhcp`` or ``link_up`` (None: derived)
+    mode: str | None = None
+    tags: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -332,6 +340,7 @@ class Machine:
     osystem: str = ""
     distro_series: str = ""
     hwe_kernel: str | None = None
+    swap_size: int | None = None
     ephemeral_deploy: bool = False
     enable_hw_sync: bool = False
     install_kvm: bool = False

@@ -1,4 +1,4 @@
-"""Block devices with every field MAAS 3.7 sends, VM host storage pool ids as strings, a composed VM's parent."""
+"""Block devices with every MAAS 3.7 field, VM host storage pool ids as strings, a composed VM's parent."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from urllib.parse import quote
 from capmaas.simulator import info, machines, misc, router, vmhosts
 from capmaas.simulator.auth import Authenticator, SignedRequest, User, challenge, new_api_key
 from capmaas.simulator.constraints import Constraints, pod_allowed
-from capmaas.simulator.faults import ConnectionDropped, Faults, Timings
+from capmaas.simulator.faults import ConnectionDropped, Faults, Timings, WriteFault
 from capmaas.simulator.forms import FormData, FormError, parse_body, parse_query
 from capmaas.simulator.http import TEXT_TYPE, HttpError, Request, Response, bad_request, json_response
 from capmaas.simulator.inventory import Inventory
@@ -260,6 +260,11 @@ class Simulator(Lifecycle):
         path: str = scope["path"]
         if self.faults.latency and path.startswith(router.API_PREFIX):
             await asyncio.sleep(self.faults.latency)
+        query = scope["query_string"].decode("latin-1")
+        api = path.startswith(router.API_PREFIX)
+        fault = self.faults.write_fault(scope["method"], query) if api else None
+        if fault is WriteFault.LATE_COMMIT:  # taken up only after the client has given up on the answer
+            await asyncio.sleep(self.faults.late_commit_delay)
         raw_path = scope.get("raw_path")
         response = self.handle(
             scope["method"],
@@ -270,7 +275,7 @@ class Simulator(Lifecycle):
             scheme=scope.get("scheme", "http"),
             raw_path=raw_path.decode("latin-1") if raw_path else None,
         )
-        if response is None:
+        if response is None or fault is WriteFault.DROP_AFTER_COMMIT:
             await send(
                 {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"4096")]}
             )

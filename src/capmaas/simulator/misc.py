@@ -438,7 +438,7 @@ def _dns_fields(
 def create_dns(sim: Simulator, req: Request) -> dict[str, Any]:
     """Create a DNS resource from ``fqdn`` (or ``name`` + ``domain``) and ``ip_addresses`` (admin)."""
     if not req.is_admin:
-        raise forbidden()
+        raise admin_only()
     name, domain_id, ips = _dns_fields(sim, req, None)
     ttl = req.form.get("address_ttl")
     rid = sim.state.new_id("dnsresource")
@@ -466,7 +466,7 @@ def update_dns(sim: Simulator, req: Request) -> dict[str, Any]:
     name, domain_id, ips = _dns_fields(sim, req, record)
     record.name, record.domain_id = name, domain_id
     if ips is not None:
-        record.ips = ips
+        record.ips, record.released_ips = ips, 0  # the new set replaces any freed (null) address too
     ttl = req.form.get("address_ttl")
     if ttl and ttl.isdigit():
         record.address_ttl = int(ttl)

@@ -156,9 +156,28 @@ def dns_resource_json(state: State, r: DnsResource) -> dict[str, Any]:
                 "alloc_type_name": "User reserved",
                 "created": "2025-01-01T00:00:00.000",
                 "ip": ip,
-                "owner": {"username": "admin", "resource_uri": f"{API}/users/admin/"},
+                "owner": {  # only admins write DNS resources; the simulator does not record which one
+                    "is_superuser": True,
+                    "username": "admin",
+                    "email": "admin@example.com",
+                    "is_local": True,
+                    "resource_uri": f"{API}/users/admin/",
+                },
                 "interface_set": [],
                 "subnet": subnet_json(subnet) if subnet else None,
+                "resource_uri": f"{API}/ipaddresses/",
+            }
+        )
+    for _ in range(r.released_ips):  # AUTO addresses freed by a release: the row stays linked, address-less
+        ips.append(
+            {
+                "alloc_type": 1,
+                "alloc_type_name": "Auto",
+                "created": "2025-01-01T00:00:00.000",
+                "ip": None,
+                "owner": None,
+                "interface_set": [],
+                "subnet": None,
                 "resource_uri": f"{API}/ipaddresses/",
             }
         )

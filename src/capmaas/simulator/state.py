@@ -134,7 +134,7 @@ class State:
 
     def has_network_link(self, m: Machine) -> bool:
         """``Node.on_network``: some interface is linked to a subnet (deploy needs it)."""
-        return any(i.subnet_id is not None and i.subnet_id in self.subnets for i in m.interfaces)
+        return any(i.subnet_id in self.subnets and i.mode != "link_up" for i in m.interfaces)
 
     def set_status(self, m: Machine, new: NodeStatus, *, check: bool = True) -> None:
         """Move ``m`` to ``new``; an illegal edge is MAAS's 409 ``Invalid transition: Old -> New.``"""

@@ -1,14 +1,14 @@
-"""Each answer a real MAAS 3.7.3 region gave (``../shared/reference/maas-3.7.3-answers/``) is replayed against the
-simulator set up like that region, and the simulator must answer with the same status, the same keys with the
-same JSON types (recursively; ``int`` and ``float`` differ, as they do for Go clients) and MAAS's own error text
-(a plain-text body or a JSON form error, word for word).
+"""Each answer a real MAAS 3.7.3 region gave (``../shared/reference/maas-3.7.3-answers/``) is replayed against
+the simulator set up like that region, and the simulator must answer with the same status, the same keys with
+the same JSON types (recursively; ``int`` and ``float`` differ, as they do for Go clients)
+and MAAS's own error text (a plain-text body or a JSON form error, word for word).
 
 Nothing of the answers is copied here: the region's zones, pools, tags, subnet, boot resources and machines
-(disk-less, ``manual`` power, an AUTO link on ``testnet1``) are read from its own list answers at test time, and
-every expectation comes from the file being replayed. What is coded here is only what the region had done
+(disk-less, ``manual`` power, an AUTO link on ``testnet1``) are read from its own list answers at test time,
+and every expectation comes from the file being replayed. What is coded here is only what the region had done
 *before* each request (e.g. "pch336 allocated and deploying"), in :data:`BEFORE`, and the few differences
 that come from how the region was built rather than from MAAS (:data:`REGION_ONLY_NULLS`,
-:data:`UNCERTAIN_BODIES`), each with its reason.
+:data:`NO_RACK_NULLS`, :data:`UNCERTAIN_BODIES`), each with its reason.
 
 The answers live beside the repository (``shared/`` next to the clone, as in CI); without them the module is
 skipped with the path it looked for.
@@ -234,7 +234,7 @@ def shape_differences(real: Any, simulated: Any) -> list[str]:
             w = "|".join(k for k in w.split("|") if k != "null") or g  # the region's null says nothing
             if w == g:
                 continue
-        if w is None and _under_empty_list(path, want) or g is None and _under_empty_list(path, got):
+        if (w is None and _under_empty_list(path, want)) or (g is None and _under_empty_list(path, got)):
             continue
         problems.append(f"{path or '<root>'}: MAAS {w}, simulator {g}")
     return problems

@@ -110,6 +110,14 @@ async def test_deploy_of_a_machine_without_a_linked_interface_is_refused(interfa
         assert (m["status_name"], m["osystem"]) == ("Allocated", "")
 
 
+async def test_a_link_up_only_interface_is_not_on_a_network() -> None:
+    sim = sim_of({"hostname": "m1", "system_id": "lnk001"})
+    sim.state.machines["lnk001"].interfaces[0].mode = "link_up"  # linked to the subnet, no address mode
+    async with client(sim) as c:
+        r = await op(c, "machines/lnk001/", "deploy")
+        assert (r.status_code, r.json()) == (400, {"network": ["Node must be configured to use a network"]})
+
+
 async def test_one_linked_interface_of_several_is_enough_and_the_default_interface_is_linked() -> None:
     sim = sim_of(
         {
@@ -236,29 +244,30 @@ async def test_late_commit_allocates_after_the_client_gave_up() -> None:
         seed=1, late_commit_rate=1.0, late_commit_delay=0.6, write_fault_ops=frozenset({"allocate"})
     )
     sim = sim_of({"hostname": "m1", "system_id": "late01"}, faults=faults)
-    async with serve(sim) as url:
-        async with httpx.AsyncClient(base_url=url + "/api/2.0/", auth=OAuth(ADMIN_KEY), timeout=0.2) as c:
-            t0 = time.monotonic()
-            with pytest.raises(httpx.ReadTimeout):
-                await c.post("machines/", params={"op": "allocate"}, data={"agent_name": "uid-1"})
-            lookup = await c.get("machines/", params={"agent_name": "uid-1"})  # GETs are never held
-            assert lookup.json() == []  # nothing yet: a client that retries now allocates twice
-            while not sim.state.by_agent.get("uid-1"):
-                assert time.monotonic() - t0 < 5
-                await asyncio.sleep(0.05)
-            assert time.monotonic() - t0 >= 0.6
-            lookup = await c.get("machines/", params={"agent_name": "uid-1"})
-            assert [m["system_id"] for m in lookup.json()] == ["late01"]
+    async with (
+        serve(sim) as url,
+        httpx.AsyncClient(base_url=url + "/api/2.0/", auth=OAuth(ADMIN_KEY), timeout=0.2) as c,
+    ):
+        t0 = time.monotonic()
+        with pytest.raises(httpx.ReadTimeout):
+            await c.post("machines/", params={"op": "allocate"}, data={"agent_name": "uid-1"})
+        lookup = await c.get("machines/", params={"agent_name": "uid-1"})  # GETs are never held
+        assert lookup.json() == []  # nothing yet: a client that retries now allocates twice
+        while not sim.state.by_agent.get("uid-1"):
+            assert time.monotonic() - t0 < 5
+            await asyncio.sleep(0.05)
+        assert time.monotonic() - t0 >= 0.6
+        lookup = await c.get("machines/", params={"agent_name": "uid-1"})
+        assert [m["system_id"] for m in lookup.json()] == ["late01"]
 
 
 async def test_drop_after_commit_acts_then_cuts_the_answer() -> None:
     faults = Faults(seed=1, drop_after_commit_rate=1.0)
     sim = sim_of({"hostname": "m1", "system_id": "drop01"}, faults=faults)
-    async with serve(sim) as url:
-        async with httpx.AsyncClient(base_url=url + "/api/2.0/", auth=OAuth(ADMIN_KEY)) as c:
-            with pytest.raises(httpx.HTTPError):
-                await c.post("machines/", params={"op": "allocate"}, data={"agent_name": "uid-2"})
-            assert (await c.get("machines/drop01/")).json()["status_name"] == "Allocated"  # GETs answered
+    async with serve(sim) as url, httpx.AsyncClient(base_url=url + "/api/2.0/", auth=OAuth(ADMIN_KEY)) as c:
+        with pytest.raises(httpx.HTTPError):
+            await c.post("machines/", params={"op": "allocate"}, data={"agent_name": "uid-2"})
+        assert (await c.get("machines/drop01/")).json()["status_name"] == "Allocated"  # GETs answered
     assert sim.state.machines["drop01"].agent_name == "uid-2"
 
 

@@ -11,13 +11,15 @@ in :mod:`capmaas.maas.errors` (also re-exported here), response and request mode
 
 from __future__ import annotations
 
+from capmaas.maas._allowlist import EndpointAllowList
 from capmaas.maas._auth import Credentials
 from capmaas.maas._client import MaasClient, normalize_base_url
-from capmaas.maas._http import RetryPolicy
+from capmaas.maas._http import Limits, RetryPolicy
 from capmaas.maas.errors import (
     ApiError,
     BadRequestError,
     ConflictError,
+    EndpointNotAllowedError,
     ForbiddenError,
     GoneError,
     InvalidApiKeyError,
@@ -27,6 +29,7 @@ from capmaas.maas.errors import (
     NotFoundError,
     RequestInfo,
     ResponseParseError,
+    ResponseTooLargeError,
     ServiceUnavailableError,
     TimeoutError,
     TransportError,
@@ -73,6 +76,8 @@ __all__ = [
     "Credentials",
     "DnsResource",
     "Domain",
+    "EndpointAllowList",
+    "EndpointNotAllowedError",
     "ForbiddenError",
     "GoneError",
     "Interface",
@@ -80,6 +85,7 @@ __all__ = [
     "InvalidApiKeyError",
     "InvalidBaseUrlError",
     "IpAddress",
+    "Limits",
     "MaasClient",
     "MaasError",
     "Machine",
@@ -92,6 +98,7 @@ __all__ = [
     "RequestInfo",
     "ResourcePool",
     "ResponseParseError",
+    "ResponseTooLargeError",
     "RetryPolicy",
     "ServiceUnavailableError",
     "StoragePool",

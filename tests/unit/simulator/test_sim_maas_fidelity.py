@@ -4,6 +4,7 @@ mark_broken, never-commissioned machines, and the two write faults (late commit,
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import time
 from typing import Any
@@ -14,6 +15,7 @@ from simtools import ADMIN_KEY, OAuth, client
 
 from capmaas.simulator import Faults, Inventory, Simulator, Timings, serve
 from capmaas.simulator.faults import WriteFault
+from capmaas.simulator.serve import add_arguments, build
 
 SUBNET = {"cidr": "192.0.2.0/24", "name": "testnet1"}
 
@@ -285,3 +287,30 @@ def test_write_faults_pick_writes_only_and_are_seeded() -> None:
     assert Faults().write_fault("POST", "") is None
     with pytest.raises(ValueError, match="late_commit_rate"):
         Faults(late_commit_rate=1.5)
+
+
+def test_capmaas_simulate_takes_the_write_faults() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(
+        [
+            "--late-commit-rate",
+            "0.5",
+            "--late-commit-delay",
+            "3",
+            "--drop-after-commit-rate",
+            "0.1",
+            "--drop-rate",
+            "0.2",
+            "--write-fault-ops",
+            "allocate,deploy",
+        ]
+    )
+    f = build(args).faults
+    assert (f.late_commit_rate, f.late_commit_delay, f.drop_after_commit_rate, f.drop_rate) == (
+        0.5,
+        3.0,
+        0.1,
+        0.2,
+    )
+    assert f.write_fault_ops == {"allocate", "deploy"}

@@ -141,6 +141,21 @@ class User:
         }
 
 
+@dataclass(slots=True)
+class Token:
+    """An OAuth token: ``consumer_key:key:secret`` is the API key MAAS shows for it."""
+
+    consumer_key: str
+    key: str
+    secret: str
+    name: str
+    username: str
+
+    @property
+    def api_key(self) -> str:
+        return f"{self.consumer_key}:{self.key}:{self.secret}"
+
+
 def new_api_key() -> str:
     """A fresh key shaped like MAAS's (18:18:32)."""
 
@@ -173,6 +188,7 @@ class Authenticator:
         self.clock = clock
         self.users: dict[str, User] = {}
         self._by_token: dict[str, User] = {}
+        self.tokens: dict[str, Token] = {}  # token key -> its consumer, secret and name
         self._consumers: set[str] = set()
         self._nonces: dict[tuple[str, str, str], float] = {}
         self._last_prune = 0.0
@@ -194,6 +210,7 @@ class Authenticator:
         user = User(username, consumer, token, secret, admin, email or f"{username}@example.com", password)
         self.users[username] = user
         self._by_token[token] = user
+        self.tokens[token] = Token(consumer, token, secret, "MAAS consumer", username)
         self._consumers.add(consumer)
         return user
 
@@ -226,7 +243,8 @@ class Authenticator:
         if consumer not in self._consumers:
             raise _unauthorized("Invalid API key.")
         user = self._by_token.get(token)
-        if user is None or user.consumer_key != consumer:
+        entry = self.tokens.get(token)
+        if user is None or entry is None or entry.consumer_key != consumer:
             raise _unauthorized(repr(f"Invalid access token: {token}"))
         version = params.get("oauth_version")
         if version and version != "1.0":
@@ -263,15 +281,37 @@ class Authenticator:
                 )
             )
         if method == "PLAINTEXT":
-            expected = "&" + escape(user.token_secret)
-            if params["oauth_signature"] not in (expected, "&" + user.token_secret):
+            expected = "&" + escape(entry.secret)
+            if params["oauth_signature"] not in (expected, "&" + entry.secret):
                 raise _unauthorized(repr(f"Invalid signature. Expected signature base string: {expected}"))
             return user
         base = signed.base_string() if signed is not None else ""
         given = params["oauth_signature"].encode()
-        if not hmac.compare_digest(given, hmac_sha1(base, user.token_secret).encode()):
+        if not hmac.compare_digest(given, hmac_sha1(base, entry.secret).encode()):
             raise _unauthorized(repr(f"Invalid signature. Expected signature base string: {base}"))
         return user
+
+    def create_token(self, user: User, name: str | None) -> Token:
+        """``create_authorisation_token``: a new consumer and token for ``user``."""
+        consumer, token, secret = split_api_key(new_api_key())
+        entry = Token(consumer, token, secret, name or "MAAS consumer", user.username)
+        self.tokens[token] = entry
+        self._by_token[token] = user
+        self._consumers.add(consumer)
+        return entry
+
+    def user_tokens(self, user: User) -> list[Token]:
+        return [t for t in self.tokens.values() if t.username == user.username]
+
+    def delete_token(self, user: User, token_key: str) -> bool:
+        entry = self.tokens.get(token_key)
+        if entry is None or entry.username != user.username:
+            return False
+        del self.tokens[token_key]
+        del self._by_token[token_key]
+        if not any(t.consumer_key == entry.consumer_key for t in self.tokens.values()):
+            self._consumers.discard(entry.consumer_key)
+        return True
 
     def _prune(self, now: float) -> None:
         """Forget nonces older than the timestamp window (MAAS's nonces_cleanup job)."""

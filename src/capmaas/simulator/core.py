@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import quote
 
-from capmaas.simulator import info, machines, misc, router, vmhosts
+from capmaas.simulator import devices, dnsrecords, info, machines, misc, networks, nodes, router, vmhosts
 from capmaas.simulator.auth import Authenticator, SignedRequest, User, challenge, new_api_key
 from capmaas.simulator.constraints import Constraints, pod_allowed
 from capmaas.simulator.faults import ConnectionDropped, Faults, Timings, WriteFault
@@ -77,6 +77,10 @@ class Simulator(Lifecycle):
             *machines.RESOURCES,
             *vmhosts.RESOURCES,
             *misc.RESOURCES,
+            *dnsrecords.RESOURCES,
+            *nodes.RESOURCES,
+            *networks.RESOURCES,
+            *devices.RESOURCES,
             *info.RESOURCES,
         ]
         self.api_hash = info.api_hash(self)

@@ -13,7 +13,9 @@ from typing import Any
 
 from capmaas.simulator.models import (
     BootResource,
+    Device,
     Disk,
+    DnsData,
     DnsResource,
     Domain,
     Interface,
@@ -186,8 +188,55 @@ def dns_resource_json(state: State, r: DnsResource) -> dict[str, Any]:
         "fqdn": fqdn,
         "address_ttl": r.address_ttl,
         "ip_addresses": ips,
-        "resource_records": [],
+        "resource_records": [
+            dns_data_json(state, d)
+            for d in sorted(state.dns_data.values(), key=lambda d: (d.rrtype, d.id))
+            if d.dnsresource_id == r.id
+        ],
         "resource_uri": f"{API}/dnsresources/{r.id}/",
+    }
+
+
+def dns_resource_fqdn(state: State, r: DnsResource) -> str:
+    domain = state.domains[r.domain_id]
+    return domain.name if r.name == "@" else f"{r.name}.{domain.name}"
+
+
+def dns_data_json(state: State, d: DnsData) -> dict[str, Any]:
+    """``DNSResourceRecordHandler`` fields (``DISPLAYED_DNSDATA_FIELDS``)."""
+    return {
+        "id": d.id,
+        "fqdn": dns_resource_fqdn(state, state.dns_resources[d.dnsresource_id]),
+        "ttl": d.ttl,
+        "rrtype": d.rrtype,
+        "rrdata": d.rrdata,
+        "resource_uri": f"{API}/dnsresourcerecords/{d.id}/",
+    }
+
+
+def device_json(state: State, d: Device) -> dict[str, Any]:
+    """``DeviceHandler`` fields (``DISPLAYED_DEVICE_FIELDS``); ``parent`` is the parent's system_id."""
+    domain = state.domains[d.domain_id]
+    node = Machine(0, d.system_id, d.hostname, d.domain_id, d.zone_id, 0)
+    ifaces = [interface_json(state, node, i) for i in d.interfaces]
+    return {
+        "system_id": d.system_id,
+        "hostname": d.hostname,
+        "description": d.description,
+        "domain": domain_json(state, domain, count_records=False),
+        "fqdn": f"{d.hostname}.{domain.name}",
+        "owner": d.owner,
+        "owner_data": dict(d.annotations),
+        "parent": d.parent,
+        "tag_names": sorted(d.tags),
+        "address_ttl": None,
+        "ip_addresses": [i.ip for i in d.interfaces if i.ip],
+        "interface_set": ifaces,
+        "zone": zone_json(state.zones[d.zone_id]),
+        "node_type": 1,
+        "node_type_name": "Device",
+        "workload_annotations": dict(d.annotations),
+        "resource_uri": f"{API}/devices/{d.system_id}/",
     }
 
 

@@ -128,8 +128,9 @@ def check(resource: str, table: dict[str, Any], answers: list[Any]) -> Report:
                 if excepted(resource, path):
                     report.excepted.add(path)
                 else:
+                    theirs = "|".join(rule["types"])
                     report.problems.append(
-                        f"{where}: {path} is {json_type(value)}, MAAS's examples have {'|'.join(rule['types'])}"
+                        f"{where}: {path} is {json_type(value)}, MAAS's examples have {theirs}"
                     )
                 return
         if isinstance(value, dict) and path not in maps:

@@ -1,4 +1,4 @@
-"""Every simulator answer of a resource has every key MAAS 3.7's own API examples have, with the same JSON type.
+"""Every simulator answer of a resource has every key MAAS 3.7's own API examples have, with their JSON type.
 
 The simulator is driven through the states and operations whose answers carry each resource (lists, reads,
 allocate, deploy, release, compose, bridge, link, DNS, devices, tokens), so nested arrays (links, partitions,

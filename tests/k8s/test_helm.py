@@ -133,19 +133,16 @@ def test_rbac_is_least_privilege_cluster_wide(helm: Helm) -> None:
     rules = rules_of(docs, "-manager")
     all_rules = [r for d in docs if d["kind"] in {"ClusterRole", "Role"} for r in d["rules"]]
     assert not [r for r in all_rules if "*" in r["verbs"] or "*" in r["resources"] or "*" in r["apiGroups"]]
-    assert verbs_for(rules, "", "secrets") == {"get", "list", "watch"}
+    # Issue 10 item 7: what the code calls, nothing more (Secrets read by name; merge patches, never update).
+    assert verbs_for(rules, "", "secrets") == {"get"}
     assert verbs_for(rules, "", "events") == {"create", "patch"}
     assert verbs_for(rules, "cluster.x-k8s.io", "clusters") == {"get", "list", "watch"}
     assert verbs_for(rules, "cluster.x-k8s.io", "machines") == {"get", "list", "watch"}
-    for kind in ("maasclusters", "maasmachines", "maasmachinetemplates", "maasclustertemplates"):
-        assert verbs_for(rules, "infrastructure.cluster.x-k8s.io", kind) == {
-            "get",
-            "list",
-            "watch",
-            "patch",
-            "update",
-        }
-        assert "patch" in verbs_for(rules, "infrastructure.cluster.x-k8s.io", f"{kind}/status")
+    for kind in ("maasclusters", "maasmachines"):
+        assert verbs_for(rules, "infrastructure.cluster.x-k8s.io", kind) == {"get", "list", "watch", "patch"}
+        assert verbs_for(rules, "infrastructure.cluster.x-k8s.io", f"{kind}/status") == {"patch"}
+    for kind in ("maasmachinetemplates", "maasclustertemplates"):
+        assert not verbs_for(rules, "infrastructure.cluster.x-k8s.io", kind)
     assert not verbs_for(rules, "infrastructure.cluster.x-k8s.io", "maasmachines") & {"create", "delete"}
     cluster = rules_of(docs, "-cluster")
     assert verbs_for(cluster, "apiextensions.k8s.io", "customresourcedefinitions") == {"list", "watch"}
@@ -296,6 +293,11 @@ def test_install_upgrade_uninstall(helm: Helm, kube: ControlPlane, kubectl: Any,
         assert can("get", "secrets", "-n", namespace) == "yes"
         assert can("create", "events", "-n", namespace) == "yes"
         assert can("delete", "secrets", "-n", namespace) == "no"
+        assert can("list", "secrets", "-n", namespace) == "no"
+        assert can("watch", "secrets", "-A") == "no"
+        assert can("update", "maasmachines.infrastructure.cluster.x-k8s.io", "-n", namespace) == "no"
+        assert can("patch", "maasmachines.infrastructure.cluster.x-k8s.io", "-n", namespace) == "yes"
+        assert can("get", "maasmachinetemplates.infrastructure.cluster.x-k8s.io", "-n", namespace) == "no"
         assert can("patch", "machines.cluster.x-k8s.io", "-n", namespace) == "no"
         assert can("create", "maasmachines.infrastructure.cluster.x-k8s.io", "-n", namespace) == "no"
 

@@ -59,7 +59,6 @@ from capmaas.api.v1beta1.maasmachinetemplate import (
     MaasMachineTemplateSpec,
     MaasMachineTemplateStatus,
     NodeInfo,
-    capacity_for,
 )
 
 __all__ = [
@@ -104,7 +103,6 @@ __all__ = [
     "StaticIP",
     "TemplateMetadata",
     "VMResourceUsage",
-    "capacity_for",
     "find_condition",
     "set_condition",
     "utcnow",

@@ -27,6 +27,7 @@ from capmaas.config import OperatorConfig
 from capmaas.operator.kube import KubeAdapter, Store, object_key
 from capmaas.operator.kubehttp import KubeHttp, load_configuration
 from capmaas.operator.metrics import Metrics
+from capmaas.operator.templates import register as register_templates
 from capmaas.operator.workers import Reconcile, Workers
 from capmaas.reconcilers.aiotransport import transport_for
 from capmaas.reconcilers.cluster import ClusterReconciler
@@ -286,6 +287,8 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     @kopf.on.probe(id="machines", registry=registry)
     async def probe_machines(**_: Any) -> int:
         return len(rt.machines)
+
+    register_templates(registry)  # MaasMachineTemplate status.capacity (autoscaler scale-from-zero)
 
 
 async def run_operator(config: OperatorConfig, *, stop_flag: asyncio.Event | None = None) -> None:

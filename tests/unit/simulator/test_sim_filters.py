@@ -9,6 +9,8 @@ import pytest
 from capmaas.simulator import Simulator
 from capmaas.simulator.models import Subnet
 
+AUTH_METHODS = ("plaintext", "hmac")  # every admin/alice/ladmin test runs with both signatures
+
 
 async def hostnames(c: httpx.AsyncClient, **params: str | list[str]) -> list[str]:
     r = await c.get("machines/", params=params)

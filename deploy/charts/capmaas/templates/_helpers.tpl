@@ -80,9 +80,4 @@ status (never update), GETs Secrets by name (never lists or watches them). Templ
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
-{{- if and .Values.peering.enabled .Values.operator.namespace }}
-- apiGroups: [kopf.dev, zalando.org]
-  resources: [kopfpeerings]
-  verbs: [get, list, watch, patch]
-{{- end }}
 {{- end -}}

@@ -43,8 +43,10 @@ IMAGE_DIR = REPO / "build" / "image"
 INVENTORY = REPO / "examples" / "inventory-sample.yaml"
 RELEASE, NAMESPACE = "capmaas", "capmaas-system"
 IMAGE_REPO = "localhost/capmaas"
-# Deploys take a while, so the helm upgrade below lands while machines are still provisioning.
-TIMINGS = Timings(deploy=20.0, release=1.0)
+TIMINGS = Timings(deploy=10.0, release=1.0)
+# For the upgrade: deploys outlast the whole rollout (new Pod started and Ready, old one terminated), so the
+# new operator takes over machines in the middle of provisioning.
+ROLL_TIMINGS = Timings(deploy=120.0, release=1.0)
 ACTIVE = {"Allocated", "Deploying", "Deployed"}
 # An apiserver denial in the operator's log (not a timestamp's milliseconds such as ",403").
 DENIED = re.compile(r"forbidden|(?<![,.:\d])\b403\b", re.IGNORECASE)
@@ -293,6 +295,7 @@ def test_helm_upgrade_to_a_rebuilt_image_while_machines_provision(cluster: PodCl
     before = {p["metadata"]["name"] for p in cluster.pods()}
 
     specs = _machine_specs("roll")
+    cluster.sim.call(lambda sim: setattr(sim, "timings", ROLL_TIMINGS))
     capi = _provision(cluster, "pod-roll", specs)
     # Upgrade as soon as the operator has started on them: deploys take TIMINGS.deploy seconds.
     _wait("the first machine allocated in MAAS", lambda: bool(_held(cluster)), 60, cluster.logs)
@@ -302,19 +305,19 @@ def test_helm_upgrade_to_a_rebuilt_image_while_machines_provision(cluster: PodCl
         "--set", "image.tag=upgrade", "--wait", "--timeout=240s",
     )  # fmt: skip
     cluster.kubectl("rollout", "status", "-n", NAMESPACE, f"deployment/{RELEASE}", "--timeout=120s")
-    cluster.timings["helm upgrade rollout"] = time.monotonic() - t1
-    still_provisioning = len(_ready_maasmachines(cluster.kube, "pod-roll")) < len(specs)
-
     _wait(
         "old pods gone",
         lambda: not (before & {p["metadata"]["name"] for p in cluster.pods()}),
         120,
         cluster.describe,
     )
+    cluster.timings["helm upgrade rollout, old pods gone"] = time.monotonic() - t1
+    still_provisioning = len(_ready_maasmachines(cluster.kube, "pod-roll")) < len(specs)
     pods = cluster.pods()
     assert pods
     assert all(p["spec"]["containers"][0]["image"] == f"{IMAGE_REPO}:upgrade" for p in pods)
-    _finish(cluster, capi, specs)
+    _finish(cluster, capi, specs, timeout=300.0)
+    cluster.sim.call(lambda sim: setattr(sim, "timings", TIMINGS))
     assert still_provisioning, (
         "the upgrade finished after every machine was ready; it did not test a handover"
     )

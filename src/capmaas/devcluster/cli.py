@@ -8,7 +8,7 @@ machines).
 
 ``up --node`` starts a one-node cluster instead (:mod:`capmaas.devcluster.node`: the same control plane plus
 kube-scheduler, containerd and a kubelet, inside a network namespace of its own), importing the image archives
-given with ``--image`` (default: ``make image``'s ``build/image/capmaas-dev.oci.tar`` when present). The
+given with ``--load`` (default: ``make image``'s ``build/image/capmaas-dev.oci.tar`` when present). The
 cluster is reachable only inside that namespace: ``env`` prints the ``ip netns exec`` prefix to use. Needs
 root and ``make node``.
 """
@@ -45,8 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="up: a one-node cluster (containerd + kubelet) in a network namespace of its own (root)",
     )
     parser.add_argument(
-        "--image",
+        "--load",
         action="append",
+        metavar="ARCHIVE",
         type=Path,
         default=None,
         help="up --node: OCI image archive to import (repeatable; default: build/image/capmaas-dev.oci.tar)",
@@ -114,7 +115,7 @@ def _node_up(args: argparse.Namespace, directory: Path) -> int:
     if _state(directory) is not None:
         _say(f"a dev cluster is already recorded in {directory}; run `down` first")
         return 1
-    images = args.image
+    images = args.load
     if images is None:
         default = Path("build/image/capmaas-dev.oci.tar")
         images = [default] if default.is_file() else []

@@ -138,7 +138,12 @@ class Harness:
         raise AssertionError(f"timed out waiting for {what}\n--- operator log ---\n{self.operator.tail()}")
 
     async def cluster(
-        self, name: str = "c1", *, maascluster: dict[str, Any] | None = None, provision: bool = True
+        self,
+        name: str = "c1",
+        *,
+        maascluster: dict[str, Any] | None = None,
+        provision: bool = True,
+        within: float = 60.0,
     ) -> str:
         """Cluster + MaasCluster (owned by it). Returns the Cluster UID."""
         await self.apply(demo.cluster(name, self.namespace))
@@ -147,7 +152,9 @@ class Harness:
         mc["metadata"]["ownerReferences"] = [demo.owner("Cluster", name, uid)]
         await self.apply(mc)
         if provision:
-            await self.wait("MaasCluster ready", lambda: self.field("maasclusters", name, "status", "ready"))
+            await self.wait(
+                "MaasCluster ready", lambda: self.field("maasclusters", name, "status", "ready"), within
+            )
             status = {"status": {"initialization": {"infrastructureProvisioned": True}}}
             await self.k(
                 "patch", "clusters.cluster.x-k8s.io", name, "-n", self.namespace, "--subresource=status",

@@ -14,6 +14,7 @@ from __future__ import annotations
 from capmaas.maas._auth import Credentials
 from capmaas.maas._client import MaasClient, normalize_base_url
 from capmaas.maas._http import RetryPolicy
+from capmaas.maas._transports import AiohttpTransport, ssl_context
 from capmaas.maas.errors import (
     ApiError,
     BadRequestError,
@@ -63,6 +64,7 @@ from capmaas.maas.models import (
 )
 
 __all__ = [
+    "AiohttpTransport",
     "AllocateConstraints",
     "ApiError",
     "BadRequestError",
@@ -110,4 +112,5 @@ __all__ = [
     "Zone",
     "ZoneRef",
     "normalize_base_url",
+    "ssl_context",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
@@ -18,6 +19,7 @@ from urllib.parse import quote, urlencode
 import httpx
 import pydantic
 
+from capmaas import backoff as _backoff
 from capmaas.maas import _auth, errors
 
 __all__ = ["FormFields", "Http", "OnResponse", "RetryPolicy", "Sleep"]
@@ -49,19 +51,21 @@ _TRANSPORT_FAILURES: tuple[type[Exception], ...] = (httpx.HTTPError, OSError)
 class RetryPolicy:
     """How often and how long to retry.
 
-    ``max_retries`` extra attempts after the first; transport failures wait ``base_delay * 2**n`` seconds,
-    capped at ``max_delay``; a ``Retry-After`` is honoured but capped at ``max_retry_after`` seconds, so a
-    misbehaving server cannot park a reconciler for an hour.
+    ``max_retries`` extra attempts after the first; transport failures wait up to ``base_delay * 2**n``
+    seconds (full jitter), capped at ``max_delay``; a ``Retry-After`` is honoured but capped at
+    ``max_retry_after`` seconds, so a misbehaving server cannot park a reconciler for an hour.
     """
 
     max_retries: int = 3
     base_delay: float = 0.5
     max_delay: float = 10.0
     max_retry_after: float = 30.0
+    #: The jitter's draw in [0, 1] (a test pins it).
+    jitter: Callable[[], float] = random.random
 
     def backoff(self, attempt: int) -> float:
-        """Delay before retry number ``attempt`` (0-based) after a transport failure."""
-        return float(min(self.max_delay, self.base_delay * (2**attempt)))
+        """Delay before retry number ``attempt`` (0-based) after a transport failure (full jitter)."""
+        return _backoff.full_jitter(attempt, base=self.base_delay, cap=self.max_delay, rand=self.jitter)
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -21,6 +21,13 @@ from capmaas.api import conditions as C
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers.credentials import connect, maas_failure
 from capmaas.reconcilers.errors import ReconcileError
+from capmaas.reconcilers.keys import (
+    CLUSTER_FINALIZER,
+    CONTROL_PLANE_LABEL,
+    CUSTOM_DNS_ANNOTATION,
+    DELETE_FOR_MOVE_ANNOTATION,
+    MANAGED_BY_ANNOTATION,
+)
 from capmaas.reconcilers.ports import (
     MAASCLUSTER,
     Body,
@@ -30,18 +37,8 @@ from capmaas.reconcilers.ports import (
     MaasCredentials,
     MaasPort,
 )
-from capmaas.reconcilers.scope import (
-    CONTROL_PLANE_LABEL,
-    DELETE_FOR_MOVE_ANNOTATION,
-    MANAGED_BY_ANNOTATION,
-    ObjectScope,
-    Requeue,
-    is_paused,
-    owner_ref,
-)
+from capmaas.reconcilers.scope import ConditionStatus, ObjectScope, Requeue, is_paused, owner_ref
 
-FINALIZER = "maascluster.infrastructure.cluster.x-k8s.io"
-CUSTOM_DNS_ANNOTATION = "spectrocloud.com/custom-dns-provided"
 DEFAULT_API_PORT = 6443
 RUNNING_STATES = frozenset({"Deployed", "Deploying"})
 #: Seconds between looks (at the watch cache, no API call) of a deleting MaasCluster for its MaasMachines.
@@ -52,11 +49,25 @@ class ClusterScope(ObjectScope):
     """The MaasCluster plus its owner Cluster (from the cache)."""
 
     cluster: Body | None = None
+    #: Why the MaasCluster is not ready yet, as (reason, message); Ready says it until it is ready.
+    blocked: tuple[str, str] | None = None
 
     @property
     def cluster_name(self) -> str:
         ref = owner_ref(self.body, "Cluster")
         return str(ref.get("name")) if ref else self.name
+
+    def block(self, reason: str, message: str) -> None:
+        """Not ready yet, for this reason (ignored once ready: readiness is never taken back)."""
+        self.blocked = (reason, message)
+
+    def summary(self) -> tuple[bool | ConditionStatus, str, str] | None:
+        """A deletion's step; else ready (``status.ready``, never reset), or why not."""
+        if self.deletion is not None:
+            return (False, *self.deletion)
+        if self.status.get("ready"):
+            return None if self.deleting else (True, C.READY_REASON, "")
+        return None if self.blocked is None else (False, *self.blocked)
 
 
 def dns_name(cluster_name: str, uid: str, domain: str) -> str:
@@ -106,15 +117,13 @@ class ClusterReconciler:
                 return await self._delete(scope)
             return await self._normal(scope)
         except ReconcileError as exc:
-            if not scope.status.get("ready"):
-                scope.set_condition(C.READY_CONDITION, False, exc.reason, exc.message)
+            scope.block(exc.reason, exc.message)
             raise
         finally:
             await scope.close()
 
     def _wait(self, scope: ClusterScope, reason: str, message: str) -> Requeue:
-        if not scope.status.get("ready"):
-            scope.set_condition(C.READY_CONDITION, False, reason, message)
+        scope.block(reason, message)
         return Requeue()
 
     def _load(self, scope: ClusterScope) -> bool:
@@ -144,7 +153,7 @@ class ClusterReconciler:
         scope.set_paused_condition(paused, why)
         if paused:
             return Requeue()
-        scope.add_finalizer(FINALIZER)
+        scope.add_finalizer(CLUSTER_FINALIZER)
         port = await self._connect(scope)
         await self._failure_domains(scope, port)
         endpoint = await self._endpoint(scope, port)
@@ -152,7 +161,6 @@ class ClusterReconciler:
             return Requeue()
         scope.status["ready"] = True
         scope.status["initialization"] = {"provisioned": True}
-        scope.set_condition(C.READY_CONDITION, True, C.READY_REASON, "")
         return Requeue()
 
     async def _failure_domains(self, scope: ClusterScope, port: MaasPort) -> None:
@@ -224,10 +232,10 @@ class ClusterReconciler:
         return fqdn
 
     async def _delete(self, scope: ClusterScope) -> Requeue:
-        if FINALIZER not in scope.finalizers:
+        if CLUSTER_FINALIZER not in scope.finalizers:
             return Requeue()
         if DELETE_FOR_MOVE_ANNOTATION in scope.annotations:
-            scope.remove_finalizer(FINALIZER)
+            scope.remove_finalizer(CLUSTER_FINALIZER)
             return Requeue()
         self._load(scope)
         paused, why = is_paused(scope.body, scope.cluster)
@@ -236,9 +244,7 @@ class ClusterReconciler:
             return Requeue()
         left = self.kube.list_maasmachines(scope.namespace, scope.cluster_name)
         if left:
-            scope.set_condition(
-                C.READY_CONDITION, False, C.DELETING_REASON, f"waiting for {len(left)} MaasMachines to go"
-            )
+            scope.set_deletion(C.DELETING_REASON, f"waiting for {len(left)} MaasMachines to go")
             # Look again soon rather than only when woken: the wake-up for "a MaasMachine went away" finds the
             # MaasCluster through the Cluster, which may already be gone (deleted first, or a namespace
             # deletion), and then this MaasCluster would sit until the resync interval (minutes).
@@ -260,5 +266,5 @@ class ClusterReconciler:
                 self._dns.pop(scope.uid, None)
             except maas_errors.MaasError as exc:
                 raise maas_failure(exc, None, f"deleting DNS record {host}") from exc
-        scope.remove_finalizer(FINALIZER)
+        scope.remove_finalizer(CLUSTER_FINALIZER)
         return Requeue()

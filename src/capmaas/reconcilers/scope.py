@@ -9,6 +9,10 @@ would write, and every write would wake another reconcile).
 
 The one deliberate exception is :meth:`ObjectScope.flush`: right after MAAS allocates a machine, its system ID
 must reach ``spec`` before anything else can fail (that is what makes allocation crash-safe).
+
+The Ready condition is never set by a reconcile step: :meth:`ObjectScope.summary` derives it from the other
+conditions and intents when the scope is written (as CAPI's ``conditions.SetSummary`` and CAPA's scope patch
+do), so it cannot disagree with them.
 """
 
 from __future__ import annotations
@@ -20,14 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from capmaas.api import conditions as C
+from capmaas.reconcilers.keys import ANNOTATION_PREFIX, PAUSED_ANNOTATION
+from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL as CLUSTER_NAME_LABEL  # noqa: PLC0414 (operator.kube)
 from capmaas.reconcilers.ports import Body, EventType, KubePort, ObjectPlural
-
-ANNOTATION_PREFIX = "capmaas.infrastructure.cluster.x-k8s.io/"
-PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
-MANAGED_BY_ANNOTATION = "cluster.x-k8s.io/managed-by"
-DELETE_FOR_MOVE_ANNOTATION = "clusterctl.cluster.x-k8s.io/delete-for-move"
-CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
-CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 
@@ -93,6 +92,8 @@ class ObjectScope:
         self._annotation_patch: dict[str, str | None] = {}
         self._events: list[tuple[EventType, str, str]] = []
         self.gone = False
+        #: What a deletion is waiting for, as (reason, message): Ready says it while the object is deleted.
+        self.deletion: tuple[str, str] | None = None
 
     @property
     def key(self) -> str:
@@ -142,6 +143,11 @@ class ObjectScope:
     def set_condition(
         self, type_: str, status: bool | ConditionStatus, reason: str, message: str = ""
     ) -> None:
+        if type_ == C.READY_CONDITION:
+            raise ValueError("Ready is the summary of the other conditions (see ObjectScope.summary)")
+        self._put_condition(type_, status, reason, message)
+
+    def _put_condition(self, type_: str, status: bool | ConditionStatus, reason: str, message: str) -> None:
         value: str = ("True" if status else "False") if isinstance(status, bool) else status
         conds: list[dict[str, Any]] = [dict(c) for c in self.status.get("conditions") or ()]
         for c in conds:
@@ -163,6 +169,20 @@ class ObjectScope:
             )
         conds.sort(key=lambda c: (c["type"] != C.READY_CONDITION, c["type"]))
         self.status["conditions"] = conds
+
+    def set_deletion(self, reason: str, message: str) -> None:
+        """The deletion's current step (Ready says it, False, until the object is gone)."""
+        self.deletion = (reason, message)
+
+    def summary(self) -> tuple[bool | ConditionStatus, str, str] | None:
+        """Ready as (status, reason, message), derived from the rest of the scope; None leaves it as it is.
+        Each scope kind says how; computed once, when the scope is written."""
+        return None
+
+    def _summarise(self) -> None:
+        ready = self.summary()
+        if ready is not None:
+            self._put_condition(C.READY_CONDITION, *ready)
 
     def set_paused_condition(self, paused: bool, message: str) -> None:
         if paused:
@@ -232,6 +252,7 @@ class ObjectScope:
         Spec before status: a reader that acts on status (CAPI copies ``spec.controlPlaneEndpoint`` once the
         MaasCluster says provisioned) must find the spec already there. The exception is a finalizer being
         removed: that write may delete the object, so status goes first then."""
+        self._summarise()
         try:
             if not set(self._orig_finalizers) - set(self.finalizers):
                 await self.flush()
@@ -251,3 +272,41 @@ class ObjectScope:
             for type_, reason, message in self._events:
                 self.kube.emit_event(self.body, type_, reason, message)
             self._events.clear()
+
+
+class MachineScope(ObjectScope):
+    """The MaasMachine plus its owner Machine, the Cluster and the MaasCluster (from the caches)."""
+
+    machine: Body | None = None
+    cluster: Body | None = None
+    maascluster: Body | None = None
+    #: ``deploy-started`` was written with the allocation in this pass (the deploy follows at once).
+    deploy_stamped: bool = False
+
+    @property
+    def cluster_name(self) -> str | None:
+        if self.machine is not None:
+            name = (self.machine.get("spec") or {}).get("clusterName")
+            if name:
+                return str(name)
+        return self.labels.get(CLUSTER_NAME_LABEL)
+
+    def summary(self) -> tuple[bool | ConditionStatus, str, str] | None:
+        """Deleting: the deletion's step. Otherwise MachineProvisioned: True is Ready; anything else says the
+        current step, in the same words."""
+        if self.deleting:
+            return None if self.deletion is None else (False, *self.deletion)
+        provisioned = self.condition(C.MACHINE_PROVISIONED_CONDITION)
+        if provisioned is None:
+            return None
+        if provisioned.get("status") == "True":
+            return True, C.READY_REASON, ""
+        status: ConditionStatus = "Unknown" if provisioned.get("status") == "Unknown" else "False"
+        return status, str(provisioned.get("reason") or ""), str(provisioned.get("message") or "")
+
+    def wait(self, reason: str, message: str) -> None:
+        """Not provisioned yet, for an outside reason: both conditions say which. A provisioned machine stays
+        so: an owner missing from the cache or a failed MAAS call says nothing about it (no stale message)."""
+        provisioned = (self.condition(C.MACHINE_PROVISIONED_CONDITION) or {}).get("status") == "True"
+        if not (self.status.get("ready") and provisioned):
+            self.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, reason, message)

@@ -10,8 +10,8 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL
 from capmaas.reconcilers.ports import Body, EventType, NodePatchResult, ObjectPlural
-from capmaas.reconcilers.scope import CLUSTER_NAME_LABEL
 
 
 def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,17 +10,19 @@ from test_credentials_and_config import mc
 
 from capmaas import maas
 from capmaas.api import conditions as C
+from capmaas.gateway import MaasConnections
 from capmaas.maas import errors as maas_errors
-from capmaas.reconcilers.aiotransport import transport_for
 from capmaas.reconcilers.credentials import connect
 from capmaas.reconcilers.errors import TransientError
-from capmaas.reconcilers.maasgw import MaasConnections
 from capmaas.reconcilers.ports import MaasCredentials
 from capmaas.simulator import Simulator, serve
 
 
 def client(c: MaasCredentials, **kwargs: Any) -> maas.MaasClient:
-    return maas.MaasClient(c.endpoint, api_key=c.api_key, transport=transport_for(c), **kwargs)
+    context = maas.ssl_context(ca_data=c.ca_data, insecure=c.insecure)
+    return maas.MaasClient(
+        c.endpoint, api_key=c.api_key, transport=maas.AiohttpTransport(ssl_context=context), **kwargs
+    )
 
 
 async def test_a_machine_lifecycle_through_the_transport(sim: Simulator) -> None:

@@ -211,7 +211,7 @@ class Http:
     def _transport_error(self, exc: Exception, info: errors.RequestInfo) -> errors.MaasError:
         detail = self._credentials.redact(errors.cap_body(str(exc) or type(exc).__name__, 256))
         if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
-            return errors.TimeoutError(f"timed out: {info}: {detail}", request=info)
+            return errors.RequestTimeoutError(f"timed out: {info}: {detail}", request=info)
         if isinstance(exc, httpx.DecodingError):
             return errors.ResponseParseError(f"undecodable answer to {info}: {detail}", request=info)
         return errors.TransportError(

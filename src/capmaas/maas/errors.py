@@ -11,7 +11,7 @@ transport::
     ├── InvalidApiKeyError (also ValueError)   the key is not ``consumer:token:secret``
     ├── InvalidBaseUrlError (also ValueError)  the base URL is not http(s)://host[:port]/path
     ├── TransportError                         no HTTP answer: connection refused/reset, TLS, protocol
-    │   └── TimeoutError                       no answer in time
+    │   └── RequestTimeoutError                no answer in time
     ├── ResponseParseError                     an answer we could not read (bad JSON, wrong shape)
     └── ApiError(status, body, request)        MAAS answered with an error status
         ├── BadRequestError(field_errors)      400: validation; ``field_errors`` from MAAS's JSON dict
@@ -47,9 +47,9 @@ __all__ = [
     "NoMachineAvailableError",
     "NotFoundError",
     "RequestInfo",
+    "RequestTimeoutError",
     "ResponseParseError",
     "ServiceUnavailableError",
-    "TimeoutError",
     "TransportError",
     "UnauthorizedError",
     "cap_body",
@@ -103,7 +103,7 @@ class TransportError(MaasError):
         return f"{type(self).__name__}({str(self)!r}, request={self.request!s})"
 
 
-class TimeoutError(TransportError):  # shadows the builtin inside this module only, by design
+class RequestTimeoutError(TransportError):
     """The request timed out (connect, read, write or pool)."""
 
 

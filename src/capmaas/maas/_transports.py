@@ -1,7 +1,7 @@
 """An httpx transport that sends over aiohttp: the MAAS client's requests at a fraction of httpcore's CPU.
 
 Why: the operator's MAAS client is an ``httpx.AsyncClient``, and with httpx's default transport (httpcore on
-anyio) its HTTP was a large share of the operator's CPU (figures: docs/benchmarks/transport.md). aiohttp is
+anyio) its HTTP was a large share of the operator's CPU (figures: docs/benchmarks/README.md). aiohttp is
 what kopf is built on, so it is installed with the operator.
 
 httpx's transport interface is public; the client keeps its auth, retries, error mapping and metrics. What the

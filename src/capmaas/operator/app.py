@@ -7,8 +7,8 @@ logic runs in :mod:`capmaas.operator.workers` → :mod:`capmaas.reconcilers`.
 kopf's own finalizer and progress/diff-base storage are not used (no change handlers, daemons or timers), but
 the progress storage is still pointed at our annotation prefix so nothing ever lands under
 ``kopf.zalando.org``, and the diff-base storage is :class:`NoDiffBase`: kopf builds a deep-copied "essence"
-of every watched body for change detection even when no handler could use it (a measurable share of the CPU
-at 1,000 machines). kopf's
+of every watched body for change detection even when no handler could use it (its cost:
+docs/benchmarks/README.md). kopf's
 finalizer name is deliberately *not* one of ours: kopf removes its finalizer from objects that have no handler
 requiring it, which would strip ``maasmachine.infrastructure.cluster.x-k8s.io`` (see workers.py).
 """

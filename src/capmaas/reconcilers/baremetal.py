@@ -29,7 +29,12 @@ from __future__ import annotations
 
 from capmaas import maas, placement
 from capmaas.api import conditions as C
-from capmaas.api.v1beta1 import PROVISIONING_MODE_BARE_METAL
+from capmaas.api.v1beta1 import (
+    PROVISIONING_MODE_BARE_METAL,
+    MaasClusterStatus,
+    MaasMachineSpec,
+    ReleaseOptions,
+)
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import facts
 from capmaas.reconcilers.credentials import maas_failure
@@ -45,9 +50,10 @@ from capmaas.reconcilers.keys import (
 )
 from capmaas.reconcilers.lifecycle import SHARED_STATES, Lifecycle
 from capmaas.reconcilers.ports import MaasPort
-from capmaas.reconcilers.scope import MachineScope, Requeue
+from capmaas.reconcilers.scope import MachineScope, Requeue, wire_name
 from capmaas.reconcilers.spread import ZoneSpread
 
+_FAILURE_DOMAIN = wire_name(MaasMachineSpec, "failure_domain")  # read off sibling bodies (cache, not parsed)
 #: MAAS power type of composed LXD VMs: a bare-metal allocate never takes one (they are Ready between
 #: commissioning and their own allocate).
 LXD_POWER_TYPE = "lxd"
@@ -93,7 +99,7 @@ class BareMetal:
 
     # --- acquire -----------------------------------------------------------------------------------------
     async def acquire(self, scope: MachineScope, port: MaasPort) -> str | Requeue:
-        sid = scope.spec.get("systemID")
+        sid = scope.want.system_id
         if sid and scope.annotation(REPLACING) == sid:  # a replacement of sid was under way
             if await self._still_ours(scope, port, sid) is None:
                 self._forget(scope, port, sid)
@@ -122,7 +128,7 @@ class BareMetal:
                 self._record(scope, m)
                 await scope.flush()
                 return m.system_id
-        attempts = int(scope.status.get("attempts") or 0)
+        attempts = scope.attempts
         if attempts >= life.settings.max_deploy_attempts:
             raise TerminalError(
                 C.RETRIES_EXHAUSTED_REASON, f"{attempts} MAAS machines tried; delete the Machine to try again"
@@ -152,7 +158,7 @@ class BareMetal:
             # The allocate may or may not have happened: keep the annotation, so the next pass looks first.
             raise maas_failure(exc, None, "allocating") from exc
         life.recorder.allocation_duration(life.clock() - started)
-        scope.status["attempts"] = attempts + 1
+        scope.set_status(attempts=attempts + 1)
         self._record(scope, m)
         if m.status == maas.NodeStatus.ALLOCATED:
             # The deploy follows in this pass: stamping it now saves a metadata patch per machine (the deploy
@@ -166,23 +172,20 @@ class BareMetal:
         return m.system_id
 
     def _record(self, scope: MachineScope, m: maas.Machine) -> None:
-        scope.set_spec(systemID=m.system_id, providerID=self.provider_id(m.zone.name, m.system_id))
-        scope.set_spec(failureDomain=m.zone.name)
+        scope.set_spec(system_id=m.system_id, provider_id=self.provider_id(m.zone.name, m.system_id))
+        scope.set_spec(failure_domain=m.zone.name)
         scope.set_annotation(ALLOCATING, None)
         scope.set_annotation(DEPLOY_STARTED, None)
         scope.set_annotation(FAILURES, None)  # allocation backoff: over
 
     def _constraints(self, scope: MachineScope) -> tuple[maas.AllocateConstraints, bool]:
-        spec = scope.spec
-        machine_spec = (scope.machine or {}).get("spec") or {}
-        zone = spec.get("failureDomain") or machine_spec.get("failureDomain")
+        spec = scope.want
+        machine_spec = (scope.machine or {}).get("spec") or {}  # the CAPI Machine's
+        zone = spec.failure_domain or machine_spec.get("failureDomain")
         chosen = False
         if not zone and scope.maascluster is not None:
-            domains = [
-                str(d["name"])
-                for d in ((scope.maascluster.get("status") or {}).get("failureDomains") or ())
-                if d.get("name")
-            ]
+            cluster_status = MaasClusterStatus.model_validate(scope.maascluster.get("status") or {})
+            domains = [d.name for d in cluster_status.failure_domains or () if d.name]
             now = self.life.clock()
             wet = [d for d in domains if not self.spread.is_dry(d, now)]
             if wet:
@@ -191,20 +194,20 @@ class BareMetal:
                 counts: dict[str, int] = {}
                 for sibling in self.life.kube.list_maasmachines(scope.namespace, scope.cluster_name or ""):
                     uid = str(sibling.get("metadata", {}).get("uid", ""))
-                    z = (sibling.get("spec") or {}).get("failureDomain") or self.spread.chosen_zone(uid)
+                    z = (sibling.get("spec") or {}).get(_FAILURE_DOMAIN) or self.spread.chosen_zone(uid)
                     if z and uid != scope.uid:
                         counts[z] = counts.get(z, 0) + 1
                 zone = placement.choose_zone(counts, domains, machine=scope.name)
                 self.spread.remember_choice(scope.uid, zone)
                 chosen = True
-        storage = f"root:{int(spec['minDiskSize'])}" if spec.get("minDiskSize") else None
+        storage = f"root:{spec.min_disk_size}" if spec.min_disk_size else None
         return (
             maas.AllocateConstraints(
-                cpu_count=spec.get("minCPU"),
-                mem=spec.get("minMemory"),
-                tags=tuple(spec.get("tags") or ()),
+                cpu_count=spec.min_cpu,
+                mem=spec.min_memory,
+                tags=tuple(spec.tags or ()),
                 zone=zone,
-                pool=spec.get("resourcePool"),
+                pool=spec.resource_pool,
                 storage=storage,
                 not_pod_type=(LXD_POWER_TYPE,),
             ),
@@ -225,7 +228,7 @@ class BareMetal:
 
     async def follow(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue | None:
         S = maas.NodeStatus
-        scope.status["provisioningMode"] = self.mode
+        scope.set_status(provisioning_mode=self.mode)
         if m.status in SHARED_STATES:
             return None
         if m.status == S.FAILED_DEPLOYMENT:
@@ -247,7 +250,7 @@ class BareMetal:
     ) -> Requeue:
         """Release this machine (mark it broken if it failed to deploy); the next pass allocates another."""
         sid = system_id
-        attempts = int(scope.status.get("attempts") or 1)
+        attempts = scope.attempts or 1
         scope.event("Warning", reason, f"MAAS machine {sid}: {why}; releasing it (attempt {attempts})")
         if scope.annotation(REPLACING) != sid:
             scope.set_annotation(REPLACING, sid)
@@ -279,11 +282,11 @@ class BareMetal:
     def _forget(self, scope: MachineScope, port: MaasPort, sid: str) -> None:
         """Drop ``sid`` from the MaasMachine (written with the next flush) and from the poller."""
         port.unwatch(sid)
-        scope.set_spec(systemID=None, providerID=None)
+        scope.set_spec(system_id=None, provider_id=None)
         scope.set_annotation(DEPLOY_STARTED, None)
         scope.set_annotation(REPLACING, None)
-        if not scope.status.get("ready"):
-            scope.status.pop("addresses", None)
+        if not scope.ready:
+            scope.set_status(addresses=None)
 
     async def _still_ours(self, scope: MachineScope, port: MaasPort, sid: str) -> maas.Machine | None:
         """After an interrupted replacement: the machine if MAAS still holds it under our agent name, else
@@ -297,7 +300,7 @@ class BareMetal:
     # --- delete ------------------------------------------------------------------------------------------
     async def delete(self, scope: MachineScope, port: MaasPort) -> Requeue:
         """Release the machine, wait for MAAS (the shared poller) to confirm, then finish."""
-        sid = scope.spec.get("systemID")
+        sid = scope.want.system_id
         if not sid and scope.annotation(ALLOCATING):
             try:
                 found = await port.find_by_agent(scope.uid)
@@ -305,7 +308,7 @@ class BareMetal:
                 raise maas_failure(exc, None, "looking up an earlier allocation") from exc
             if found:
                 sid = found[0].system_id
-                scope.set_spec(systemID=sid)
+                scope.set_spec(system_id=sid)
             scope.set_annotation(ALLOCATING, None)
             await scope.flush()
         if not sid:
@@ -326,17 +329,17 @@ class BareMetal:
             port.unwatch(sid)
             scope.event("Normal", "MachineReleased", f"MAAS machine {sid} released")
             return self.life.finished(scope)
-        scope.status["machineState"] = m.status_name or m.status.name
+        scope.set_status(machine_state=m.status_name or m.status.name)
         if m.status in IN_PROGRESS:
             scope.set_deletion(C.RELEASING_REASON, f"{sid}: {m.status_name}")
             return Requeue()
-        opts = scope.spec.get("releaseOptions") or {}
+        opts = scope.want.release_options or ReleaseOptions()
         try:
             await port.release(
                 sid,
-                erase=bool(opts.get("erase")),
-                secure_erase=bool(opts.get("secureErase")),
-                quick_erase=bool(opts.get("quickErase")),
+                erase=bool(opts.erase),
+                secure_erase=bool(opts.secure_erase),
+                quick_erase=bool(opts.quick_erase),
                 comment=f"capmaas {scope.key} deleted",
             )
         except maas_errors.NotFoundError:

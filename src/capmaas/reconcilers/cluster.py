@@ -18,6 +18,13 @@ import hashlib
 from collections.abc import Sequence
 
 from capmaas.api import conditions as C
+from capmaas.api.v1beta1 import (
+    APIEndpoint,
+    ClusterNetworkStatus,
+    FailureDomain,
+    MaasClusterSpec,
+    MaasClusterStatus,
+)
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers.credentials import connect, maas_failure
 from capmaas.reconcilers.errors import ReconcileError
@@ -48,6 +55,9 @@ DELETE_RECHECK_SECONDS = 5.0
 class ClusterScope(ObjectScope):
     """The MaasCluster plus its owner Cluster (from the cache)."""
 
+    spec_type = MaasClusterSpec
+    status_type = MaasClusterStatus
+
     cluster: Body | None = None
     #: Why the MaasCluster is not ready yet, as (reason, message); Ready says it until it is ready.
     blocked: tuple[str, str] | None = None
@@ -57,6 +67,13 @@ class ClusterScope(ObjectScope):
         ref = owner_ref(self.body, "Cluster")
         return str(ref.get("name")) if ref else self.name
 
+    @property
+    def want(self) -> MaasClusterSpec:
+        """The spec, typed."""
+        spec = self._typed_spec()
+        assert isinstance(spec, MaasClusterSpec)
+        return spec
+
     def block(self, reason: str, message: str) -> None:
         """Not ready yet, for this reason (ignored once ready: readiness is never taken back)."""
         self.blocked = (reason, message)
@@ -65,7 +82,7 @@ class ClusterScope(ObjectScope):
         """A deletion's step; else ready (``status.ready``, never reset), or why not."""
         if self.deletion is not None:
             return (False, *self.deletion)
-        if self.status.get("ready"):
+        if self.ready:
             return None if self.deleting else (True, C.READY_REASON, "")
         return None if self.blocked is None else (False, *self.blocked)
 
@@ -159,12 +176,11 @@ class ClusterReconciler:
         endpoint = await self._endpoint(scope, port)
         if endpoint is None:
             return Requeue()
-        scope.status["ready"] = True
-        scope.status["initialization"] = {"provisioned": True}
+        scope.set_status(ready=True, initialization={"provisioned": True})
         return Requeue()
 
     async def _failure_domains(self, scope: ClusterScope, port: MaasPort) -> None:
-        names: Sequence[str] = scope.spec.get("failureDomains") or ()
+        names: Sequence[str] = scope.want.failure_domains or ()
         reason = C.FAILURE_DOMAINS_FROM_SPEC_REASON
         if not names:
             try:
@@ -172,16 +188,16 @@ class ClusterReconciler:
             except maas_errors.MaasError as exc:
                 raise maas_failure(exc, None, "listing zones") from exc
             reason = C.FAILURE_DOMAINS_FROM_MAAS_REASON
-        scope.status["failureDomains"] = [{"name": n, "controlPlane": True} for n in names]
+        scope.set_status(failure_domains=[FailureDomain(name=n, control_plane=True) for n in names])
         scope.set_condition(C.FAILURE_DOMAINS_DISCOVERED_CONDITION, True, reason, ", ".join(names))
 
     async def _endpoint(self, scope: ClusterScope, port: MaasPort) -> str | None:
         assert scope.cluster is not None
-        cep = scope.spec.get("controlPlaneEndpoint") or {}
-        host = str(cep.get("host") or "")
-        domain = str(scope.spec.get("dnsDomain") or "")
-        network = (scope.cluster.get("spec") or {}).get("clusterNetwork") or {}
-        api_port = int(cep.get("port") or network.get("apiServerPort") or DEFAULT_API_PORT)
+        cep = scope.want.control_plane_endpoint
+        host = cep.host if cep else ""
+        domain = scope.want.dns_domain or ""
+        network = (scope.cluster.get("spec") or {}).get("clusterNetwork") or {}  # the CAPI Cluster's
+        api_port = int((cep.port if cep else None) or network.get("apiServerPort") or DEFAULT_API_PORT)
         custom = CUSTOM_DNS_ANNOTATION in scope.annotations or (
             host and not is_managed_name(host, scope.cluster_name, domain)
         )
@@ -193,7 +209,7 @@ class ClusterReconciler:
                     f"{CUSTOM_DNS_ANNOTATION} is set but spec.controlPlaneEndpoint.host is empty",
                 )
                 return None
-            scope.set_spec(controlPlaneEndpoint={"host": host, "port": api_port})
+            scope.set_spec(control_plane_endpoint=APIEndpoint(host=host, port=api_port))
             scope.set_condition(C.DNS_READY_CONDITION, True, C.CUSTOM_ENDPOINT_REASON, host)
             return host
         fqdn = host or dns_name(scope.cluster_name, scope.uid, domain)
@@ -218,8 +234,8 @@ class ClusterReconciler:
             err = maas_failure(exc, None, f"DNS record {fqdn}", reason=C.DNS_UPDATE_FAILED_REASON)
             scope.set_condition(C.DNS_READY_CONDITION, False, C.DNS_UPDATE_FAILED_REASON, err.message)
             raise err from exc
-        scope.set_spec(controlPlaneEndpoint={"host": fqdn, "port": api_port})
-        scope.status["network"] = {"dnsName": fqdn}
+        scope.set_spec(control_plane_endpoint=APIEndpoint(host=fqdn, port=api_port))
+        scope.set_status(network=ClusterNetworkStatus(dns_name=fqdn))
         if ips:
             scope.set_condition(C.DNS_READY_CONDITION, True, C.DNS_RECORD_READY_REASON, " ".join(sorted(ips)))
         else:
@@ -249,8 +265,9 @@ class ClusterReconciler:
             # MaasCluster through the Cluster, which may already be gone (deleted first, or a namespace
             # deletion), and then this MaasCluster would sit until the resync interval (minutes).
             return Requeue(DELETE_RECHECK_SECONDS)
-        host = str((scope.spec.get("controlPlaneEndpoint") or {}).get("host") or "")
-        domain = str(scope.spec.get("dnsDomain") or "")
+        cep = scope.want.control_plane_endpoint
+        host = cep.host if cep else ""
+        domain = scope.want.dns_domain or ""
         managed = (
             host
             and CUSTOM_DNS_ANNOTATION not in scope.annotations

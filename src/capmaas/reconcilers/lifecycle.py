@@ -136,11 +136,11 @@ class Lifecycle:
         m = port.snapshot(sid)
         if m is None:
             return await p.unseen(scope, port, sid)
-        scope.status.update(
-            machineState=m.status_name or m.status.name,
-            machinePowered=m.power_state == maas.PowerState.ON,
+        scope.set_status(
+            machine_state=m.status_name or m.status.name,
+            machine_powered=m.power_state == maas.PowerState.ON,
             hostname=m.hostname,
-            failureDomain=m.zone.name,
+            failure_domain=m.zone.name,
         )
         done = await p.follow(scope, port, m)
         if done is not None:
@@ -194,15 +194,16 @@ class Lifecycle:
                 delay=10,
             )
         fmt = facts.detect_format(data)
+        spec = scope.want
         try:
             new = await port.deploy(
                 m.system_id,
                 user_data=data["value"],
-                distro_series=facts.distro_series(scope.spec.get("image")),
-                hwe_kernel=scope.spec.get("hweKernel"),
-                ephemeral_deploy=bool(scope.spec.get("deployInMemory")),
+                distro_series=facts.distro_series(spec.image),
+                hwe_kernel=spec.hwe_kernel,
+                ephemeral_deploy=bool(spec.deploy_in_memory),
                 comment=f"capmaas {scope.key}",
-                register_vmhost=bool(scope.spec.get("registerVMHost")),
+                register_vmhost=bool(spec.register_vm_host),
             )
         except maas_errors.ConflictError as exc:
             raise TransientError(C.MACHINE_DEPLOYING_REASON, f"deploy refused: {exc}", delay=5) from exc
@@ -217,7 +218,7 @@ class Lifecycle:
         allocated = scope.take_event("MachineAllocated")  # same pass: one Event says both
         scope.event("Normal", "MachineDeploying", f"{allocated}; {deploying}" if allocated else deploying)
         self._deploying(p, scope, m.system_id)
-        scope.status["machineState"] = new.status_name or new.status.name
+        scope.set_status(machine_state=new.status_name or new.status.name)
         return Requeue(self.settings.deploy_timeout)
 
     async def deployed(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue:
@@ -240,16 +241,14 @@ class Lifecycle:
                 scope.event("Warning", "MachinePoweredOff", f"{msg}; power on requested")
             return Requeue(self.settings.power_on_retry)
         self._power_on_sent.pop(m.system_id, None)
-        if not scope.status.get("ready"):
+        if not scope.ready:
             started = scope.annotation(DEPLOY_STARTED)
             if started:
                 self.recorder.deploy_duration(self.clock() - float(started))
             scope.event(
                 "Normal", "MachineDeployed", f"{m.system_id} ({m.hostname}) is deployed and powered on"
             )
-        scope.status["ready"] = True
-        scope.status["initialization"] = {"provisioned": True}
-        scope.status["addresses"] = facts.addresses(m)
+        scope.set_status(ready=True, initialization={"provisioned": True}, addresses=facts.addresses(m))
         scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, True, C.PROVISIONED_REASON, "")
         # Ready is written now, before the Node step: that step reads the kubeconfig Secret (a queued GET
         # behind every starting machine's writes in a burst) and may dial a slow workload apiserver, and
@@ -259,23 +258,20 @@ class Lifecycle:
 
     async def node(self, scope: MachineScope) -> Requeue:
         """Put our providerID on the workload Node (no cloud provider does it on bare metal)."""
-        pid = str(scope.spec.get("providerID") or "")
+        pid = scope.want.provider_id or ""
         done_key = f"{scope.uid}/{pid}"
         name = scope.cluster_name
-        if done_key in self._node_done or not name or not scope.status.get("hostname"):
+        hostname = scope.hostname
+        if done_key in self._node_done or not name or not hostname:
             return Requeue()
         secret = await self.kube.get_secret(scope.namespace, f"{name}-kubeconfig")
         if secret is None or not secret.get("value"):
             return Requeue(self.settings.node_retry * 2)
-        result, current = await self.kube.set_node_provider_id(
-            secret["value"], str(scope.status["hostname"]), pid
-        )
+        result, current = await self.kube.set_node_provider_id(secret["value"], hostname, pid)
         if result in (NodePatchResult.PATCHED, NodePatchResult.ALREADY_SET):
             self._node_done.add(done_key)
             if result is NodePatchResult.PATCHED:
-                scope.event(
-                    "Normal", "NodeProviderIDSet", f"Node {scope.status['hostname']} providerID={pid}"
-                )
+                scope.event("Normal", "NodeProviderIDSet", f"Node {hostname} providerID={pid}")
             return Requeue()
         if result is NodePatchResult.CONFLICT:
             self._node_done.add(done_key)
@@ -283,7 +279,7 @@ class Lifecycle:
             scope.event(
                 "Warning",
                 "NodeProviderIDConflict",
-                f"Node {scope.status['hostname']} already has providerID {current}, not ours ({pid}); "
+                f"Node {hostname} already has providerID {current}, not ours ({pid}); "
                 "left unchanged: check that this Node is the MAAS machine",
             )
             return Requeue()

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from capmaas import maas, placement
 from capmaas.api import conditions as C
-from capmaas.api.v1beta1 import PROVISIONING_MODE_LXD
+from capmaas.api.v1beta1 import PROVISIONING_MODE_LXD, VMResourceUsage
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers.credentials import maas_failure
 from capmaas.reconcilers.errors import TerminalError, TransientError
@@ -73,7 +73,8 @@ _FAILED = frozenset(
 
 
 def _project(scope: MachineScope) -> str:
-    return str((scope.spec.get("lxdConfig") or {}).get("project") or "default")
+    lxd = scope.want.lxd_config
+    return (lxd.project if lxd else None) or "default"
 
 
 def _gone_error(exc: maas_errors.MaasError, endpoint: str) -> TerminalError:
@@ -127,9 +128,8 @@ class Lxd:
 
     # --- acquire: place, reserve, compose ---------------------------------------------------------------
     async def acquire(self, scope: MachineScope, port: MaasPort) -> str | Requeue:
-        scope.status["provisioningMode"] = self.mode
-        scope.status["lxdProject"] = _project(scope)
-        sid = scope.spec.get("systemID")
+        scope.set_status(provisioning_mode=self.mode, lxd_project=_project(scope))
+        sid = scope.want.system_id
         if not sid:
             sid = await self._place_and_compose(scope, port)
         return str(sid)
@@ -156,11 +156,11 @@ class Lxd:
         return m.system_id
 
     def _record(self, scope: MachineScope, endpoint: str, sid: str, *, zone: str, host: str | None) -> None:
-        scope.set_spec(systemID=sid, providerID=self.provider_id(zone, sid), failureDomain=zone)
+        scope.set_spec(system_id=sid, provider_id=self.provider_id(zone, sid), failure_domain=zone)
         scope.set_annotation(COMPOSING, None)
         scope.set_annotation(DEPLOY_STARTED, None)
         if host:
-            scope.status["lxdHost"] = host
+            scope.set_status(lxd_host=host)
         self.placer.book(endpoint).composed(scope.uid, at=self.placer.clock())
 
     async def _listing(self, scope: MachineScope, port: MaasPort, fresh: bool) -> Listing:
@@ -179,7 +179,7 @@ class Lxd:
             adopted = await self._adopt(scope, port, hostname)
             if adopted:
                 return adopted
-        attempts = int(scope.status.get("attempts") or 0)
+        attempts = scope.attempts
         if attempts >= self.life.settings.max_deploy_attempts:
             raise TerminalError(
                 C.RETRIES_EXHAUSTED_REASON, f"{attempts} VMs tried; delete the Machine to try again"
@@ -289,13 +289,13 @@ class Lxd:
             # It may have happened: keep the annotation (the next pass looks the hostname up) and the
             # reservation.
             raise maas_failure(exc, None, f"composing on {p.host_name}") from exc
-        scope.status["attempts"] = int(scope.status.get("attempts") or 0) + 1
+        scope.set_status(attempts=scope.attempts + 1)
         self._record(scope, port.endpoint, composed.system_id, zone=p.zone, host=p.host_name)
-        scope.status["vmResourceUsage"] = {
-            "allocatedCores": p.cores,
-            "allocatedMemory": p.memory_mib,
-            "allocatedDisk": p.disk_gb,
-        }
+        scope.set_status(
+            vm_resource_usage=VMResourceUsage(
+                allocated_cores=p.cores, allocated_memory=p.memory_mib, allocated_disk=p.disk_gb
+            )
+        )
         scope.event("Normal", "VMComposed", f"composed VM {composed.system_id} ({hostname}) on {p.host_name}")
         await scope.flush()
         _creating(scope, f"{composed.system_id}: composed on {p.host_name}, commissioning")
@@ -313,13 +313,15 @@ class Lxd:
     async def follow(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue | None:
         """Commissioning and failures are the VM's own; Ready → allocate it; then the shared lifecycle."""
         if m.pod is not None:
-            scope.status["lxdHost"] = m.pod.name
+            scope.set_status(lxd_host=m.pod.name)
         if m.cpu_count:
-            scope.status["vmResourceUsage"] = {
-                "allocatedCores": m.cpu_count,
-                "allocatedMemory": m.memory,
-                "allocatedDisk": round(m.storage / 1000),
-            }
+            scope.set_status(
+                vm_resource_usage=VMResourceUsage(
+                    allocated_cores=m.cpu_count,
+                    allocated_memory=m.memory,
+                    allocated_disk=round(m.storage / 1000),
+                )
+            )
         if m.status in _CREATING:
             _creating(scope, f"{m.system_id}: {m.status_name or m.status.name}")
             return Requeue()
@@ -391,7 +393,7 @@ class Lxd:
         self, scope: MachineScope, port: MaasPort, sid: str, reason: str, *, why: str, own: bool = True
     ) -> Requeue:
         """Give up on this VM (decomposing it if it is ours) and place a new one on the next pass."""
-        attempts = int(scope.status.get("attempts") or 1)
+        attempts = scope.attempts or 1
         scope.event("Warning", reason, f"VM {sid}: {why}; composing another (attempt {attempts})")
         if own:
             try:
@@ -401,12 +403,11 @@ class Lxd:
             self.placer.invalidate(port.endpoint)
         port.unwatch(sid)
         self.placer.book(port.endpoint).release(scope.uid)
-        scope.set_spec(systemID=None, providerID=None)
+        scope.set_spec(system_id=None, provider_id=None)
         scope.set_annotation(DEPLOY_STARTED, None)
         scope.set_annotation(HOST_ID_ANNOTATION, None)
         scope.set_annotation(AGENT_NAME, None)
-        scope.status.pop("lxdHost", None)
-        scope.status.pop("vmResourceUsage", None)
+        scope.set_status(lxd_host=None, vm_resource_usage=None)
         scope.set_condition(C.LXD_VM_CREATED_CONDITION, False, reason, f"{sid}: {why}")
         if attempts >= self.life.settings.max_deploy_attempts:
             await scope.flush()
@@ -422,7 +423,7 @@ class Lxd:
         """Delete the VM in MAAS (decompose), wait until MAAS no longer lists it, then finish."""
         self.placer.book(port.endpoint).release(scope.uid)
         self.placer.waits.pop(scope.uid, None)
-        sid = scope.spec.get("systemID")
+        sid = scope.want.system_id
         if not sid and scope.annotation(COMPOSING):
             sid = await self._adopt(scope, port, vm_hostname(scope.name, scope.uid))
             scope.set_annotation(COMPOSING, None)

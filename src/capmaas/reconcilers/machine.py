@@ -62,7 +62,7 @@ class MachineReconciler:
 
     def provisioner(self, scope: MachineScope) -> Provisioner:
         """The provisioner of the machine's ``spec.provisioningMode`` (bare metal when unset)."""
-        return self.provisioners.get(str(scope.spec.get("provisioningMode")), self.bare_metal)
+        return self.provisioners.get(scope.want.provisioning_mode, self.bare_metal)
 
     async def reconcile(self, body: Body) -> Requeue:
         scope = MachineScope(self.kube, MAASMACHINE, body)
@@ -127,7 +127,7 @@ class MachineReconciler:
         scope.add_finalizer(MACHINE_FINALIZER)
         assert scope.cluster is not None
         assert scope.machine is not None
-        if not scope.spec.get("systemID"):
+        if not scope.want.system_id:
             if not facts.infra_provisioned(scope.cluster):
                 scope.wait(
                     C.WAITING_FOR_CLUSTER_INFRASTRUCTURE_REASON, "Cluster infrastructure not provisioned"
@@ -145,9 +145,9 @@ class MachineReconciler:
     async def _delete(self, scope: MachineScope) -> Requeue:
         """Hands off when the finalizer is not ours (any more), clusterctl is moving the object (what the
         provisioner keeps lives on in MAAS) or the cluster is paused; otherwise the provisioner deletes."""
-        p = self.provisioner(scope)
         if MACHINE_FINALIZER not in scope.finalizers:
             return Requeue()
+        p = self.provisioner(scope)
         if DELETE_FOR_MOVE_ANNOTATION in scope.annotations:
             scope.set_deletion(C.DELETE_FOR_MOVE_REASON, f"moved; {p.kept} kept")
             scope.remove_finalizer(MACHINE_FINALIZER)

@@ -1,28 +1,34 @@
 # syntax=docker/dockerfile:1
-# capmaas operator image. Build: `make docker-build` (needs a container engine; the project's CI has none).
+# capmaas operator image. Build: `make image` (daemonless, buildah; what CI builds and the Pod tests run) or
+# `make docker-build` where a Docker engine exists. Both run `pip wheel` on the host first (build/image/wheels):
+# the image build installs only those wheels (`--no-index`) and needs no network.
 #
-# Two stages: the builder installs capmaas and its pinned dependencies into a venv; the final stage is a slim
-# Python with only that venv copied in (no pip cache, no build tools, no sources), running as the non-root
+# Two stages: the builder installs capmaas and its pinned dependencies into a venv; the final stage is the same
+# Python base with only that venv copied in (no pip cache, no build tools, no sources), running as the non-root
 # uid/gid 65532 the Helm chart's securityContext expects. The root filesystem can be read-only: bytecode is
 # compiled at build time and nothing is written at run time except /tmp (an emptyDir in the chart).
+#
+# The base is pinned by digest: PYTHON_IMAGE (a repository) and PYTHON_DIGEST (sha256:...) are both required.
+# `make image` passes its local Debian base (mmdebstrap: python3, python3-venv, passwd, ca-certificates);
+# `make docker-build` passes python:3.11-slim-bookworm at the digest given in PYTHON_DIGEST. The base needs
+# python3 with venv and ensurepip, groupadd/useradd, and CA certificates.
 
-ARG PYTHON_IMAGE=python:3.11-slim
+ARG PYTHON_IMAGE
+ARG PYTHON_DIGEST
 
-FROM ${PYTHON_IMAGE} AS builder
+FROM ${PYTHON_IMAGE}@${PYTHON_DIGEST} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-WORKDIR /src
-# Dependency metadata first, so the layer with the sources changes more often than the one above it.
-COPY pyproject.toml README.md ./
-COPY src ./src
-RUN pip install . \
+COPY build/image/wheels/ /wheels/
+RUN pip install --no-index --find-links=/wheels capmaas \
+ && pip uninstall -y -q pip setuptools \
  && python -m compileall -q /opt/venv \
  && capmaas --help >/dev/null
 
-FROM ${PYTHON_IMAGE}
+FROM ${PYTHON_IMAGE}@${PYTHON_DIGEST}
 LABEL org.opencontainers.image.title="capmaas" \
       org.opencontainers.image.description="Cluster API infrastructure provider for MAAS (kopf operator)" \
       org.opencontainers.image.licenses="Apache-2.0"

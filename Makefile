@@ -25,6 +25,27 @@ venv: $(VENV)/.installed ## Create .venv with capmaas and its test/lint tools
 controlplane: ## Build (once, cached) etcd, kube-apiserver, kube-controller-manager, helm, CAPI core + clusterctl; CAPI CRDs
 	bash hack/build-tools.sh etcd kube-apiserver kube-controller-manager helm capi-crds cluster-api clusterctl
 
+# The one-node cluster and the daemonless image build need Debian packages; CI (root, fresh machine) gets them
+# here. Only the missing ones are installed.
+NODE_PACKAGES := containerd runc containernetworking-plugins buildah mmdebstrap iproute2 util-linux
+
+.PHONY: node-packages
+node-packages:
+	@missing=$$(for p in $(NODE_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+	  | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  [ "$$(id -u)" = 0 ] || { echo "node-packages: missing $$missing; install them as root (apt-get install)"; exit 1; }; \
+	  echo "installing $$missing"; apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -q --no-install-recommends $$missing; fi
+
+.PHONY: node
+node: node-packages ## Build (once, cached) kubelet, kube-scheduler and the pause image for `capmaas dev-cluster up --node`
+	bash hack/build-tools.sh kubelet kube-scheduler pause
+
+.PHONY: image
+image: venv node-packages ## Build the operator image without a daemon (buildah) into build/image/capmaas-dev.oci.tar
+	bash hack/image.sh
+
 .PHONY: generate
 generate: venv ## Regenerate crds/ and the chart's CRDs from the pydantic models
 	$(BIN)/capmaas crds --out crds --chart-dir deploy/charts/capmaas
@@ -41,7 +62,7 @@ lint: venv ## ruff + mypy strict + import contracts
 	$(BIN)/lint-imports
 
 .PHONY: test
-test: venv controlplane verify lint ## Everything CI runs: build tools, verify, lint, the whole test suite with coverage gates
+test: venv controlplane node image verify lint ## Everything CI runs: build tools and image, verify, lint, the whole test suite with coverage gates
 	$(BIN)/pytest --cov --cov-report=term-missing:skip-covered -p no:cacheprovider
 	$(BIN)/python hack/coverage_gate.py
 
@@ -50,9 +71,20 @@ bench-sim: venv ## Benchmark the MAAS simulator (requests/s for list/get/allocat
 	$(BIN)/python -m capmaas.simulator.bench
 
 .PHONY: docker-build
-docker-build: ## Build the operator image (needs a container engine; none runs on the project's CI machines)
-	@command -v docker >/dev/null || { echo "docker-build: no container engine here (docker not found)"; exit 1; }
-	docker build -t capmaas:dev .
+# The Dockerfile wants its base pinned by digest: PYTHON_DIGEST=sha256:... of $(DOCKER_PYTHON_IMAGE) (e.g. from
+# `docker buildx imagetools inspect python:3.11-slim-bookworm`). Without it the tag is pulled and its digest used.
+DOCKER_PYTHON_IMAGE ?= python:3.11-slim-bookworm
+PYTHON_DIGEST ?=
+.PHONY: docker-build
+docker-build: venv ## Build the operator image with Docker, where an engine runs (`make image` needs none)
+	@command -v docker >/dev/null && docker info >/dev/null 2>&1 \
+	  || { echo "docker-build: no container engine here (use make image)"; exit 1; }
+	rm -rf build/image/wheels && $(BIN)/pip wheel -q --wheel-dir build/image/wheels .
+	@digest='$(PYTHON_DIGEST)'; if [ -z "$$digest" ]; then docker pull -q $(DOCKER_PYTHON_IMAGE) >/dev/null; \
+	  digest=$$(docker image inspect --format '{{index .RepoDigests 0}}' $(DOCKER_PYTHON_IMAGE) | cut -d@ -f2); fi; \
+	  echo "base: $(DOCKER_PYTHON_IMAGE)@$$digest"; \
+	  docker build --build-arg PYTHON_IMAGE=$(firstword $(subst :, ,$(DOCKER_PYTHON_IMAGE))) \
+	    --build-arg PYTHON_DIGEST=$$digest -t capmaas:dev .
 
 .PHONY: demo
 demo: venv controlplane ## The whole system locally: control plane, MAAS simulator, operator, a sample cluster to Ready

@@ -3,6 +3,8 @@
 # downloads the Cluster API core CRDs. Each item is built/fetched only when missing.
 # Usage: hack/build-tools.sh [tool ...]
 #   tools: etcd kube-apiserver kube-controller-manager helm capi-crds cluster-api clusterctl
+#          kubelet kube-scheduler pause (the one-node cluster of `capmaas dev-cluster up --node`, tests/pod;
+#          pause also makes the sandbox image .../image/capmaas-pause-<version>.oci.tar, with buildah)
 #   (default: etcd kube-apiserver kube-controller-manager helm capi-crds)
 # Cache: $CAPMAAS_CACHE (default ~/.cache/capmaas)/bin/<name>-<version>, .../capi-crds-<version>/*.yaml
 # Versions: src/capmaas/devcluster/versions.py is the one source (the Python lookup reads the same file).
@@ -24,6 +26,7 @@ K8S_VERSION=$(version_of K8S_VERSION)
 ETCD_VERSION=$(version_of ETCD_VERSION)
 HELM_VERSION=$(version_of HELM_VERSION)
 CAPI_VERSION=$(version_of CAPI_VERSION)
+PAUSE_VERSION=$(version_of PAUSE_VERSION)
 k8s_minor=$(echo "$K8S_VERSION" | cut -d. -f2)
 
 # The wrapper modules pin the same releases in their go.mod; refuse to build a binary under the wrong name.
@@ -92,11 +95,27 @@ capi_crds() { # the core CRDs of sigs.k8s.io/cluster-api, from the Go module cac
   echo "copied $(ls "$out" | wc -l) CRDs to $out"
 }
 
+pause_image() { # the node's sandbox image: the static pause binary alone, as localhost/capmaas-pause:<version>
+  local archive="$cache/image/capmaas-pause-$PAUSE_VERSION.oci.tar" ref="localhost/capmaas-pause:$PAUSE_VERSION"
+  if [ -f "$archive" ]; then echo "cached: $archive"; return; fi
+  command -v buildah >/dev/null || { echo "build-tools: buildah not found (make node installs it)" >&2; exit 2; }
+  mkdir -p "$cache/image"
+  local ctr
+  ctr=$(buildah from scratch)
+  buildah copy --quiet "$ctr" "$bin/pause-$PAUSE_VERSION" /pause >/dev/null
+  buildah config --entrypoint '["/pause"]' --user 65535:65535 "$ctr"
+  buildah commit --quiet "$ctr" "$ref" >/dev/null
+  buildah rm "$ctr" >/dev/null
+  buildah push --quiet "$ref" "oci-archive:$archive.tmp:$ref" >/dev/null
+  mv "$archive.tmp" "$archive"
+  echo "made $archive"
+}
+
 tools=("$@")
 [ ${#tools[@]} -gt 0 ] || tools=(etcd kube-apiserver kube-controller-manager helm capi-crds)
 for t in "${tools[@]}"; do
   case $t in
-    kube-apiserver|kube-controller-manager)
+    kube-apiserver|kube-controller-manager|kube-scheduler|kubelet)
       require_in_gomod k8s k8s.io/kubernetes "$K8S_VERSION"
       build "$t" "$K8S_VERSION" "$here/k8s" "k8s.io/kubernetes/cmd/$t" "$k8s_ldflags" ;;
     etcd)
@@ -106,6 +125,9 @@ for t in "${tools[@]}"; do
       install_mod helm "$HELM_VERSION" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" "$(helm_ldflags)" ;;
     capi-crds)
       capi_crds ;;
+    pause)
+      build pause "$PAUSE_VERSION" "$here/pause" . "-s -w"
+      pause_image ;;
     cluster-api)
       install_mod cluster-api "$CAPI_VERSION" "sigs.k8s.io/cluster-api@$CAPI_VERSION" "-s -w" ;;
     clusterctl)

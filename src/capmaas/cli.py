@@ -5,6 +5,7 @@
     capmaas simulate     serve the MAAS simulator                  -> capmaas.simulator.serve
     capmaas dev-cluster  local kube-apiserver + etcd (up/down/env) -> capmaas.devcluster.cli
     capmaas demo         the whole system on the embedded default  -> capmaas.demo
+    capmaas preflight    check a MAAS and its credentials          -> capmaas.preflight
 
 Each owner module exposes ``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only for
 the sub-command being run, so `capmaas crds` never imports kopf and configuration is never built at
@@ -24,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("capmaas.simulator.serve", "serve a MAAS 3.7 API simulator from an inventory"),
     "dev-cluster": ("capmaas.devcluster.cli", "start/stop a local kube-apiserver + etcd"),
     "demo": ("capmaas.demo", "run the whole system locally and provision a sample cluster"),
+    "preflight": ("capmaas.preflight", "check that capmaas can use a MAAS and its credentials"),
 }
 
 

@@ -10,12 +10,13 @@ nothing here runs at import time and there is no module-level instance.
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     NestedSecretsSettingsSource,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
@@ -64,6 +65,27 @@ class MaasSection(BaseModel):
     max_retries: int = 3
     """Client-side retries of one MAAS request (transport errors, 503) before the reconcile sees it."""
 
+    allowed_endpoints: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Hosts a MAAS endpoint may name (identity Secrets and the default): IP addresses, CIDRs (matching
+    endpoints written as IP literals), host names and ``*.domain`` wildcards (matching names, never resolved);
+    comma-separated in the environment (``CAPMAAS_MAAS__ALLOWED_ENDPOINTS=10.0.0.0/8,maas.example.net``).
+    Empty (the default): any host. A tenant's endpoint outside the list gets InvalidCredentials on its
+    MaasCluster and no request is sent. See docs/security.md."""
+
+    max_response_bytes: int = Field(default=4 * 1024 * 1024, ge=64 * 1024)
+    """Bytes; the largest MAAS answer read for one object (a bigger one is refused while it streams)."""
+
+    max_list_response_bytes: int = Field(default=64 * 1024 * 1024, ge=64 * 1024)
+    """Bytes; the largest MAAS answer read for a collection (the machine poll lists up to
+    ``polling.batch_size`` machines per call)."""
+
+    @field_validator("allowed_endpoints", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
 
 class PollingSection(BaseModel):
     """The shared per-endpoint poller: one list call per interval covers every machine in flight."""
@@ -104,7 +126,12 @@ class ServerSection(BaseModel):
     """HTTP endpoints the operator exposes."""
 
     bind_address: str = "0.0.0.0"  # in a pod the kubelet probes from outside loopback
-    """Address for the liveness and metrics listeners."""
+    """Address of the liveness listener."""
+
+    metrics_bind_address: str = "127.0.0.1"
+    """Address of the metrics listener. Loopback by default: the endpoint has no authentication and tells
+    about every tenant's machines; expose it (``0.0.0.0``) only behind a NetworkPolicy or an authenticating
+    proxy sidecar (docs/security.md)."""
 
     health_port: int = 8080
     """TCP port of the liveness endpoint ``/healthz`` (0 disables it)."""

@@ -15,6 +15,7 @@ import yaml
 from operator_harness import Harness
 
 from capmaas.api import conditions as C
+from capmaas.devcluster.workload import kubeconfig_secret
 
 pytestmark = pytest.mark.k8s
 
@@ -34,12 +35,8 @@ async def test_a_node_with_another_provider_id_keeps_it_and_gets_a_warning_event
     wk = str(workload_kube.kubeconfig)
     h.operator.start()
     await h.cluster()
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "c1-kubeconfig", "namespace": h.namespace},
-        "stringData": {"value": workload_kube.kubeconfig.read_text()},
-    }
+    # CAPI's kubeconfig Secret (type cluster.x-k8s.io/secret, cluster-name label): the only kind trusted.
+    secret = kubeconfig_secret("c1-kubeconfig", h.namespace, "c1", workload_kube.kubeconfig.read_bytes())
     await h.apply(secret)
     await h.machine("w0", cp=False)
 

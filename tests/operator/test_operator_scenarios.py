@@ -13,6 +13,7 @@ from operator_harness import Harness
 
 from capmaas import demo
 from capmaas.api import conditions as C
+from capmaas.devcluster.workload import kubeconfig_secret
 from capmaas.simulator import Faults, Timings
 
 pytestmark = pytest.mark.k8s
@@ -288,12 +289,8 @@ async def test_node_provider_id_is_set_in_the_workload_cluster(harness: Harness,
     h.operator.start()
     await h.cluster()
     kubeconfig = workload_kube.kubeconfig.read_bytes()
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "c1-kubeconfig", "namespace": h.namespace},
-        "stringData": {"value": kubeconfig.decode()},
-    }
+    # CAPI's kubeconfig Secret (type cluster.x-k8s.io/secret, cluster-name label): the only kind trusted.
+    secret = kubeconfig_secret("c1-kubeconfig", h.namespace, "c1", kubeconfig)
     await h.apply(secret)
     await h.machine("w0", cp=False)
     await h.wait("Ready", lambda: ready(h, "w0"))

@@ -24,6 +24,8 @@ LXD_HOST_SELECTED_CONDITION = "LXDHostSelected"  # LXD MaasMachine: a VM host wa
 LXD_RESOURCES_ALLOCATED_CONDITION = "LXDResourcesAllocated"  # LXD: cores/memory/disk reserved on that host
 LXD_VM_CREATED_CONDITION = "LXDVMCreated"  # LXD: MAAS composed the VM and it finished commissioning
 LXD_VM_DEPLOYED_CONDITION = "LXDVMDeployed"  # LXD: the composed VM is Deployed and powered on
+NODE_PROVIDER_ID_CONDITION = "NodeProviderIDSet"  # MaasMachine: written once the Node step hit a problem
+SETTINGS_APPLIED_CONDITION = "SettingsApplied"  # every spec field the user set is applied through MAAS
 
 # --- reasons: success -----------------------------------------------------------------------------
 
@@ -42,6 +44,7 @@ VM_HOST_SELECTED_REASON = "VMHostSelected"  # LXDHostSelected=True
 RESOURCES_RESERVED_REASON = "ResourcesReserved"  # LXDResourcesAllocated=True
 VM_COMPOSED_REASON = "VMComposed"  # LXDVMCreated=True
 VM_COMMISSIONING_REASON = "VMCommissioning"  # LXDVMCreated=False: composed, MAAS still commissioning it
+ALL_SETTINGS_APPLIED_REASON = "AllSettingsApplied"  # SettingsApplied=True
 
 # --- reasons: waiting on something outside capmaas ------------------------------------------------
 
@@ -72,6 +75,11 @@ NO_VM_HOST_AVAILABLE_REASON = "NoVMHostAvailable"  # placement found no VM host 
 VM_HOST_NOT_FOUND_REASON = "VMHostNotFound"  # lxdConfig.vmHost names a host MAAS does not have
 VM_COMPOSE_FAILED_REASON = "VMComposeFailed"  # MAAS refused the compose (over-commit, host gone)
 VM_HOSTS_UNSUPPORTED_REASON = "VMHostsUnsupported"  # the MAAS region has no VM-host API (410, MAAS >= 4.0)
+KUBECONFIG_REJECTED_REASON = "KubeconfigRejected"  # <cluster>-kubeconfig not CAPI's, or a field not allowed
+NODE_PROVIDER_ID_SET_REASON = "NodeProviderIDSet"  # NodeProviderIDSet=True: the problem is solved
+NO_MAAS_EQUIVALENT_REASON = "NoMaasEquivalent"  # SettingsApplied=False: ClusterLXDConfig.not_applied() fields
+INVALID_PREFERRED_SUBNETS_REASON = "InvalidPreferredSubnets"  # maas-preferred-subnet ConfigMap is not CIDRs
+NO_ADDRESS_IN_PREFERRED_SUBNETS_REASON = "NoAddressInPreferredSubnets"  # CP machine outside preferredSubnets
 
 # --- reasons: deletion ----------------------------------------------------------------------------
 

@@ -35,12 +35,14 @@ class SimulatorThread:
         faults: Faults | None = None,
         api_key: str = "capmaasdemo0000000:capmaasdemotoken00:capmaasdemosecret000000000000000",
         port: int = 0,
+        host: str = "127.0.0.1",
     ) -> None:
         self.deployed_at: dict[str, float] = {}  # system_id -> wall time it last reached Deployed
         self.sim = Simulator(
             inventory, timings=timings, faults=faults or Faults(), api_key=api_key, on_deployed=self._deployed
         )
         self.port = port
+        self.host = host  # another address only inside a network namespace the caller made (tests/pod)
         self.url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -65,7 +67,7 @@ class SimulatorThread:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        async with serve(self.sim, host="127.0.0.1", port=self.port) as url:
+        async with serve(self.sim, host=self.host, port=self.port) as url:
             self.url = url
             self._ready.set()
             await self._stop.wait()

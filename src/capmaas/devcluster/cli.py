@@ -5,6 +5,12 @@ with a state file in ``--dir`` (default ``~/.cache/capmaas/dev-cluster``); ``env
 KUBECONFIG=...`` (``eval "$(capmaas dev-cluster env)"``); ``down`` stops the processes and removes the files.
 ``up --kind`` creates a kind cluster instead, where Docker and kind exist (untested on the project's
 machines).
+
+``up --node`` starts a one-node cluster instead (:mod:`capmaas.devcluster.node`: the same control plane plus
+kube-scheduler, containerd and a kubelet, inside a network namespace of its own), importing the image archives
+given with ``--image`` (default: ``make image``'s ``build/image/capmaas-dev.oci.tar`` when present). The
+cluster is reachable only inside that namespace: ``env`` prints the ``ip netns exec`` prefix to use. Needs
+root and ``make node``.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from typing import Any
 
 from capmaas.devcluster import kind
 from capmaas.devcluster.controlplane import STATE_FILE, ControlPlane, StartError
+from capmaas.devcluster.netns import NetnsError
+from capmaas.devcluster.node import NODE_STATE, Node
 from capmaas.devcluster.tools import KubectlError, MissingToolError, apply_capi_crds, cache_dir, capi_crds_dir
 from capmaas.devcluster.versions import CAPI_VERSION
 
@@ -31,6 +39,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["up", "down", "env", "status"], help="what to do")
     parser.add_argument("--dir", type=Path, default=None, help="state directory (default: %(prog)s cache)")
     parser.add_argument("--kind", action="store_true", help="up: create a kind cluster (needs Docker + kind)")
+    parser.add_argument(
+        "--node",
+        action="store_true",
+        help="up: a one-node cluster (containerd + kubelet) in a network namespace of its own (root)",
+    )
+    parser.add_argument(
+        "--image",
+        action="append",
+        type=Path,
+        default=None,
+        help="up --node: OCI image archive to import (repeatable; default: build/image/capmaas-dev.oci.tar)",
+    )
+    parser.add_argument("--netns", default="capmaas-dev", help="up --node: the network namespace's name")
     parser.add_argument("--name", default="capmaas", help="up --kind: the kind cluster name")
     parser.add_argument("--image", default=None, help="up --kind: node image (kind's default otherwise)")
     parser.add_argument(
@@ -68,7 +89,11 @@ def run(args: argparse.Namespace) -> int:
     directory: Path = (args.dir or default_dir()).expanduser().resolve()
     action: str = args.action
     try:
+        if (directory / NODE_STATE).exists():
+            return _node_action(args, directory)
         if action == "up":
+            if args.node:
+                return _node_up(args, directory)
             return _kind_up(args, directory) if args.kind else _up(args, directory)
         if action == "down":
             return _down(directory)
@@ -83,6 +108,63 @@ def run(args: argparse.Namespace) -> int:
     except MissingToolError as exc:
         _say(f"error: {exc}")
         return 2
+
+
+def _node_up(args: argparse.Namespace, directory: Path) -> int:
+    if _state(directory) is not None:
+        _say(f"a dev cluster is already recorded in {directory}; run `down` first")
+        return 1
+    images = args.image
+    if images is None:
+        default = Path("build/image/capmaas-dev.oci.tar")
+        images = [default] if default.is_file() else []
+        if not images:
+            _say(
+                f"note: {default} not found (run `make image`); starting the node without the operator image"
+            )
+    started = time.monotonic()
+    try:
+        node = Node.start(
+            directory,
+            images=tuple(p.resolve() for p in images),
+            netns_name=args.netns,
+            detach=True,
+            timeout=max(args.timeout, 180.0),
+        )
+    except (StartError, NetnsError) as exc:
+        _say(f"error: {exc}")
+        return 1
+    _say(
+        f"node {node.name} Ready in {time.monotonic() - started:.1f}s; the cluster is reachable only inside "
+        f"the network namespace {node.netns.name}: prefix commands with `ip netns exec {node.netns.name}`"
+    )
+    print(_export_line(str(node.kubeconfig)))
+    return 0
+
+
+def _node_action(args: argparse.Namespace, directory: Path) -> int:
+    node = Node.from_state(directory)
+    if args.action == "up":
+        if node.running():
+            _say(f"already running (network namespace {node.netns.name})")
+            print(_export_line(str(node.kubeconfig)))
+            return 0
+        _say("found a stale node cluster; cleaning it up (run `up --node` again)")
+        node.stop()
+        (directory / NODE_STATE).unlink(missing_ok=True)
+        return 1
+    if args.action == "down":
+        node.stop()
+        (directory / NODE_STATE).unlink(missing_ok=True)
+        _say(f"stopped the node cluster in {directory}")
+        return 0
+    if args.action == "env":
+        print(_export_line(str(node.kubeconfig)))
+        _say(f"# the cluster is reachable only inside: ip netns exec {node.netns.name} <command>")
+        return 0
+    up = node.running()
+    print(f"{'running' if up else 'NOT running'}: node {node.name} in network namespace {node.netns.name}")
+    return 0 if up else 1
 
 
 def _up(args: argparse.Namespace, directory: Path) -> int:

@@ -39,6 +39,13 @@ from capmaas.devcluster.tools import find_binary, have_binary, run_kubectl
 STATE_FILE = "state.json"
 SERVICE_CIDR = "10.0.0.0/24"  # only an allocation range for Service IPs; nothing is ever sent there
 CONTROLLERS = "garbagecollector,namespace,serviceaccount,serviceaccount-token"
+# With a node (capmaas.devcluster.node) every default controller runs: deployment, replicaset, nodelifecycle,
+# root-ca-cert-publisher, ... as in any cluster.
+NODE_CONTROLLERS = "*"
+# The ClusterIP of the `kubernetes` Service (the first of SERVICE_CIDR): Pods reach the apiserver there. With
+# a node it is an address on the node namespace's lo and the apiserver listens on its port (443) itself.
+SERVICE_IP = "10.0.0.1"
+NODE_API_PORT = 443
 _PORT_RACE = "address already in use"
 
 
@@ -94,6 +101,7 @@ class ControlPlane:
         detach: bool = False,
         timeout: float = 90.0,
         attempts: int = 3,
+        node_ip: str | None = None,
     ) -> ControlPlane:
         """Start etcd, kube-apiserver and (``None`` = when built) kube-controller-manager; return once
         ``/readyz`` answers 200 and the kubeconfig is written.
@@ -102,11 +110,21 @@ class ControlPlane:
         created if needed and only the files this class wrote are removed from it. ``detach`` leaves the
         processes running after this interpreter exits (for the CLI). Raises :class:`MissingToolError`
         naming ``make controlplane`` if a binary is absent.
+
+        ``node_ip`` (only inside the network namespace of :mod:`capmaas.devcluster.node`, which owns that
+        address) prepares the control plane for a real node: the apiserver listens on every address of the
+        namespace at port 443 (Pods reach it at the ``kubernetes`` Service IP, an address there too), the
+        ServiceAccount admission plugin and the Node authorizer are on, it reaches the kubelet at its
+        InternalIP with a verified certificate, kube-controller-manager runs every default controller and
+        kube-scheduler runs.
         """
-        binaries = {name: find_binary(name) for name in ("etcd", "kube-apiserver")}
+        names = ["etcd", "kube-apiserver"]
+        if node_ip is not None:
+            names += ["kube-controller-manager", "kube-scheduler"]
+        binaries = {name: find_binary(name) for name in names}
         if controller_manager is None:
             controller_manager = have_binary("kube-controller-manager")
-        if controller_manager:
+        if controller_manager or node_ip is not None:
             binaries["kube-controller-manager"] = find_binary("kube-controller-manager")
         owns = workdir is None
         path = Path(tempfile.mkdtemp(prefix="capmaas-cp-")) if workdir is None else Path(workdir).resolve()
@@ -115,7 +133,7 @@ class ControlPlane:
             for attempt in range(1, max(1, attempts) + 1):
                 try:
                     return cls._start_once(
-                        path, owns, {k: str(v) for k, v in binaries.items()}, detach, timeout
+                        path, owns, {k: str(v) for k, v in binaries.items()}, detach, timeout, node_ip
                     )
                 except StartError as exc:
                     # Free ports are picked by bind-and-close; another process may grab one in between.
@@ -128,13 +146,20 @@ class ControlPlane:
             raise
 
     @classmethod
-    def _start_once(
-        cls, workdir: Path, owns: bool, binaries: dict[str, str], detach: bool, timeout: float
+    def _start_once(  # noqa: PLR0917
+        cls,
+        workdir: Path,
+        owns: bool,
+        binaries: dict[str, str],
+        detach: bool,
+        timeout: float,
+        node_ip: str | None,
     ) -> ControlPlane:
         deadline = time.monotonic() + timeout
         pki = make_pki(workdir / "pki")
         logs = workdir / "logs"
-        etcd_port, peer_port, api_port = process.free_port(), process.free_port(), process.free_port()
+        etcd_port, peer_port = process.free_port(), process.free_port()
+        api_port = process.free_port() if node_ip is None else NODE_API_PORT
         server = f"https://127.0.0.1:{api_port}"
         cp = cls(workdir, owns_workdir=owns, server=server, components=[], detached=detach)
         if not detach:
@@ -162,7 +187,10 @@ class ControlPlane:
             )
             cp._wait_http("etcd", f"{etcd_url}/health", None, deadline)
             cp._spawn(
-                "kube-apiserver", binaries["kube-apiserver"], _apiserver_args(pki, etcd_url, api_port), logs
+                "kube-apiserver",
+                binaries["kube-apiserver"],
+                _apiserver_args(pki, etcd_url, api_port, node_ip),
+                logs,
             )
             cp._wait_http("kube-apiserver", f"{server}/readyz", _client_context(pki), deadline)
             cp._write_kubeconfig(pki)
@@ -174,7 +202,7 @@ class ControlPlane:
                         f"--kubeconfig={cp.kubeconfig}",
                         "--secure-port=0",
                         "--leader-elect=false",
-                        f"--controllers={CONTROLLERS}",
+                        f"--controllers={CONTROLLERS if node_ip is None else NODE_CONTROLLERS}",
                         f"--service-account-private-key-file={pki.sa_private}",
                         f"--root-ca-file={pki.ca_cert}",
                     ],
@@ -182,6 +210,22 @@ class ControlPlane:
                 )
                 time.sleep(0.5)  # a bad flag makes it exit at once; catch that here rather than later
                 cp._check_alive("kube-controller-manager")
+            if "kube-scheduler" in binaries:
+                cp._spawn(
+                    "kube-scheduler",
+                    binaries["kube-scheduler"],
+                    [
+                        f"--kubeconfig={cp.kubeconfig}",
+                        f"--authentication-kubeconfig={cp.kubeconfig}",
+                        f"--authorization-kubeconfig={cp.kubeconfig}",
+                        "--bind-address=127.0.0.1",
+                        "--secure-port=10259",
+                        "--leader-elect=false",
+                    ],
+                    logs,
+                )
+                time.sleep(0.5)
+                cp._check_alive("kube-scheduler")
             cp.write_state()
         except BaseException:
             cp.stop(remove_logs=False)
@@ -250,6 +294,11 @@ class ControlPlane:
         }
         self.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
         self.kubeconfig.chmod(0o600)
+
+    @property
+    def pki(self) -> Pki:
+        """The control plane's CA and certificates (the node's certificates are signed by this CA)."""
+        return Pki.at(self.workdir / "pki")
 
     # -- state for the detached CLI ------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -343,11 +392,11 @@ def _client_context(pki: Pki) -> ssl.SSLContext:
     return ctx
 
 
-def _apiserver_args(pki: Pki, etcd_url: str, port: int) -> list[str]:
-    return [
+def _apiserver_args(pki: Pki, etcd_url: str, port: int, node_ip: str | None = None) -> list[str]:
+    args = [
         f"--etcd-servers={etcd_url}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
+        "--bind-address=127.0.0.1" if node_ip is None else "--bind-address=0.0.0.0",
+        f"--advertise-address={node_ip or '127.0.0.1'}",
         f"--secure-port={port}",
         f"--tls-cert-file={pki.serving_cert}",
         f"--tls-private-key-file={pki.serving_key}",
@@ -356,9 +405,20 @@ def _apiserver_args(pki: Pki, etcd_url: str, port: int) -> list[str]:
         f"--service-account-key-file={pki.sa_public}",
         f"--service-account-signing-key-file={pki.sa_private}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
-        "--authorization-mode=RBAC",
-        "--disable-admission-plugins=ServiceAccount",
         "--allow-privileged=true",
         "--endpoint-reconciler-type=none",
         "--profiling=false",
+    ]
+    if node_ip is None:
+        return [*args, "--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount"]
+    return [
+        *args,
+        "--authorization-mode=Node,RBAC",
+        "--enable-admission-plugins=NodeRestriction",
+        # `kubectl logs`/`exec` reach the kubelet at the Node's InternalIP (its hostname resolves nowhere
+        # here), authenticated with the admin certificate, verifying the kubelet's CA-signed certificate.
+        "--kubelet-preferred-address-types=InternalIP",
+        f"--kubelet-client-certificate={pki.admin_cert}",
+        f"--kubelet-client-key={pki.admin_key}",
+        f"--kubelet-certificate-authority={pki.ca_cert}",
     ]

@@ -34,6 +34,20 @@ class Pki:
     sa_public: Path
     sa_private: Path
 
+    @classmethod
+    def at(cls, directory: Path) -> Pki:
+        """The file layout :func:`make_pki` writes in ``directory``."""
+        return cls(
+            ca_cert=directory / "ca.crt",
+            ca_key=directory / "ca.key",
+            serving_cert=directory / "apiserver.crt",
+            serving_key=directory / "apiserver.key",
+            admin_cert=directory / "admin.crt",
+            admin_key=directory / "admin.key",
+            sa_public=directory / "sa.pub",
+            sa_private=directory / "sa.key",
+        )
+
 
 def _key() -> EllipticCurvePrivateKey:
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -138,16 +152,7 @@ def _cert(
 def make_pki(directory: Path) -> Pki:
     """Generate the PKI into ``directory`` (created 0700) and return the file paths."""
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    pki = Pki(
-        ca_cert=directory / "ca.crt",
-        ca_key=directory / "ca.key",
-        serving_cert=directory / "apiserver.crt",
-        serving_key=directory / "apiserver.key",
-        admin_cert=directory / "admin.crt",
-        admin_key=directory / "admin.key",
-        sa_public=directory / "sa.pub",
-        sa_private=directory / "sa.key",
-    )
+    pki = Pki.at(directory)
     ca_key = _key()
     ca = _cert("capmaas-dev-ca", ca_key, ca_key, None, ca=True)
     _write_cert(pki.ca_cert, ca)
@@ -199,3 +204,64 @@ def make_serving_pki(directory: Path, *, cert_name: str = "tls.crt", key_name: s
     _write_cert(out.cert, _cert("capmaas-webhook", key, ca_key, ca, server=True))
     _write_key(out.key, key)
     return out
+
+
+def issue_cert(
+    pki: Pki,
+    directory: Path,
+    name: str,
+    common_name: str,
+    *,
+    org: str | None = None,
+    server_ips: tuple[str, ...] = (),
+    server_names: tuple[str, ...] = (),
+    client: bool = False,
+) -> tuple[Path, Path]:
+    """A certificate signed by the control plane's CA, written as ``directory/name.crt`` and ``name.key``.
+
+    For the node (:mod:`capmaas.devcluster.node`): the kubelet's client certificate (``CN=system:node:<n>``,
+    ``O=system:nodes``, what the Node authorizer expects) and its serving certificate for the node's address,
+    which the apiserver verifies for ``kubectl logs``/``exec``. Returns ``(cert, key)``.
+    """
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{pki.ca_key} is not the EC key make_pki writes")
+    ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    key = _key()
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if org:
+        attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+    now = dt.datetime.now(dt.UTC)
+    server = bool(server_ips or server_names)
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
+    usages += [ExtendedKeyUsageOID.CLIENT_AUTH] if client else []
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name(attrs))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+    )
+    if server:
+        sans: list[x509.GeneralName] = [x509.DNSName(n) for n in server_names]
+        sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in server_ips]
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())
+    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
+    _write_cert(cert_path, cert)
+    _write_key(key_path, key)
+    return cert_path, key_path

@@ -11,14 +11,16 @@ in :mod:`capmaas.maas.errors` (also re-exported here), response and request mode
 
 from __future__ import annotations
 
+from capmaas.maas._allowlist import EndpointAllowList
 from capmaas.maas._auth import Credentials
 from capmaas.maas._client import MaasClient, normalize_base_url
-from capmaas.maas._http import RetryPolicy
+from capmaas.maas._http import Limits, RetryPolicy
 from capmaas.maas._transports import AiohttpTransport, ssl_context
 from capmaas.maas.errors import (
     ApiError,
     BadRequestError,
     ConflictError,
+    EndpointNotAllowedError,
     ForbiddenError,
     GoneError,
     InvalidApiKeyError,
@@ -29,6 +31,7 @@ from capmaas.maas.errors import (
     RequestInfo,
     RequestTimeoutError,
     ResponseParseError,
+    ResponseTooLargeError,
     ServiceUnavailableError,
     TransportError,
     UnauthorizedError,
@@ -75,6 +78,8 @@ __all__ = [
     "Credentials",
     "DnsResource",
     "Domain",
+    "EndpointAllowList",
+    "EndpointNotAllowedError",
     "ForbiddenError",
     "GoneError",
     "Interface",
@@ -82,6 +87,7 @@ __all__ = [
     "InvalidApiKeyError",
     "InvalidBaseUrlError",
     "IpAddress",
+    "Limits",
     "MaasClient",
     "MaasError",
     "Machine",
@@ -95,6 +101,7 @@ __all__ = [
     "RequestTimeoutError",
     "ResourcePool",
     "ResponseParseError",
+    "ResponseTooLargeError",
     "RetryPolicy",
     "ServiceUnavailableError",
     "StoragePool",

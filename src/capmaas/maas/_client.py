@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from capmaas.maas import _auth, _http, errors, models
+from capmaas.maas import _allowlist, _auth, _http, errors, models
 from capmaas.maas.resources import (
     boot_resources,
     dns,
@@ -86,7 +86,10 @@ class MaasClient:
     the network (tests pass ``httpx.MockTransport`` or ``httpx.ASGITransport(app=sim.app)``). TLS is verified
     by default; ``verify`` takes a CA bundle path or an :class:`ssl.SSLContext`, ``ca_data`` PEM text (from a
     Secret), and only ``insecure=True`` switches verification off. ``on_response(method, endpoint, status)``
-    is called once per HTTP answer (status 0 when there was none) with the endpoint *template*.
+    is called once per HTTP answer (status 0 when there was none) with the endpoint *template*. ``limits``
+    bounds each answer's size and each attempt's duration (:class:`Limits`; its deadline defaults to
+    ``timeout``). ``allowed_endpoints`` (an :class:`EndpointAllowList`, empty: any) refuses, at construction,
+    a URL whose host is not on it (:class:`~capmaas.maas.errors.EndpointNotAllowedError`).
     """
 
     def __init__(
@@ -103,9 +106,15 @@ class MaasClient:
         retry: _http.RetryPolicy | None = None,
         sleep: _http.Sleep = asyncio.sleep,
         on_response: _http.OnResponse | None = None,
+        limits: _http.Limits | None = None,
+        allowed_endpoints: _allowlist.EndpointAllowList | None = None,
     ) -> None:
         credentials = api_key if isinstance(api_key, _auth.Credentials) else _auth.Credentials.parse(api_key)
         self.api_root = normalize_base_url(url)
+        if allowed_endpoints is not None:
+            allowed_endpoints.check(self.api_root)
+        if limits is None:
+            limits = _http.Limits(deadline=timeout)
         policy = retry if retry is not None else _http.RetryPolicy(max_retries=max_retries)
         self._client = httpx.AsyncClient(
             auth=_auth.MaasAuth(credentials),
@@ -122,6 +131,7 @@ class MaasClient:
             retry=policy,
             sleep=sleep,
             on_response=on_response,
+            limits=limits,
         )
         self.machines = machines.Machines(self._http)
         self.vm_hosts = vm_hosts.VmHosts(self._http)

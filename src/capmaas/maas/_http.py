@@ -4,10 +4,18 @@ Keeping it in one place is what lets the client promise, for *every* operation: 
 bodies form-urlencoded with repeated keys for lists, only the retries MAAS asks for (``Retry-After``) or that
 cannot duplicate work, one metrics callback per answer with the endpoint *template* (never a raw id, which
 would explode metric cardinality), and errors that never carry the API key.
+
+It is also where an endpoint that is not MAAS (a tenant may name any URL) is kept from hurting the process:
+answers are read as a stream and refused past :class:`Limits` bytes (a 400 MiB answer must not take the
+operator's memory), each attempt has an overall deadline that covers connecting, sending and the whole body (a
+body trickled a byte a second resets per-read timeouts forever), and the body of an answer never goes into an
+exception's message (messages reach conditions a tenant can read; the capped, redacted body stays on the
+exception's ``body`` for logs).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
@@ -22,7 +30,7 @@ import pydantic
 from capmaas import backoff as _backoff
 from capmaas.maas import _auth, errors
 
-__all__ = ["FormFields", "Http", "OnResponse", "RetryPolicy", "Sleep"]
+__all__ = ["FormFields", "Http", "Limits", "OnResponse", "RetryPolicy", "Sleep"]
 
 log = logging.getLogger("capmaas.maas")
 
@@ -68,6 +76,30 @@ class RetryPolicy:
         return _backoff.full_jitter(attempt, base=self.base_delay, cap=self.max_delay, rand=self.jitter)
 
 
+MIB = 1024 * 1024
+#: Bytes of an error answer read (the rest is dropped): only its start is ever shown or logged.
+ERROR_BODY_BYTES = 64 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """How much one answer may cost.
+
+    ``max_response_bytes`` caps the body of a single-object answer and ``max_list_bytes`` that of a collection
+    read (a ``GET`` of a path without an id, e.g. ``machines/``: the shared poll lists up to a batch of
+    machines, a few KiB each); both are counted after decompression, while streaming, so a bigger answer is
+    refused without being held in memory. ``deadline`` (seconds) bounds one attempt from connect to the last
+    byte of the body; None: no overall bound (the per-phase timeouts still apply)."""
+
+    max_response_bytes: int = 4 * MIB
+    max_list_bytes: int = 64 * MIB
+    deadline: float | None = 60.0
+
+    def max_bytes(self, method: str, path: str) -> int:
+        """The cap for a request of ``method`` to endpoint template ``path``."""
+        return self.max_list_bytes if method == "GET" and "{" not in path else self.max_response_bytes
+
+
 def _retry_after(response: httpx.Response) -> float | None:
     return errors.parse_retry_after(response.headers.get("retry-after"))
 
@@ -84,11 +116,13 @@ class Http:
         retry: RetryPolicy,
         sleep: Sleep,
         on_response: OnResponse | None,
+        limits: Limits | None = None,
     ) -> None:
         self._client = client
         self.api_root = api_root
         self._credentials = credentials
         self._retry = retry
+        self._limits = limits if limits is not None else Limits()
         self._sleep = sleep
         self._on_response = on_response
 
@@ -124,8 +158,8 @@ class Http:
             )
 
         info = errors.RequestInfo(method, str(build().url), endpoint)
-        response = await self._send(build, info)
-        return self._decode(response, info)
+        response, body = await self._send(build, info, self._limits.max_bytes(method, path))
+        return self._decode(response, body, info)
 
     async def model(self, model: type[ModelT], method: str, path: str, **kwargs: Any) -> ModelT:
         """:meth:`call`, validated into ``model``."""
@@ -161,12 +195,15 @@ class Http:
                 request=errors.RequestInfo(method, self.api_root + path, path),
             ) from exc
 
-    async def _send(self, build: Callable[[], httpx.Request], info: errors.RequestInfo) -> httpx.Response:
+    async def _send(
+        self, build: Callable[[], httpx.Request], info: errors.RequestInfo, max_bytes: int
+    ) -> tuple[httpx.Response, bytes]:
         attempt = 0
         while True:
             try:
-                response = await self._client.send(build())
-            except _TRANSPORT_FAILURES as exc:
+                async with asyncio.timeout(self._limits.deadline):
+                    response, body = await self._exchange(build(), info, max_bytes)
+            except _TRANSPORT_FAILURES as exc:  # builtin TimeoutError (the deadline) is an OSError
                 self._notify(info, 0)
                 failure = self._transport_error(exc, info)
                 retryable = isinstance(exc, (httpx.TransportError, OSError)) and (
@@ -184,7 +221,7 @@ class Http:
                     or retry_after is None
                     or attempt >= self._retry.max_retries
                 ):
-                    return response
+                    return response, body
                 delay = min(retry_after, self._retry.max_retry_after)
                 reason = f"{response.status_code} with Retry-After {retry_after:g}"
             attempt += 1
@@ -199,6 +236,30 @@ class Http:
             )
             await self._sleep(delay)
 
+    async def _exchange(
+        self, request: httpx.Request, info: errors.RequestInfo, max_bytes: int
+    ) -> tuple[httpx.Response, bytes]:
+        """Send ``request`` and read its body as a stream: at most ``max_bytes`` of a success (more is
+        :class:`~capmaas.maas.errors.ResponseTooLargeError`), the first :data:`ERROR_BODY_BYTES` of an
+        error."""
+        response = await self._client.send(request, stream=True)
+        try:
+            limit = max_bytes if response.status_code < 300 else min(max_bytes, ERROR_BODY_BYTES)
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > limit:
+                    if response.status_code >= 300:
+                        del body[limit:]  # an error's start is all anyone reads
+                        break
+                    self._notify(info, response.status_code)
+                    raise errors.ResponseTooLargeError(
+                        f"answer to {info} is larger than {limit} bytes; not read further", request=info
+                    )
+            return response, bytes(body)
+        finally:
+            await response.aclose()
+
     def _notify(self, info: errors.RequestInfo, status: int) -> None:
         """Tell the metrics hook about one answer (status 0: no answer); a faulty hook never fails a call."""
         if self._on_response is None:
@@ -210,6 +271,10 @@ class Http:
 
     def _transport_error(self, exc: Exception, info: errors.RequestInfo) -> errors.MaasError:
         detail = self._credentials.redact(errors.cap_body(str(exc) or type(exc).__name__, 256))
+        if isinstance(exc, TimeoutError) and not str(exc):  # the overall deadline of the attempt
+            return errors.RequestTimeoutError(
+                f"timed out: {info}: no complete answer within {self._limits.deadline:g}s", request=info
+            )
         if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
             return errors.RequestTimeoutError(f"timed out: {info}: {detail}", request=info)
         if isinstance(exc, httpx.DecodingError):
@@ -218,8 +283,8 @@ class Http:
             f"no answer from MAAS: {info}: {type(exc).__name__}: {detail}", request=info
         )
 
-    def _decode(self, response: httpx.Response, info: errors.RequestInfo) -> Any:
-        text = response.text
+    def _decode(self, response: httpx.Response, body: bytes, info: errors.RequestInfo) -> Any:
+        text = body.decode(response.encoding or "utf-8", errors="replace")
         if response.status_code >= 300:
             text = self._credentials.redact(text)
             headers = {k.lower(): v for k, v in response.headers.items()}
@@ -232,8 +297,8 @@ class Http:
         try:
             return json.loads(text)
         except (ValueError, RecursionError) as exc:
+            redacted = self._credentials.redact(text)
+            log.debug("MAAS %s %s: not JSON: %s", info.method, info.endpoint, errors.cap_body(redacted, 512))
             raise errors.ResponseParseError(
-                f"answer to {info} is not JSON: {errors.cap_body(self._credentials.redact(text), 120)!r}",
-                request=info,
-                body=self._credentials.redact(text),
+                f"answer to {info} is not JSON ({len(body)} bytes)", request=info, body=redacted
             ) from exc

@@ -6,14 +6,17 @@ what kopf is built on, so it is installed with the operator.
 
 httpx's transport interface is public; the client keeps its auth, retries, error mapping and metrics. What the
 transport owes it: TLS as the client would have verified it (an :class:`ssl.SSLContext`, see
-:func:`ssl_context`), the per-request timeouts httpx puts in ``request.extensions["timeout"]``, and failures
-as the ``httpx`` exceptions the client maps (connect failures as :class:`httpx.ConnectError`, so a POST that
-never left is retried and one that may have left is not).
+:func:`ssl_context`), the per-request timeouts httpx puts in ``request.extensions["timeout"]``, failures as
+the ``httpx`` exceptions the client maps (connect failures as :class:`httpx.ConnectError`, so a POST that
+never left is retried and one that may have left is not), and the body as a stream: the client counts the
+bytes as they arrive and stops reading past its cap (a 400 MiB answer from a tenant's endpoint is never held
+whole).
 """
 
 from __future__ import annotations
 
 import ssl
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -32,6 +35,29 @@ def ssl_context(*, ca_data: str | None = None, insecure: bool = False) -> ssl.SS
     elif ca_data:
         context.load_verify_locations(cadata=ca_data)
     return context
+
+
+class _Body(httpx.AsyncByteStream):
+    """An aiohttp response body as httpx reads it: chunk by chunk, read failures mapped like the request's."""
+
+    def __init__(self, response: aiohttp.ClientResponse, request: httpx.Request) -> None:
+        self._response = response
+        self._request = request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.content.iter_chunked(64 * 1024):
+                yield chunk
+        except (TimeoutError, aiohttp.SocketTimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise httpx.ReadTimeout(str(exc) or "read timed out", request=self._request) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise httpx.ReadError(f"{type(exc).__name__}: {exc}", request=self._request) from exc
+
+    async def aclose(self) -> None:
+        if self._response.content.at_eof():
+            self._response.release()  # read to the end: the connection goes back to the pool
+        else:
+            self._response.close()  # abandoned mid-body (cap, deadline): the connection is dropped
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
@@ -62,17 +88,18 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         )
         body = await request.aread()
         try:
-            async with self._client().request(
+            response = await self._client().request(
                 request.method,
                 str(request.url),
                 headers=request.headers.multi_items(),
                 data=body or None,
                 allow_redirects=False,
                 timeout=timeout,
-            ) as response:
-                content = await response.read()
-                headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
-                return httpx.Response(response.status, headers=headers, content=content, request=request)
+            )
+            headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
+            return httpx.Response(
+                response.status, headers=headers, stream=_Body(response, request), request=request
+            )
         except aiohttp.ConnectionTimeoutError as exc:
             raise httpx.ConnectTimeout(str(exc) or "connect timed out", request=request) from exc
         except (TimeoutError, aiohttp.SocketTimeoutError, aiohttp.ServerTimeoutError) as exc:

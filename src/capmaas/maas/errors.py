@@ -10,9 +10,11 @@ transport::
     MaasError
     ├── InvalidApiKeyError (also ValueError)   the key is not ``consumer:token:secret``
     ├── InvalidBaseUrlError (also ValueError)  the base URL is not http(s)://host[:port]/path
+    │   └── EndpointNotAllowedError            its host is outside the operator's endpoint allow-list
     ├── TransportError                         no HTTP answer: connection refused/reset, TLS, protocol
     │   └── RequestTimeoutError                no answer in time
     ├── ResponseParseError                     an answer we could not read (bad JSON, wrong shape)
+    │   └── ResponseTooLargeError              an answer larger than the client's byte cap
     └── ApiError(status, body, request)        MAAS answered with an error status
         ├── BadRequestError(field_errors)      400: validation; ``field_errors`` from MAAS's JSON dict
         ├── UnauthorizedError                  401: bad or unknown key, stale timestamp, reused nonce
@@ -24,8 +26,10 @@ transport::
         └── ServiceUnavailableError(retry_after)  503: over-commit, power problems, region busy
 
 The status → class mapping lives in exactly one function, :func:`error_class`. Error bodies are capped at
-:data:`MAX_BODY_CHARS` before they reach a message or a log line: MAAS can answer with a whole HTML page
-(its 409 template) and reconcilers log errors on every retry.
+:data:`MAX_BODY_CHARS` and kept on the exception's ``body`` (for logs and for callers that match MAAS's
+wording), never in its message: messages reach conditions that the MaasCluster's tenant reads, and the
+endpoint may not be MAAS at all (a URL the tenant chose, answering with whatever a server there says). The
+message says what was asked, the status, and for a MAAS 400 the names of the fields it refused.
 """
 
 from __future__ import annotations
@@ -33,12 +37,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 
 __all__ = [
     "MAX_BODY_CHARS",
     "ApiError",
     "BadRequestError",
     "ConflictError",
+    "EndpointNotAllowedError",
     "ForbiddenError",
     "GoneError",
     "InvalidApiKeyError",
@@ -49,6 +55,7 @@ __all__ = [
     "RequestInfo",
     "RequestTimeoutError",
     "ResponseParseError",
+    "ResponseTooLargeError",
     "ServiceUnavailableError",
     "TransportError",
     "UnauthorizedError",
@@ -56,6 +63,9 @@ __all__ = [
     "error_class",
     "parse_field_errors",
 ]
+
+#: What a MAAS form field name looks like; only such names from a 400 body go into a message.
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 
 #: Error bodies longer than this are cut (with a marker) before they are stored, shown or logged.
 MAX_BODY_CHARS = 1024
@@ -92,6 +102,10 @@ class InvalidBaseUrlError(MaasError, ValueError):
     """The MAAS URL is not an absolute http(s) URL."""
 
 
+class EndpointNotAllowedError(InvalidBaseUrlError):
+    """The MAAS URL's host is not in the operator's allow-list of MAAS endpoints."""
+
+
 class TransportError(MaasError):
     """The request got no HTTP answer (connection refused or reset, TLS failure, protocol error)."""
 
@@ -116,8 +130,13 @@ class ResponseParseError(MaasError):
         self.body = cap_body(body)
 
 
+class ResponseTooLargeError(ResponseParseError):
+    """The answer was larger than the client's cap (:class:`capmaas.maas.Limits`); it was not read further."""
+
+
 class ApiError(MaasError):
-    """MAAS answered with an error status; ``body`` is the (capped, redacted) response text."""
+    """MAAS answered with an error status; ``body`` is the (capped, redacted) response text, kept out of the
+    message (see the module docstring)."""
 
     def __init__(
         self,
@@ -131,7 +150,11 @@ class ApiError(MaasError):
         self.body = cap_body(body)
         self.request = request
         self.headers = dict(headers or {})
-        super().__init__(f"{status} from {request}: {self.body or '(empty body)'}")
+        super().__init__(f"{status} from {request}{self._detail()}")
+
+    def _detail(self) -> str:
+        """What the message adds to status and request: nothing from the body by default."""
+        return ""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(status={self.status}, body={self.body!r}, request={self.request!s})"
@@ -148,8 +171,12 @@ class BadRequestError(ApiError):
         *,
         headers: dict[str, str] | None = None,
     ) -> None:
-        super().__init__(status, body, request, headers=headers)
         self.field_errors = parse_field_errors(body)
+        super().__init__(status, body, request, headers=headers)
+
+    def _detail(self) -> str:
+        names = [n for n in self.field_errors if _FIELD_NAME.fullmatch(n)][:5]
+        return f": MAAS refused field(s) {', '.join(names)}" if names else ""
 
 
 class UnauthorizedError(ApiError):

@@ -106,6 +106,13 @@ def build_runtime(config: OperatorConfig, http: KubeHttp) -> Runtime:
         if w is not None:
             w.wake(key)
 
+    allowed = maas.EndpointAllowList(config.maas.allowed_endpoints)  # a bad entry stops the start here
+    limits = maas.Limits(
+        max_response_bytes=config.maas.max_response_bytes,
+        max_list_bytes=config.maas.max_list_response_bytes,
+        deadline=config.maas.request_timeout,
+    )
+
     def client_factory(c: MaasCredentials) -> maas.MaasClient:
         insecure = c.insecure or config.maas.insecure_skip_tls_verify
         return maas.MaasClient(
@@ -119,6 +126,8 @@ def build_runtime(config: OperatorConfig, http: KubeHttp) -> Runtime:
             timeout=config.maas.request_timeout,
             max_retries=config.maas.max_retries,
             on_response=metrics.on_response(c.endpoint),
+            limits=limits,
+            allowed_endpoints=allowed,  # EndpointNotAllowedError: InvalidCredentials on the MaasCluster
         )
 
     connections = MaasConnections(
@@ -285,7 +294,7 @@ async def run_operator(config: OperatorConfig, *, stop_flag: asyncio.Event | Non
     rt = build_runtime(config, KubeHttp(load_configuration(), connections=KUBE_CONNECTIONS))
     registry = kopf.OperatorRegistry()
     register(registry, rt)
-    rt.metrics.serve(config.server.bind_address, config.server.metrics_port)
+    rt.metrics.serve(config.server.metrics_bind_address, config.server.metrics_port)
     liveness = (
         f"http://{config.server.bind_address}:{config.server.health_port}/healthz"
         if config.server.health_port

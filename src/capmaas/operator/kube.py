@@ -3,35 +3,40 @@
 Why our own client for writes and Secret reads (:mod:`capmaas.operator.kubehttp`, async, on the event loop):
 kopf has no public API to patch arbitrary objects outside a handler's ``patch`` kwarg, our per-object loops
 run outside handlers, and the synchronous ``kubernetes`` client on threads was about a tenth of the operator's
-CPU at 1,000 machines (it is still used, in a small thread pool, for workload-cluster Nodes). Why caches for
-reads: kopf already watches MaasMachines, MaasClusters, Machines and Clusters for us (``on.event``), so every
+CPU at 1,000 machines. The workload-cluster Node patch uses the same async client. Why caches for reads: kopf
+already watches MaasMachines, MaasClusters, Machines and Clusters for us (``on.event``), so every
 owner/Cluster/sibling lookup is a dict read, not a GET. Objects are stored only if their ``resourceVersion``
 is not older than the stored one, and our own patch responses go into the store at once, so a reconcile never
 acts on a version older than its own last write (which is what keeps a second ``allocate`` from ever
 happening).
 
-Secrets are not watched (there can be thousands); identity and kubeconfig Secrets are read with a short TTL
-cache, bootstrap Secrets are read once, right before deploy.
+Secrets are not watched (there can be thousands). Identity and kubeconfig Secrets are read through a bounded
+cache whose entries expire after ``secret_ttl`` (:class:`~capmaas.operator.ttlcache.TtlLru`); bootstrap
+Secrets (join tokens, certificates) are read when needed and never kept. Workload clients are cached the same
+way and closed when they leave the cache.
+
+Trust (issue 10): a workload kubeconfig is used only when it comes from CAPI's kubeconfig Secret of the
+cluster (type ``cluster.x-k8s.io/secret``, labelled ``cluster.x-k8s.io/cluster-name=<cluster>``, named
+``<cluster>-kubeconfig``) and passes :func:`~capmaas.operator.kubeconfig.parse_kubeconfig`: inline
+credentials only, so a tenant's kubeconfig can neither run a command in the operator nor make it read a file.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import concurrent.futures
+import dataclasses
 import hashlib
 import logging
-import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import kopf
-import kubernetes
-import yaml
-from kubernetes.client.exceptions import ApiException
 
 from capmaas.api import conditions as C
-from capmaas.operator.kubehttp import KubeHttp, KubeHttpError
+from capmaas.operator.kubeconfig import KubeconfigRejected, WorkloadKubeconfig, parse_kubeconfig
+from capmaas.operator.kubehttp import KubeHttp, KubeHttpError, Retries, Target
+from capmaas.operator.ttlcache import TtlLru
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.ports import Body, EventType, NodePatchResult, ObjectPlural
 from capmaas.reconcilers.scope import CLUSTER_NAME_LABEL
@@ -40,7 +45,60 @@ log = logging.getLogger(__name__)
 
 GROUP = "infrastructure.cluster.x-k8s.io"
 VERSION = "v1beta1"
-T = TypeVar("T")
+#: The type CAPI gives the Secrets it writes (kubeconfig, CA, ...): ``ClusterSecretType`` in ``util/secret``.
+CAPI_SECRET_TYPE = "cluster.x-k8s.io/secret"
+KUBECONFIG_SUFFIX = "-kubeconfig"
+#: Secrets (identity, kubeconfig) and workload clients kept at most; the least recently used go first.
+SECRET_CACHE_SIZE = 1024
+WORKLOAD_CLIENT_CACHE_SIZE = 256
+#: Seconds a workload client (its TLS session and parsed credentials) is kept after it was made.
+WORKLOAD_CLIENT_TTL = 300.0
+WORKLOAD_TIMEOUT = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SecretOrigin:
+    """Which Secret a value was read from, and what the Secret says about itself."""
+
+    namespace: str
+    name: str
+    type: str
+    labels: Mapping[str, str]
+
+
+class SecretValue(bytes):
+    """A Secret's data value that remembers its :class:`SecretOrigin`: the Node step gets only the kubeconfig
+    bytes through the port, and must still know whether they came from a Secret it trusts."""
+
+    origin: SecretOrigin
+
+    def __new__(cls, data: bytes, origin: SecretOrigin) -> SecretValue:
+        value = super().__new__(cls, data)
+        value.origin = origin
+        return value
+
+
+def trust_problem(kubeconfig: bytes) -> str | None:
+    """Why ``kubeconfig`` does not come from CAPI's kubeconfig Secret of its cluster (None: it does)."""
+    origin = kubeconfig.origin if isinstance(kubeconfig, SecretValue) else None
+    if origin is None:
+        return "the kubeconfig was not read from a Secret"
+    where = f"Secret {origin.namespace}/{origin.name}"
+    if origin.type != CAPI_SECRET_TYPE:
+        return f"{where}: field type is {origin.type or 'empty'!r}; only {CAPI_SECRET_TYPE!r} is trusted"
+    cluster = origin.name.removesuffix(KUBECONFIG_SUFFIX)
+    label = origin.labels.get(CLUSTER_NAME_LABEL)
+    if not origin.name.endswith(KUBECONFIG_SUFFIX) or label != cluster:
+        return f"{where}: field metadata.labels[{CLUSTER_NAME_LABEL}] must be {cluster!r}, is {label!r}"
+    return None
+
+
+@dataclasses.dataclass
+class _Workload:
+    """A parsed workload kubeconfig and its client (or why it was refused)."""
+
+    client: KubeHttp | None
+    rejected: str | None = None
 
 
 def _rv(body: Body) -> int:
@@ -127,24 +185,47 @@ class Store:
 
 
 class KubeAdapter:
-    """:class:`~capmaas.reconcilers.ports.KubePort` over the :class:`Store` and the ``kubernetes`` client."""
+    """:class:`~capmaas.reconcilers.ports.KubePort` over the :class:`Store` and :class:`KubeHttp`."""
 
-    def __init__(self, store: Store, http: KubeHttp, *, secret_ttl: float, threads: int = 4) -> None:
+    def __init__(
+        self,
+        store: Store,
+        http: KubeHttp,
+        *,
+        secret_ttl: float,
+        secret_cache_size: int = SECRET_CACHE_SIZE,
+        workload_cache_size: int = WORKLOAD_CLIENT_CACHE_SIZE,
+        workload_ttl: float = WORKLOAD_CLIENT_TTL,
+    ) -> None:
         self.store = store
         self._http = http
-        self._ttl = secret_ttl
-        self._secrets: dict[tuple[str, str], tuple[float, Mapping[str, bytes] | None]] = {}
+        # Values are 1-tuples so that "the Secret does not exist" is cached too (None inside).
+        self._secrets: TtlLru[tuple[str, str], tuple[Mapping[str, bytes] | None]] = TtlLru(
+            secret_cache_size, secret_ttl
+        )
         self._reading: dict[tuple[str, str], asyncio.Task[Mapping[str, bytes] | None]] = {}
-        self._workload: dict[str, Any] = {}
-        self._pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="capmaas-kube")
+        self._workload: TtlLru[str, _Workload] = TtlLru(
+            workload_cache_size, workload_ttl, on_evict=self._close_workload
+        )
+        self._closing: set[asyncio.Task[None]] = set()
         self.writes = 0
 
-    async def _run(self, fn: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
-
     async def aclose(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._workload.clear()
+        self._secrets.clear()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
         await self._http.aclose()
+
+    def _close_workload(self, workload: _Workload) -> None:
+        if workload.client is None:
+            return
+        try:
+            task = asyncio.get_running_loop().create_task(workload.client.aclose())
+        except RuntimeError:  # no loop (unit use): nothing was ever opened on one
+            return
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     # --- cache reads -------------------------------------------------------------------------------------
     def get_machine(self, namespace: str, name: str) -> Body | None:
@@ -168,7 +249,8 @@ class KubeAdapter:
     async def read_secret_fresh(
         self, namespace: str, name: str, *, priority: int = 1
     ) -> Mapping[str, bytes] | None:
-        data: Mapping[str, bytes] | None
+        """The Secret's data read now, and not kept (bootstrap data: join tokens and keys stay in memory only
+        as long as the caller holds them)."""
         try:
             secret = await self._http.get_secret(namespace, name, priority=priority)
         except KubeHttpError as exc:
@@ -177,28 +259,32 @@ class KubeAdapter:
                     C.MAAS_UNREACHABLE_REASON,
                     f"reading Secret {name}: " + (f"HTTP {exc.status}" if exc.status else str(exc)),
                 ) from exc
-            data = None
-        else:
-            data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
-        self._secrets[(namespace, name)] = (time.monotonic(), data)
-        return data
+            return None
+        meta = secret.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        origin = SecretOrigin(namespace, name, str(secret.get("type") or ""), dict(labels))
+        return {k: SecretValue(base64.b64decode(v), origin) for k, v in (secret.get("data") or {}).items()}
 
     async def get_secret(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
-        cached = self._secrets.get((namespace, name))
-        if cached is not None and time.monotonic() - cached[0] < self._ttl:
-            return cached[1]
+        key = (namespace, name)
+        cached = self._secrets.get(key)
+        if cached is not None:
+            return cached[0]
         # One read per expiry, shared by every pass that asks meanwhile, and first in the write queue: the
         # credentials Secret gates every pass of a cluster's machines, so when its cache entry expired in a
         # burst, each pass queued its own GET behind hundreds of starting machines' writes (readiness lag).
-        key = (namespace, name)
         task = self._reading.get(key)
         if task is None:
-            task = asyncio.get_running_loop().create_task(
-                self.read_secret_fresh(namespace, name, priority=-1)
-            )
+            task = asyncio.get_running_loop().create_task(self._read_shared(key))
             self._reading[key] = task
             task.add_done_callback(lambda t: self._read_done(key, t))
         return await asyncio.shield(task)
+
+    async def _read_shared(self, key: tuple[str, str]) -> Mapping[str, bytes] | None:
+        data = await self.read_secret_fresh(*key, priority=-1)
+        self._secrets.expire()  # what nobody asked for within the TTL leaves memory now, not when pushed out
+        self._secrets.put(key, (data,))
+        return data
 
     def _read_done(self, key: tuple[str, str], task: asyncio.Task[Mapping[str, bytes] | None]) -> None:
         self._reading.pop(key, None)
@@ -227,39 +313,49 @@ class KubeAdapter:
         self.store.put(plural, new)
         return new
 
+    def _workload_for(self, kubeconfig: bytes) -> _Workload:
+        problem = trust_problem(kubeconfig)
+        if problem is not None:
+            return _Workload(None, problem)
+        digest = hashlib.sha256(kubeconfig).hexdigest()
+        workload = self._workload.get(digest)
+        if workload is None:
+            try:
+                parsed = parse_kubeconfig(bytes(kubeconfig))
+                workload = _Workload(_workload_client(parsed))
+            except KubeconfigRejected as exc:
+                origin = kubeconfig.origin if isinstance(kubeconfig, SecretValue) else None
+                where = f"Secret {origin.namespace}/{origin.name}: " if origin else ""
+                workload = _Workload(None, f"{where}{exc}")
+            self._workload.put(digest, workload)
+        return workload
+
     async def set_node_provider_id(
         self, kubeconfig: bytes, node_name: str, provider_id: str
     ) -> tuple[NodePatchResult, str]:
-        digest = hashlib.sha256(kubeconfig).hexdigest()
-        core = self._workload.get(digest)
-        if core is None:
-            try:
-                config = yaml.safe_load(kubeconfig)
-                client = kubernetes.config.new_client_from_config_dict(config)  # type: ignore[no-untyped-call]
-            except Exception as exc:  # a garbled kubeconfig must not crash the loop
-                return NodePatchResult.UNREACHABLE, f"bad kubeconfig: {type(exc).__name__}"
-            core = kubernetes.client.CoreV1Api(client)
-            self._workload[digest] = core
-
-        def call() -> tuple[NodePatchResult, str]:
-            try:
-                node = core.read_node(node_name, _request_timeout=10)
-            except ApiException as exc:
-                if exc.status == 404:
-                    return NodePatchResult.NOT_FOUND, ""
-                return NodePatchResult.UNREACHABLE, f"HTTP {exc.status}"
-            current = (node.spec.provider_id if node.spec else None) or ""
-            if current == provider_id:
-                return NodePatchResult.ALREADY_SET, current
-            if current:
-                return NodePatchResult.CONFLICT, current
-            core.patch_node(node_name, {"spec": {"providerID": provider_id}}, _request_timeout=10)
-            return NodePatchResult.PATCHED, provider_id
-
+        workload = self._workload_for(kubeconfig)
+        if workload.client is None:
+            return NodePatchResult.REJECTED, workload.rejected or "kubeconfig rejected"
+        client = workload.client
         try:
-            return await self._run(call)
-        except Exception as exc:  # connection refused, TLS, timeouts: the workload cluster is not up yet
-            return NodePatchResult.UNREACHABLE, type(exc).__name__
+            node = await client.get_node(node_name)
+        except KubeHttpError as exc:
+            if exc.status == 404:
+                return NodePatchResult.NOT_FOUND, ""
+            return NodePatchResult.UNREACHABLE, f"HTTP {exc.status}" if exc.status else "no answer"
+        current = str((node.get("spec") or {}).get("providerID") or "")
+        if current == provider_id:
+            return NodePatchResult.ALREADY_SET, current
+        if current:
+            return NodePatchResult.CONFLICT, current
+        # The resourceVersion makes it a compare-and-set: a providerID written meanwhile is never replaced.
+        rv = (node.get("metadata") or {}).get("resourceVersion")
+        patch = {"metadata": {"resourceVersion": rv}, "spec": {"providerID": provider_id}}
+        try:
+            await client.patch_node(node_name, patch)
+        except KubeHttpError as exc:
+            return NodePatchResult.UNREACHABLE, f"HTTP {exc.status}" if exc.status else "no answer"
+        return NodePatchResult.PATCHED, provider_id
 
     def emit_event(self, obj: Body, type: EventType, reason: str, message: str) -> None:
         try:
@@ -273,3 +369,10 @@ def _completes(body: Mapping[str, Any]) -> bool:
     queue, since CAPI waits on it and finishing in-flight work before starting more bounds the lag."""
     status = body.get("status")
     return isinstance(status, Mapping) and status.get("ready") is True
+
+
+def _workload_client(kubeconfig: WorkloadKubeconfig) -> KubeHttp:
+    """A small client for one workload apiserver: two connections, short timeouts, two quick retries."""
+    token = kubeconfig.authorization()
+    target = Target(kubeconfig.server, kubeconfig.ssl_context(), lambda: token)
+    return KubeHttp(target, connections=2, timeout=WORKLOAD_TIMEOUT, retries=Retries((0.5, 1.0), 5.0))

@@ -5,20 +5,30 @@ and each call also runs its argument validation and (de)serialisation layers. At
 threads were a tenth of the operator's CPU and contended for the GIL with the event loop that runs every
 reconcile. Why aiohttp and not httpx: kopf is built on aiohttp (so it is installed with kopf), and per request
 it costs a fraction of httpx's CPU (measured in the benchmark: httpx on the event loop cost more than the
-threads did). The credentials are loaded by the ``kubernetes`` package from the service account or the
-kubeconfig, so every auth method it supports keeps working, token refresh included. The ``kubernetes`` client
-stays for the rare calls (workload-cluster Nodes), and kopf keeps its own session for watching and Events.
+threads did). The operator's own credentials are loaded by the ``kubernetes`` package from the service
+account or the kubeconfig, so every auth method it supports keeps working, token refresh included. A
+workload cluster's apiserver (the Node step) is reached through the same client, built from a
+:class:`~capmaas.operator.kubeconfig.WorkloadKubeconfig` (inline credentials only, never the ``kubernetes``
+loader: see that module). kopf keeps its own session for watching and Events.
+
+Retries, as kopf's own client does them: a 429 or a 5xx answer is retried after a backoff from a short list,
+lengthened to the server's ``Retry-After`` (capped, so a server cannot park a caller for long); the connection
+slot is given back while waiting. Anything else (4xx, no answer) goes straight to the caller, whose reconcile
+backoff takes over.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import heapq
 import itertools
 import json
+import logging
+import math
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -26,6 +36,39 @@ import aiohttp
 import kubernetes
 
 MERGE = "application/merge-patch+json"
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Retries:
+    """Backoffs (seconds) before each retry of a 429/5xx answer; a ``Retry-After`` longer than the backoff
+    replaces it, up to ``max_retry_after`` seconds."""
+
+    backoffs: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
+    max_retry_after: float = 15.0
+
+    def delay(self, attempt: int, retry_after: str | None) -> float:
+        backoff = self.backoffs[attempt]
+        server = _seconds(retry_after)
+        return backoff if server is None else max(backoff, min(server, self.max_retry_after))
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        seconds = float(value) if value is not None else math.nan
+    except ValueError:
+        return None
+    return None if math.isnan(seconds) or seconds < 0 else seconds
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """An apiserver to talk to: base URL, TLS, and how to authorize (called per request: tokens rotate)."""
+
+    base_url: str
+    tls: ssl.SSLContext | bool
+    authorization: Callable[[], str | None] = dataclasses.field(default=lambda: None)
 
 
 class KubeHttpError(Exception):
@@ -104,13 +147,38 @@ class PrioritySlots:
             self.release()
 
 
-class KubeHttp:
-    """Merge patches and GETs against the apiserver ``cfg`` points at, at most ``connections`` at a time."""
+def config_target(cfg: Any) -> Target:
+    """The :class:`Target` of a ``kubernetes`` Configuration (the operator's own apiserver)."""
+    base = str(cfg.host).rstrip("/")
 
-    def __init__(self, cfg: Any, *, connections: int = 16, timeout: float = 30.0) -> None:
-        self._cfg = cfg
-        self._base = str(cfg.host).rstrip("/")
-        self._ssl: ssl.SSLContext | bool = _ssl_context(cfg) if self._base.startswith("https") else False
+    def authorization() -> str | None:
+        token: str | None = cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
+        if token:
+            return token
+        if cfg.username or cfg.password:
+            return str(cfg.get_basic_auth_token())
+        return None
+
+    return Target(base, _ssl_context(cfg) if base.startswith("https") else False, authorization)
+
+
+class KubeHttp:
+    """Merge patches and GETs against one apiserver (``cfg``: a ``kubernetes`` Configuration, or a
+    :class:`Target`), at most ``connections`` at a time."""
+
+    def __init__(
+        self,
+        cfg: Any,
+        *,
+        connections: int = 16,
+        timeout: float = 30.0,
+        retries: Retries | None = None,
+    ) -> None:
+        target = cfg if isinstance(cfg, Target) else config_target(cfg)
+        self._base = target.base_url.rstrip("/")
+        self._ssl: ssl.SSLContext | bool = target.tls
+        self._authorization = target.authorization
+        self._retries = retries if retries is not None else Retries()
         self._connections = connections
         # Per socket operation, not in total: a burst of a thousand patches waits for one of the connections
         # for as long as it takes; only an apiserver that stops answering times out.
@@ -131,11 +199,9 @@ class KubeHttp:
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
-        token = self._cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
-        if token:
-            headers["Authorization"] = token
-        elif self._cfg.username or self._cfg.password:
-            headers["Authorization"] = self._cfg.get_basic_auth_token()
+        authorization = self._authorization()
+        if authorization:
+            headers["Authorization"] = authorization
         return headers
 
     async def request(
@@ -148,16 +214,33 @@ class KubeHttp:
         priority: int = 1,
     ) -> dict[str, Any]:
         content = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
-        try:
-            async with (
-                self._slots.slot(priority),
-                self._client().request(
-                    method, self._base + path, data=content, headers=self._headers(content_type)
-                ) as response,
-            ):
-                status, text = response.status, await response.text()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise KubeHttpError(0, f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        attempt = 0
+        while True:
+            try:
+                async with (
+                    self._slots.slot(priority),
+                    self._client().request(
+                        method, self._base + path, data=content, headers=self._headers(content_type)
+                    ) as response,
+                ):
+                    status, text = response.status, await response.text()
+                    retry_after = response.headers.get("Retry-After")
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise KubeHttpError(0, f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+            if (status != 429 and status < 500) or attempt >= len(self._retries.backoffs):
+                break
+            delay = self._retries.delay(attempt, retry_after)
+            attempt += 1
+            log.warning(
+                "Kubernetes %s %s: HTTP %d; retry %d/%d in %.1fs",
+                method,
+                path,
+                status,
+                attempt,
+                len(self._retries.backoffs),
+                delay,
+            )
+            await asyncio.sleep(delay)  # outside the slot: a waiting retry holds no connection
         if status >= 300:
             raise KubeHttpError(status, f"{method} {path}: {_message(text)}")
         try:
@@ -189,6 +272,14 @@ class KubeHttp:
     async def get_secret(self, namespace: str, name: str, *, priority: int = 1) -> dict[str, Any]:
         path = f"/api/v1/namespaces/{quote(namespace)}/secrets/{quote(name)}"
         return await self.request("GET", path, priority=priority)
+
+    async def get_node(self, name: str) -> dict[str, Any]:
+        return await self.request("GET", f"/api/v1/nodes/{quote(name, safe='')}")
+
+    async def patch_node(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await self.request(
+            "PATCH", f"/api/v1/nodes/{quote(name, safe='')}", body=body, content_type=MERGE
+        )
 
     async def aclose(self) -> None:
         if self._session is not None:

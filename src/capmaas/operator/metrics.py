@@ -3,10 +3,16 @@
 Metrics live in their own ``CollectorRegistry`` (not the process-global one) so two operators in one test
 process do not collide. "Machines by phase" is computed at scrape time from the watch cache, so it can never
 drift from what the apiserver holds.
+
+No label carries a tenant's data: a MAAS endpoint is labelled by a short hash of its URL
+(:func:`endpoint_label`), never the URL itself (which a tenant chooses, and which tells where each tenant's
+MAAS is). The listener binds to loopback by default (``server.metrics_bind_address``): it has no
+authentication.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import sys
 from collections.abc import Callable, Iterator
@@ -19,6 +25,11 @@ from prometheus_client.registry import Collector
 from capmaas.operator.kube import Store
 
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, float("inf"))
+
+
+def endpoint_label(endpoint: str) -> str:
+    """The ``endpoint`` label of a MAAS URL: 12 hex digits of its SHA-256 (the same URL, the same label)."""
+    return hashlib.sha256(endpoint.strip().encode()).hexdigest()[:12]
 
 
 def machine_phase(body: dict[str, Any]) -> str:
@@ -62,7 +73,7 @@ class Metrics:
         )
         self.maas_requests = Counter(
             "capmaas_maas_requests_total",
-            "MAAS API requests by endpoint, method, path template and HTTP status",
+            "MAAS API requests by endpoint (a hash of its URL), method, path template and HTTP status",
             ["endpoint", "method", "path", "status"],
             registry=self.registry,
         )
@@ -83,8 +94,10 @@ class Metrics:
             self.errors.labels(kind).inc()
 
     def on_response(self, endpoint: str) -> Callable[[str, str, int], None]:
+        label = endpoint_label(endpoint)
+
         def hook(method: str, path: str, status: int) -> None:
-            self.maas_requests.labels(endpoint, method, path, str(status)).inc()
+            self.maas_requests.labels(label, method, path, str(status)).inc()
 
         return hook
 

@@ -88,7 +88,7 @@ def maas_failure(
     where = f"{credentials.endpoint} ({credentials.source})" if credentials else "MAAS"
     if isinstance(exc, maas_errors.InvalidApiKeyError | maas_errors.InvalidBaseUrlError):
         return TransientError(
-            C.INVALID_CREDENTIALS_REASON, f"{doing}: {where}: {type(exc).__name__}", delay=CREDENTIALS_RETRY
+            C.INVALID_CREDENTIALS_REASON, f"{doing}: {where}: {exc}", delay=CREDENTIALS_RETRY
         )
     if isinstance(exc, maas_errors.ForbiddenError):
         # The key is fine (MAAS knows the user) but the user may not do this: telling it apart from a bad key

@@ -268,8 +268,13 @@ class Lifecycle:
         if secret is None or not secret.get("value"):
             return Requeue(self.settings.node_retry * 2)
         result, current = await self.kube.set_node_provider_id(secret["value"], hostname, pid)
+        if result is NodePatchResult.REJECTED:  # a tenant's kubeconfig we will not use: say which field
+            scope.set_condition(C.NODE_PROVIDER_ID_CONDITION, False, C.KUBECONFIG_REJECTED_REASON, current)
+            return Requeue(self.settings.node_retry * 2)
         if result in (NodePatchResult.PATCHED, NodePatchResult.ALREADY_SET):
             self._node_done.add(done_key)
+            if scope.condition(C.NODE_PROVIDER_ID_CONDITION) is not None:
+                scope.set_condition(C.NODE_PROVIDER_ID_CONDITION, True, C.NODE_PROVIDER_ID_SET_REASON, "")
             if result is NodePatchResult.PATCHED:
                 scope.event("Normal", "NodeProviderIDSet", f"Node {hostname} providerID={pid}")
             return Requeue()

@@ -276,7 +276,7 @@ class Lxd:
             scope.set_annotation(COMPOSING, None)
             raise _gone_error(exc, port.endpoint) from exc
         except maas_errors.BadRequestError as exc:
-            if "hostname" in exc.field_errors or "already exists" in str(exc):
+            if "hostname" in exc.field_errors or "already exists" in exc.body:
                 adopted = await self._adopt(scope, port, hostname)
                 if adopted:
                     return adopted

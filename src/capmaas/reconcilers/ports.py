@@ -33,6 +33,7 @@ class NodePatchResult(enum.Enum):
     CONFLICT = "conflict"  # it has a different one; left alone
     NOT_FOUND = "not-found"  # no such Node (yet)
     UNREACHABLE = "unreachable"  # the workload apiserver did not answer
+    REJECTED = "rejected"  # the kubeconfig is not trusted or not accepted; the text names the field
 
 
 class KubePort(Protocol):

@@ -1,17 +1,27 @@
-"""OAuth 1.0a PLAINTEXT verification with MAAS's (piston's) answers, in piston's order.
+"""OAuth 1.0a verification (PLAINTEXT and HMAC-SHA1) with MAAS's (piston3's) answers, in piston's order.
 
 Order: consumer -> token -> timestamp -> nonce -> signature (piston ``OAuthServer.verify_request``), so a
 request with a reused nonce *and* a bad signature is reported as a reused nonce, exactly as MAAS would.
+
+HMAC-SHA1 signs what piston's ``initialize_server_request``/``OAuthRequest.from_request`` collect: for a POST
+the urlencoded body (Django's ``request.POST``; a multipart body is not signed) and the query, then the
+``Authorization`` header's fields (``realm`` skipped), then the query string's non-blank values (first value
+of a repeated key) on top. The base string is ``METHOD&escape(scheme://host/path)&escape(sorted params)``
+(``get_normalized_http_url``: default ports dropped, no query), the key ``escape(consumer secret) + "&" +
+escape(token secret)`` with MAAS's empty consumer secret.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import secrets
 import string
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from urllib.parse import quote, unquote
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from capmaas.simulator.forms import FormData
 from capmaas.simulator.http import HttpError
@@ -27,6 +37,84 @@ REQUIRED = (
 TIMESTAMP_THRESHOLD = 300
 _WWW_AUTH = {"WWW-Authenticate": 'OAuth realm="OAuth"'}
 _KEY_ALPHABET = string.ascii_letters + string.digits
+SIGNATURE_METHODS = ("PLAINTEXT", "HMAC-SHA1")  # piston registers these two, in this order
+
+
+def escape(value: str) -> str:
+    """piston ``oauth.escape``: percent-encode everything but RFC 3986's unreserved characters."""
+    return quote(value, safe="~")
+
+
+@dataclass(frozen=True, slots=True)
+class SignedRequest:
+    """A request as piston's ``OAuthRequest`` sees it: method, absolute URL and the merged parameters."""
+
+    method: str
+    url: str
+    params: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        query_string: str,
+        body_form: FormData | None = None,
+    ) -> SignedRequest:
+        """``initialize_server_request``: ``body_form`` is the urlencoded POST body (None otherwise)."""
+        params: dict[str, str] = {}
+        if method == "POST":
+            if body_form is not None:
+                params.update(dict(body_form.items()))  # QueryDict.items(): the last value of each key
+            params.update(parse_qsl(query_string, keep_blank_values=True))  # request.GET, merged after POST
+        params.update(split_header(headers.get("authorization", "")))
+        first: dict[str, str] = {}
+        for key, value in parse_qsl(query_string, keep_blank_values=False):  # cgi.parse_qs(...)[k][0]
+            first.setdefault(key, value)
+        params.update(first)
+        return cls(method, url, params)
+
+    def normalized_url(self) -> str:
+        """``get_normalized_http_url``: scheme://host/path, the scheme's default port dropped."""
+        parts = urlsplit(self.url)
+        netloc = parts.netloc
+        if parts.scheme == "http" and netloc.endswith(":80"):
+            netloc = netloc[:-3]
+        elif parts.scheme == "https" and netloc.endswith(":443"):
+            netloc = netloc[:-4]
+        return f"{parts.scheme}://{netloc}{parts.path}"
+
+    def normalized_parameters(self) -> str:
+        """``get_normalized_parameters``: every parameter but the signature, escaped, sorted, joined."""
+        pairs = sorted((escape(k), escape(v)) for k, v in self.params.items() if k != "oauth_signature")
+        return "&".join(f"{k}={v}" for k, v in pairs)
+
+    def base_string(self) -> str:
+        return "&".join(
+            escape(part)
+            for part in (self.method.upper(), self.normalized_url(), self.normalized_parameters())
+        )
+
+
+def split_header(header: str) -> dict[str, str]:
+    """``OAuthRequest._split_header``: ``OAuth k="v", ...``; parts naming ``realm`` skipped, values
+    unquoted."""
+    if header[:6] != "OAuth ":
+        return {}
+    params: dict[str, str] = {}
+    for part in header[6:].split(","):
+        if "realm" in part:
+            continue
+        key, _, value = part.strip().partition("=")
+        params[key] = unquote(value.strip('"'))
+    return params
+
+
+def hmac_sha1(base: str, token_secret: str, consumer_secret: str = "") -> str:
+    key = f"{escape(consumer_secret)}&{escape(token_secret)}"
+    digest = hmac.new(key.encode(), base.encode(), hashlib.sha1).digest()
+    return base64.b64encode(digest).decode()
 
 
 @dataclass(slots=True)
@@ -51,6 +139,21 @@ class User:
             "is_superuser": self.is_superuser,
             "resource_uri": f"/MAAS/api/2.0/users/{self.username}/",
         }
+
+
+@dataclass(slots=True)
+class Token:
+    """An OAuth token: ``consumer_key:key:secret`` is the API key MAAS shows for it."""
+
+    consumer_key: str
+    key: str
+    secret: str
+    name: str
+    username: str
+
+    @property
+    def api_key(self) -> str:
+        return f"{self.consumer_key}:{self.key}:{self.secret}"
 
 
 def new_api_key() -> str:
@@ -85,6 +188,7 @@ class Authenticator:
         self.clock = clock
         self.users: dict[str, User] = {}
         self._by_token: dict[str, User] = {}
+        self.tokens: dict[str, Token] = {}  # token key -> its consumer, secret and name
         self._consumers: set[str] = set()
         self._nonces: dict[tuple[str, str, str], float] = {}
         self._last_prune = 0.0
@@ -106,6 +210,7 @@ class Authenticator:
         user = User(username, consumer, token, secret, admin, email or f"{username}@example.com", password)
         self.users[username] = user
         self._by_token[token] = user
+        self.tokens[token] = Token(consumer, token, secret, "MAAS consumer", username)
         self._consumers.add(consumer)
         return user
 
@@ -129,13 +234,17 @@ class Authenticator:
                 return {name: source.get(name) or "" for name in (*REQUIRED, "oauth_version")}
         return None
 
-    def authenticate(self, params: dict[str, str]) -> User:
+    def authenticate(self, params: dict[str, str], signed: SignedRequest | None = None) -> User:
+        """Verify like piston's ``OAuthServer.verify_request``; ``signed`` is needed for HMAC-SHA1."""
+        if signed is not None:
+            params = {**params, **signed.params}
         consumer = params["oauth_consumer_key"]
         token = params["oauth_token"]
         if consumer not in self._consumers:
             raise _unauthorized("Invalid API key.")
         user = self._by_token.get(token)
-        if user is None or user.consumer_key != consumer:
+        entry = self.tokens.get(token)
+        if user is None or entry is None or entry.consumer_key != consumer:
             raise _unauthorized(repr(f"Invalid access token: {token}"))
         version = params.get("oauth_version")
         if version and version != "1.0":
@@ -164,12 +273,45 @@ class Authenticator:
             raise _unauthorized(repr(f"Nonce already used: {params['oauth_nonce']}"))
         self._nonces[nonce_key] = now
         method = params["oauth_signature_method"]
-        if method != "PLAINTEXT":
-            raise _unauthorized(repr(f"Signature method {method} not supported."))
-        expected = "&" + quote(user.token_secret, safe="~")
-        if params["oauth_signature"] not in (expected, "&" + user.token_secret):
-            raise _unauthorized(repr(f"Invalid signature. Expected signature base string: {expected}"))
+        if method not in SIGNATURE_METHODS:
+            raise _unauthorized(
+                repr(
+                    f"Signature method {method} not supported try one of the following: "
+                    + ", ".join(SIGNATURE_METHODS)
+                )
+            )
+        if method == "PLAINTEXT":
+            expected = "&" + escape(entry.secret)
+            if params["oauth_signature"] not in (expected, "&" + entry.secret):
+                raise _unauthorized(repr(f"Invalid signature. Expected signature base string: {expected}"))
+            return user
+        base = signed.base_string() if signed is not None else ""
+        given = params["oauth_signature"].encode()
+        if not hmac.compare_digest(given, hmac_sha1(base, entry.secret).encode()):
+            raise _unauthorized(repr(f"Invalid signature. Expected signature base string: {base}"))
         return user
+
+    def create_token(self, user: User, name: str | None) -> Token:
+        """``create_authorisation_token``: a new consumer and token for ``user``."""
+        consumer, token, secret = split_api_key(new_api_key())
+        entry = Token(consumer, token, secret, name or "MAAS consumer", user.username)
+        self.tokens[token] = entry
+        self._by_token[token] = user
+        self._consumers.add(consumer)
+        return entry
+
+    def user_tokens(self, user: User) -> list[Token]:
+        return [t for t in self.tokens.values() if t.username == user.username]
+
+    def delete_token(self, user: User, token_key: str) -> bool:
+        entry = self.tokens.get(token_key)
+        if entry is None or entry.username != user.username:
+            return False
+        del self.tokens[token_key]
+        del self._by_token[token_key]
+        if not any(t.consumer_key == entry.consumer_key for t in self.tokens.values()):
+            self._consumers.discard(entry.consumer_key)
+        return True
 
     def _prune(self, now: float) -> None:
         """Forget nonces older than the timestamp window (MAAS's nonces_cleanup job)."""

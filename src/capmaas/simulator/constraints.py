@@ -299,11 +299,8 @@ def _zones_pools(
             continue
         found = [lookup(v) for v in values]
         missing = [v for v, f in zip(values, found, strict=True) if f is None]
-        if missing:
-            if acquire:
-                errors[key] = [f"No such {kind}: '{missing[0]}'."]
-            else:
-                errors[key] = [f"No such {kind}(s): {', '.join(missing)}."]
+        if missing:  # both forms: zone and pool are multiple-choice fields in MAAS 3.7 (a list -> "(s)")
+            errors[key] = [f"No such {kind}(s): {', '.join(missing)}."]
             continue
         wanted = {f.id for f in found if f is not None}
         attr = f"{key}_id"

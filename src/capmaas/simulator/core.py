@@ -15,11 +15,12 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+from urllib.parse import quote
 
-from capmaas.simulator import info, machines, misc, router, vmhosts
-from capmaas.simulator.auth import Authenticator, User, challenge, new_api_key
+from capmaas.simulator import devices, dnsrecords, info, machines, misc, networks, nodes, router, vmhosts
+from capmaas.simulator.auth import Authenticator, SignedRequest, User, challenge, new_api_key
 from capmaas.simulator.constraints import Constraints, pod_allowed
-from capmaas.simulator.faults import ConnectionDropped, Faults, Timings
+from capmaas.simulator.faults import ConnectionDropped, Faults, Timings, WriteFault
 from capmaas.simulator.forms import FormData, FormError, parse_body, parse_query
 from capmaas.simulator.http import TEXT_TYPE, HttpError, Request, Response, bad_request, json_response
 from capmaas.simulator.inventory import Inventory
@@ -32,6 +33,7 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 CounterKey = tuple[str, str, str | None]
+URLENCODED = "application/x-www-form-urlencoded"
 UNAVAILABLE = "Unable to connect to any rack controller; no connections available."
 
 
@@ -75,6 +77,10 @@ class Simulator(Lifecycle):
             *machines.RESOURCES,
             *vmhosts.RESOURCES,
             *misc.RESOURCES,
+            *dnsrecords.RESOURCES,
+            *nodes.RESOURCES,
+            *networks.RESOURCES,
+            *devices.RESOURCES,
             *info.RESOURCES,
         ]
         self.api_hash = info.api_hash(self)
@@ -258,10 +264,22 @@ class Simulator(Lifecycle):
         path: str = scope["path"]
         if self.faults.latency and path.startswith(router.API_PREFIX):
             await asyncio.sleep(self.faults.latency)
+        query = scope["query_string"].decode("latin-1")
+        api = path.startswith(router.API_PREFIX)
+        fault = self.faults.write_fault(scope["method"], query) if api else None
+        if fault is WriteFault.LATE_COMMIT:  # taken up only after the client has given up on the answer
+            await asyncio.sleep(self.faults.late_commit_delay)
+        raw_path = scope.get("raw_path")
         response = self.handle(
-            scope["method"], path, scope["query_string"].decode("latin-1"), headers, b"".join(chunks)
+            scope["method"],
+            path,
+            scope["query_string"].decode("latin-1"),
+            headers,
+            b"".join(chunks),
+            scheme=scope.get("scheme", "http"),
+            raw_path=raw_path.decode("latin-1") if raw_path else None,
         )
-        if response is None:
+        if response is None or fault is WriteFault.DROP_AFTER_COMMIT:
             await send(
                 {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"4096")]}
             )
@@ -276,12 +294,25 @@ class Simulator(Lifecycle):
         await send({"type": "http.response.body", "body": response.body})
 
     def handle(
-        self, method: str, path: str, query: str, headers: dict[str, str], body: bytes
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: dict[str, str],
+        body: bytes,
+        *,
+        scheme: str = "http",
+        raw_path: str | None = None,
     ) -> Response | None:
-        """Answer one request synchronously; None means "drop the connection" (fault injection)."""
+        """Answer one request synchronously; None means "drop the connection" (fault injection).
+
+        ``scheme``, the Host header and ``raw_path`` (the path as sent) make the URL an HMAC-SHA1 signature
+        covers, as Django's ``build_absolute_uri`` does.
+        """
         self.tick()
         try:
-            response = self._dispatch(method, path, query, headers, body)
+            url = f"{scheme}://{headers.get('host', '')}{raw_path or quote(path)}"
+            response = self._dispatch(method, path, query, headers, body, url=url)
         except HttpError as exc:
             response = exc.response()
         except Exception as exc:  # MAAS answers anything unexpected with 500 and str(exc)
@@ -292,7 +323,7 @@ class Simulator(Lifecycle):
         return response
 
     def _dispatch(
-        self, method: str, path: str, query: str, headers: dict[str, str], body: bytes
+        self, method: str, path: str, query: str, headers: dict[str, str], body: bytes, *, url: str
     ) -> Response | None:
         if path == "/MAAS/api/version/":
             return Response(200, b"2.0", TEXT_TYPE)
@@ -333,7 +364,9 @@ class Simulator(Lifecycle):
             if method in res.anon_methods:
                 raise machines.unrecognised(req)
             raise challenge()
-        req.user = self.auth.authenticate(oauth)
+        urlencoded = headers.get("content-type", "").split(";")[0].strip().lower() == URLENCODED
+        signed = SignedRequest.build(method, url, headers, query, form if urlencoded else None)
+        req.user = self.auth.authenticate(oauth, signed)
         entry = res.ops.get((method, op))
         if entry is None:
             if method not in res.methods():

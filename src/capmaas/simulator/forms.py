@@ -3,6 +3,9 @@ parts.
 
 libmaas and the MAAS CLI send *every* multipart part with ``Content-Transfer-Encoding: base64``; a server
 that forgets to decode them sees base64 garbage for every parameter: the interop trap this parser exists for.
+They also send a multipart body when there are no parameters at all: one empty part without headers. Like
+Django's ``MultiPartParser`` (which MAAS parses with), parts without a ``Content-Disposition`` name are
+skipped.
 """
 
 from __future__ import annotations
@@ -102,8 +105,8 @@ def _parse_multipart(body: bytes, boundary: bytes) -> FormData:
     for chunk in chunks[1:-1]:
         part = chunk.removeprefix(b"\r\n").removesuffix(b"\r\n")
         head, sep, content = part.partition(b"\r\n\r\n")
-        if not sep:
-            raise FormError("Invalid multipart body: part without headers.")
+        if not sep and part.startswith(b"\r\n"):  # no headers at all: the blank line comes first
+            head, sep, content = b"", b"\r\n", part[2:]
         headers: dict[str, str] = {}
         for line in head.decode("utf-8", errors="replace").split("\r\n"):
             key, colon, val = line.partition(":")
@@ -111,8 +114,8 @@ def _parse_multipart(body: bytes, boundary: bytes) -> FormData:
                 headers[key.strip().lower()] = val.strip()
         _, disp = _split_header(headers.get("content-disposition", ""))
         name = disp.get("name")
-        if name is None:
-            raise FormError("Invalid multipart body: part without a name.")
+        if name is None:  # Django's MultiPartParser skips a part without Content-Disposition or name
+            continue
         if headers.get("content-transfer-encoding", "").lower() == "base64":
             try:
                 content = base64.b64decode(b"".join(content.split()), validate=True)

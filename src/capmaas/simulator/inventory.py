@@ -11,12 +11,22 @@ The YAML shape (every section optional; see examples/inventory-sample.yaml)::
     users: [{username, api_key, admin, password}]
     machines: [{hostname, system_id, zone, pool, domain, arch, cpu_count, cpu_speed, memory, tags,
                 disks: [{name, size, tags}], interfaces: [{name, mac, subnet, ip}],
-                power_type, power_state, status, owner}]
+                power_type, power_state, status, owner, commissioned}]
     vm_hosts: [{name, host (machine hostname), type, cores, memory, zone, pool, tags,
                 cpu_over_commit_ratio, memory_over_commit_ratio,
                 storage_pools: [{name, size, type, path, default}]}]
 
 Sizes accept bytes or ``500G``/``2T`` (decimal, as MAAS counts storage); memory accepts MiB or ``16G`` (GiB).
+
+Networking as MAAS sets it up when it commissions a machine: an interface with ``subnet`` and ``ip`` has a
+static address; with ``subnet`` alone it is an AUTO link (an address from the subnet when deployment starts,
+given back on release); without ``subnet`` it is linked to nothing, and MAAS refuses to deploy a machine none
+of whose interfaces is linked. A machine without ``interfaces`` gets ``eth0`` AUTO-linked to the first subnet,
+and an inventory with machines but no ``subnets`` gets one (``10.250.0.0/16``: a MAAS that can deploy always
+has its rack's network). ``disks: []`` is a disk-less machine (MAAS deploys those to memory:
+``ephemeral_deploy``). A ``manual`` power type keeps its ``power_state`` (default ``unknown``): MAAS neither
+switches nor queries it. ``commissioned: false`` (default for status ``new``) makes a release end in New, as
+MAAS's ``_finalize_release`` does when commissioning never passed.
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ from capmaas.simulator.models import (
 from capmaas.simulator.state import State
 
 SYSTEM_ID_ALPHABET = "abcdefghkmnpqrstwxy34678"
+DEFAULT_SUBNET: dict[str, Any] = {"cidr": "10.250.0.0/16", "name": "default"}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(i?)B?\s*$", re.IGNORECASE)
 _POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
 
@@ -167,7 +178,10 @@ class Inventory:
                 state.domains[did] = Domain(
                     did, name, entry.get("ttl"), bool(entry.get("authoritative", True))
                 )
-        for entry in _list(self.data, "subnets"):
+        subnets = _list(self.data, "subnets")
+        if not subnets and _list(self.data, "machines"):
+            subnets = [DEFAULT_SUBNET]
+        for entry in subnets:
             cidr = str(_require(entry, "cidr", "subnets"))
             try:
                 ipaddress.ip_network(cidr, strict=False)
@@ -199,6 +213,9 @@ class Inventory:
         rng = random.Random(0)
         for entry in _list(self.data, "machines"):
             state.add_machine(_machine(state, entry, rng))
+        for m in state.machines.values():  # deployed before the simulator started: it has its addresses
+            if m.status in (NodeStatus.DEPLOYED, NodeStatus.DEPLOYING):
+                state.claim_auto_ips(m)
         for entry in _list(self.data, "vm_hosts"):
             _vm_host(state, entry)
         return state
@@ -229,7 +246,8 @@ def _machine(state: State, entry: dict[str, Any], rng: random.Random) -> Machine
         state.tags[tag] = Tag(tag)
     mid = state.new_id("machine")
     disks = []
-    for n, d in enumerate(entry.get("disks") or [{"name": "sda", "size": "500G"}]):
+    disk_entries = entry.get("disks")
+    for n, d in enumerate([{"name": "sda", "size": "500G"}] if disk_entries is None else disk_entries):
         for tag in d.get("tags", []):
             state.tags.setdefault(str(tag), Tag(str(tag)))
         disks.append(
@@ -241,16 +259,22 @@ def _machine(state: State, entry: dict[str, Any], rng: random.Random) -> Machine
             )
         )
     interfaces = []
-    for n, i in enumerate(entry.get("interfaces") or [{"name": "eth0"}]):
+    first_subnet = next(iter(state.subnets.values()), None)
+    default_nic: dict[str, Any] = {"name": "eth0"}
+    if first_subnet is not None:
+        default_nic["subnet"] = first_subnet.cidr
+    for n, i in enumerate(entry.get("interfaces") or [default_nic]):
         subnet_id = None
-        if "subnet" in i:
+        if i.get("subnet") is not None:
             subnet = next((s for s in state.subnets.values() if i["subnet"] in (s.cidr, s.name)), None)
             if subnet is None:
                 raise InventoryError(f"{where}: unknown subnet {i['subnet']!r}")
             subnet_id = subnet.id
         iid = state.new_id("interface")
         mac = str(i.get("mac") or f"52:54:00:{(iid >> 16) & 255:02x}:{(iid >> 8) & 255:02x}:{iid & 255:02x}")
-        interfaces.append(Interface(iid, str(i.get("name", f"eth{n}")), mac, subnet_id, i.get("ip")))
+        ip = i.get("ip")
+        name = str(i.get("name", f"eth{n}"))
+        interfaces.append(Interface(iid, name, mac, subnet_id, ip, auto=subnet_id is not None and not ip))
     status_name = str(entry.get("status", "ready")).lower()
     if status_name not in ANY_STATUS_BY_NAME:
         raise InventoryError(f"{where}: unknown status {status_name!r}")
@@ -258,6 +282,8 @@ def _machine(state: State, entry: dict[str, Any], rng: random.Random) -> Machine
     owner = entry.get("owner")
     if status in (NodeStatus.ALLOCATED, NodeStatus.DEPLOYED, NodeStatus.DEPLOYING) and not owner:
         owner = "admin"
+    power_type = str(entry.get("power_type", "ipmi"))
+    default_power = "on" if status is NodeStatus.DEPLOYED else "off"
     m = Machine(
         id=mid,
         system_id=sid,
@@ -272,10 +298,12 @@ def _machine(state: State, entry: dict[str, Any], rng: random.Random) -> Machine
         disks=disks,
         interfaces=interfaces,
         tags=tags,
-        power_type=str(entry.get("power_type", "ipmi")),
-        power_state=str(entry.get("power_state", "on" if status is NodeStatus.DEPLOYED else "off")),
+        power_type=power_type,
+        power_state=str(entry.get("power_state", "unknown" if power_type == "manual" else default_power)),
         status=status,
         owner=owner,
+        commissioned=bool(entry.get("commissioned", status is not NodeStatus.NEW)),
+        status_message=status.label,  # MAAS shows its last event's text; the status is the closest
         hardware_uuid=f"{mid:08x}-0000-4000-8000-{sid.encode().hex():0>12}"[:36],
     )
     if status is NodeStatus.DEPLOYED:

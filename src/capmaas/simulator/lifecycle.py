@@ -15,7 +15,7 @@ from typing import Any
 
 from capmaas.simulator.faults import Faults, Timings
 from capmaas.simulator.inventory import new_system_id
-from capmaas.simulator.models import Disk, Interface, Machine, NodeStatus, StoragePool, VmHost
+from capmaas.simulator.models import RELEASABLE, Disk, Interface, Machine, NodeStatus, StoragePool, VmHost
 from capmaas.simulator.serialize import machine_dict
 from capmaas.simulator.state import State
 
@@ -50,6 +50,13 @@ class Lifecycle:
     def _after(self, m: Machine, seconds: float, action: str) -> None:
         self.state.schedule(m, self.clock() + seconds, action)
 
+    @staticmethod
+    def switch_power(m: Machine, state: str) -> None:
+        """What MAAS's power driver does: nothing for ``manual`` (MAAS neither switches nor queries it, so its
+        ``power_state`` stays whatever it was, typically ``unknown``)."""
+        if m.power_type != "manual":
+            m.power_state = state
+
     # -- allocate / deploy ---------------------------------------------------------------------------------
     def acquire(self, m: Machine, username: str, agent_name: str = "", comment: str | None = None) -> None:
         if m.owner is not None and m.owner != username:
@@ -61,17 +68,25 @@ class Lifecycle:
         m.status_action = ""
 
     def start_deploy(self, m: Machine) -> None:
+        """Deploying; the AUTO IPs come in MAAS's post-commit hook, so the deploy answer has none yet."""
         self.state.set_status(m, S.DEPLOYING)
-        self.state.claim_auto_ips(m)
-        m.power_state = "on"
+        self.switch_power(m, "on")
         m.error_description = ""
         m.status_message = "Deploying"
+        if any(i.auto and not i.ip for i in m.interfaces):
+            low, high = self.timings.auto_ip
+            self._after(m, self.rng.uniform(low, high) if high > low else low, "auto_ips")
         self._after(m, self.timings.deploy, "deployed")
 
+    def _on_auto_ips(self, m: Machine) -> None:
+        self.state.claim_auto_ips(m)
+        m.cached_json = None
+
     def _on_deployed(self, m: Machine) -> None:
+        self.state.claim_auto_ips(m)  # a deploy faster than the IP claim still boots with its address
         if self.faults.goes_broken():
             self.state.set_status(m, S.BROKEN)
-            m.power_state = "off"
+            self.switch_power(m, "off")
             m.error_description = "Simulated hardware failure"
             m.status_message = "Marked broken"
             return
@@ -93,54 +108,66 @@ class Lifecycle:
 
     def abort(self, m: Machine) -> None:
         if m.status is S.DEPLOYING:
-            m.power_state = "off"
+            self.switch_power(m, "off")
             self.state.set_status(m, S.ALLOCATED)
         elif m.status is S.DISK_ERASING:
             self.state.set_status(m, S.FAILED_DISK_ERASING)
         elif m.status is S.COMMISSIONING:
             self.state.set_status(m, S.NEW)
-            m.power_state = "off"
+            self.switch_power(m, "off")
         else:  # TESTING
             self.state.set_status(m, S.READY if m.commissioned else S.NEW)
         m.status_message = "Aborted"
 
     # -- release / erase -----------------------------------------------------------------------------------
     def start_release(self, m: Machine, erase: bool) -> None:
+        """``Node._release``: a machine MAAS cannot power-query (``manual``) or one already off is READY at
+        once (no Releasing step); others are Releasing until the power-off is seen."""
         self._clear_deployment(m)
         if erase:
             self.state.set_status(m, S.DISK_ERASING)
-            m.power_state = "on"
+            self.switch_power(m, "on")
             m.status_message = "Erasing disks"
             self._after(m, self.timings.erase, "erased")
             return
         self.state.set_status(m, S.RELEASING)
         m.status_message = "Releasing"
-        if m.power_state == "off" or m.power_type == "manual":
+        if self._releases_at_once(m):
             self.finalize_release(m)
         else:
             self._after(m, self.timings.release, "released")
 
+    @staticmethod
+    def _releases_at_once(m: Machine) -> bool:
+        return m.power_state == "off" or m.power_type == "manual"
+
     def _clear_deployment(self, m: Machine) -> None:
         self.state.set_agent(m, "")
-        self.state.release_auto_ips(m)
         m.osystem = m.distro_series = ""
         m.hwe_kernel = None
         m.ephemeral_deploy = m.enable_hw_sync = m.install_kvm = m.register_vmhost = False
         m.user_data = None
 
     def _on_released(self, m: Machine) -> None:
-        m.power_state = "off"
+        self.switch_power(m, "off")
         self.finalize_release(m)
 
     def _on_erased(self, m: Machine) -> None:
-        m.power_state = "off"
+        self.switch_power(m, "off")
         self.finalize_release(m)
 
+    def _on_powered_off(self, m: Machine) -> None:
+        self.switch_power(m, "off")
+        m.cached_json = None
+
     def finalize_release(self, m: Machine) -> None:
-        """``_finalize_release``: composed-by-allocate machines vanish; the rest return READY, unowned."""
+        """``_finalize_release``: composed-by-allocate machines vanish; the rest free their AUTO IPs and
+        return READY (NEW when commissioning never passed), unowned."""
         if m.dynamic:
+            self.state.release_auto_ips(m)
             self.delete_machine(m)
             return
+        self.state.release_auto_ips(m)
         self.state.set_status(m, S.READY if m.commissioned else S.NEW)
         m.owner = None
         m.annotations = {}
@@ -148,20 +175,27 @@ class Lifecycle:
         m.status_message = "Released"
 
     def mark_broken(self, m: Machine, comment: str) -> None:
-        if m.status in (S.ALLOCATED, S.DEPLOYING, S.DEPLOYED, S.FAILED_DEPLOYMENT):
-            self._clear_deployment(m)
-            m.annotations = {}
+        """``Node.mark_broken``: a releasable machine is released first (``_release``), then BROKEN. One
+        that is off or ``manual`` is finalized at once (owner cleared, AUTO IPs freed, power left alone); one
+        that is on is powered off and keeps its owner (MAAS finalizes only RELEASING machines it sees off)."""
         previous = m.status
+        if previous in RELEASABLE:
+            self._clear_deployment(m)
+            if self._releases_at_once(m):
+                self.state.release_auto_ips(m)
+                m.owner = None
+                m.annotations = {}
         self.state.set_status(m, S.BROKEN)
         m.previous_status = previous
-        m.power_state = "off"
+        if previous in RELEASABLE and not self._releases_at_once(m):
+            self._after(m, self.timings.release, "powered_off")  # scheduled in the BROKEN epoch
         m.error_description = comment
         m.status_message = "Marked broken"
 
     def mark_fixed(self, m: Machine) -> None:
         if m.previous_status is S.DEPLOYED and m.owner is not None:
             self.state.set_status(m, S.DEPLOYED)
-            m.power_state = "on"
+            self.switch_power(m, "on")
         else:
             self.state.set_status(m, S.READY)
             m.owner = None
@@ -172,12 +206,12 @@ class Lifecycle:
     # -- commission / compose ------------------------------------------------------------------------------
     def commission(self, m: Machine) -> None:
         self.state.set_status(m, S.COMMISSIONING)
-        m.power_state = "on"
+        self.switch_power(m, "on")
         m.status_message = "Commissioning"
         self._after(m, self.timings.commission, "commissioned")
 
     def _on_commissioned(self, m: Machine) -> None:
-        m.power_state = "off"
+        self.switch_power(m, "off")
         m.commissioned = True
         if self.faults.goes_broken():
             self.state.set_status(m, S.FAILED_COMMISSIONING)
@@ -237,7 +271,7 @@ class Lifecycle:
             architecture=architecture,
             cpu_count=cores,
             memory=memory,
-            disks=[Disk(state.new_id("disk"), label, size) for label, size, _ in disks],
+            disks=[Disk(state.new_id("disk"), label, size, pool_id=pool.id) for label, size, pool in disks],
             interfaces=[
                 Interface(iface_id, "eth0", mac, subnet_id, ip, auto=ip is None and subnet_id is not None)
             ],

@@ -258,6 +258,11 @@ def update_machine(sim: Simulator, req: Request) -> Response:
                 errors[key] = ["Enter a whole number."]
                 continue
             state.resize(m, **{key: number})
+    if "swap_size" in form:  # MachineForm.clean_swap_size: bytes, or a K/M/G/T (decimal) suffix; "" clears it
+        try:
+            m.swap_size = parse_swap_size(form.get("swap_size") or "")
+        except ValueError:
+            errors["swap_size"] = [f"Invalid size for swap: {form.get('swap_size')}"]
     for key in ("description", "architecture", "power_type"):
         value = form.get(key)
         if value is not None:
@@ -288,12 +293,15 @@ def deploy(sim: Simulator, req: Request) -> Response:
     if bool_opt(form, "install_rackd"):
         raise bad_request("Deploying a machine as a rackd has been disabled and it's not supported anymore.")
     install_kvm, register = bool_opt(form, "install_kvm"), bool_opt(form, "register_vmhost")
-    ephemeral, hw_sync = bool_opt(form, "ephemeral_deploy"), bool_opt(form, "enable_hw_sync")
+    # A machine without disks can only run from memory: MAAS deploys it ephemerally (``is_diskless``).
+    ephemeral = bool_opt(form, "ephemeral_deploy") or not m.disks
+    hw_sync = bool_opt(form, "enable_hw_sync")
     if (install_kvm or register) and not req.is_admin:
         raise forbidden("Only administratros can deploy VM hosts")
     if (install_kvm or register) and ephemeral:
         raise bad_request("A machine can not be a VM host if it is deployed to memory.")
     osystem, series = resolve_distro(sim, form.get("distro_series") or "")
+    check_on_network(sim, m)
     username = req.user.username if req.user else ""
     if m.status is S.READY:
         if m.owner is not None and m.owner != username:
@@ -304,12 +312,32 @@ def deploy(sim: Simulator, req: Request) -> Response:
     if form.get("agent_name"):
         sim.state.set_agent(m, form.get("agent_name") or "")
     m.osystem, m.distro_series = osystem, series
-    m.hwe_kernel = form.get("hwe_kernel") or None
+    m.hwe_kernel = form.get("hwe_kernel") or default_kernel(osystem, series)
     m.ephemeral_deploy, m.enable_hw_sync = ephemeral, hw_sync
     m.install_kvm, m.register_vmhost = install_kvm, register
     m.user_data = decode_user_data(form.get("user_data"))
     sim.start_deploy(m)
     return machine_response(sim, m)
+
+
+def default_kernel(osystem: str, series: str) -> str | None:
+    """``validate_hwe_kernel`` without a kernel asked for: an Ubuntu series gets its GA kernel."""
+    version = SERIES_VERSIONS.get(series)
+    return f"ga-{version}" if osystem == "ubuntu" and version else None
+
+
+def check_on_network(sim: Simulator, m: Machine) -> None:
+    """``Node._start_deployment``: a machine with no interface linked to a subnet cannot deploy. MAAS raises
+    it inside the deploy's transaction, so nothing of the request (the allocation, the series) is kept."""
+    if not sim.state.has_network_link(m):
+        raise bad_request({"network": ["Node must be configured to use a network"]})
+
+
+def parse_swap_size(value: str) -> int | None:
+    if value == "":
+        return None
+    factor = {"K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4}.get(value[-1:], 1)
+    return int(value[:-1] if factor > 1 else value) * factor
 
 
 def decode_user_data(value: str | None) -> bytes | None:
@@ -372,13 +400,14 @@ def power_on(sim: Simulator, req: Request) -> Response:
     if m.owner is None:
         raise conflict("Can't start node: it hasn't been allocated.")
     if m.status is S.ALLOCATED:
+        check_on_network(sim, m)
         if req.form.get("user_data"):
             m.user_data = decode_user_data(req.form.get("user_data"))
         if not m.osystem:
             m.osystem, m.distro_series = resolve_distro(sim, "")
         sim.start_deploy(m)
     else:
-        m.power_state = "on"
+        sim.switch_power(m, "on")  # a manual machine: MAAS cannot start it, its power_state stays
         m.cached_json = None
     return machine_response(sim, m)
 
@@ -392,7 +421,7 @@ def power_off(sim: Simulator, req: Request) -> Response:
         raise bad_request(
             {"stop_mode": [f"Select a valid choice. {stop_mode} is not one of the available choices."]}
         )
-    m.power_state = "off"
+    sim.switch_power(m, "off")
     m.cached_json = None
     return machine_response(sim, m)
 

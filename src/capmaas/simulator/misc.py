@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from capmaas.simulator.dnsrecords import implicit_records
+from capmaas.simulator.forms import FormError, parse_bool
 from capmaas.simulator.http import (
     HttpError,
     Request,
@@ -364,12 +366,35 @@ def delete_domain(sim: Simulator, req: Request) -> Response:
     domain = _domain(sim, req, write=True)
     if domain.id == sim.state.default_domain_id:
         raise bad_request("This domain is the default domain, it cannot be deleted.")
-    if any(r.domain_id == domain.id for r in sim.state.dns_resources.values()) or any(
-        m.domain_id == domain.id for m in sim.state.machines.values()
-    ):
-        raise bad_request("Domain has resource records in it, it cannot be deleted.")
+    protected = protected_by(sim.state, domain)
+    if protected:
+        raise HttpError(500, protected)
     del sim.state.domains[domain.id]
     return NO_CONTENT
+
+
+def protected_by(state: State, domain: Domain) -> str:
+    """Django's ``ProtectedError`` text when nodes or DNS resources still use ``domain`` (their foreign keys
+    are ``on_delete=PROTECT``); MAAS's middleware answers it as a 500 with ``str(exception)``. Empty when
+    nothing does."""
+    objects: dict[str, list[str]] = {}
+    for m in state.machines.values():
+        if m.domain_id == domain.id:
+            objects.setdefault("'Node.domain'", []).append(f"<Node: {m.system_id} ({m.hostname})>")
+    for d in state.devices.values():
+        if d.domain_id == domain.id:
+            objects.setdefault("'Node.domain'", []).append(f"<Node: {d.system_id} ({d.hostname})>")
+    for r in state.dns_resources.values():
+        if r.domain_id == domain.id:
+            objects.setdefault("'DNSResource.domain'", []).append(f"<DNSResource: name={r.name}>")
+    if not objects:
+        return ""
+    message = (
+        "Cannot delete some instances of model 'Domain' because they are referenced through protected "
+        f"foreign keys: {', '.join(objects)}."
+    )
+    instances = ", ".join(o for group in objects.values() for o in sorted(group))
+    return f'("{message}", {{{instances}}})'  # str() of the exception's (message, set of instances) args
 
 
 @domain_res.op("POST", "set_default")
@@ -383,8 +408,13 @@ def set_default_domain(sim: Simulator, req: Request) -> dict[str, Any]:
 # -- DNS resources ----------------------------------------------------------------------------------------
 @dns_res.op("GET")
 def list_dns(sim: Simulator, req: Request) -> list[dict[str, Any]]:
-    """List DNS resources, filtered by fqdn, domain or name."""
+    """List DNS resources, filtered by fqdn, domain or name; ``all=true`` adds the implicit records of nodes
+    (``DNSResourcesQuerySet``: id -1, their addresses as ``resource_records``)."""
     q, state = req.query, sim.state
+    try:
+        with_implicit = parse_bool(q, "all")
+    except FormError as exc:
+        raise bad_request(str(exc)) from None
     out = []
     for r in sorted(state.dns_resources.values(), key=lambda r: r.id):
         body = dns_resource_json(state, r)
@@ -398,6 +428,23 @@ def list_dns(sim: Simulator, req: Request) -> list[dict[str, Any]]:
         if q.get("rrtype") and (q.get("rrtype") or "").upper() not in ("A", "AAAA"):
             continue
         out.append(body)
+    if with_implicit:
+        domain_ids: set[int] | None = None
+        found: Domain | None = None
+        if q.get("domain"):
+            found = _domain_by_key(state, q.get("domain") or "")
+            domain_ids = {found.id} if found else set()
+        name = q.get("name") or ((q.get("fqdn") or "").partition(".")[0] or None)
+        if q.get("fqdn"):
+            found = state.domain_by_name((q.get("fqdn") or "").partition(".")[2])
+            domain_ids = {found.id} if found else set()
+        rrtype = (q.get("rrtype") or "").upper()
+        for record in implicit_records(sim, domain_ids, name):
+            record["resource_records"] = [
+                rr for rr in record["resource_records"] if not rrtype or rr["rrtype"] == rrtype
+            ]
+            if record["resource_records"]:
+                out.append(record)
     return out
 
 
@@ -438,7 +485,7 @@ def _dns_fields(
 def create_dns(sim: Simulator, req: Request) -> dict[str, Any]:
     """Create a DNS resource from ``fqdn`` (or ``name`` + ``domain``) and ``ip_addresses`` (admin)."""
     if not req.is_admin:
-        raise forbidden()
+        raise admin_only()
     name, domain_id, ips = _dns_fields(sim, req, None)
     ttl = req.form.get("address_ttl")
     rid = sim.state.new_id("dnsresource")
@@ -466,7 +513,7 @@ def update_dns(sim: Simulator, req: Request) -> dict[str, Any]:
     name, domain_id, ips = _dns_fields(sim, req, record)
     record.name, record.domain_id = name, domain_id
     if ips is not None:
-        record.ips = ips
+        record.ips, record.released_ips = ips, 0  # the new set replaces any freed (null) address too
     ttl = req.form.get("address_ttl")
     if ttl and ttl.isdigit():
         record.address_ttl = int(ttl)

@@ -245,6 +245,8 @@ class Disk:
     name: str
     size: int  # bytes
     tags: list[str] = field(default_factory=list)
+    #: A composed VM's disk: the id of the VM host storage pool backing it (its ``storage_pool``).
+    pool_id: int | None = None
 
 
 @dataclass(slots=True)
@@ -256,6 +258,12 @@ class Interface:
     ip: str | None = None
     #: An AUTO link: MAAS claims ``ip`` from the subnet when deployment starts and gives it back on release.
     auto: bool = False
+    type: str = "physical"  # physical | bridge | bond | vlan
+    parents: list[str] = field(default_factory=list)  # names of the parent interfaces (bridge, bond)
+    params: dict[str, object] = field(default_factory=dict)
+    #: The link's mode when it is not plain AUTO/STATIC: ``dhcp`` or ``link_up`` (None: derived)
+    mode: str | None = None
+    tags: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -265,6 +273,9 @@ class DnsResource:
     domain_id: int
     ips: list[str] = field(default_factory=list)
     address_ttl: int | None = None
+    #: Addresses it listed that were AUTO IPs since freed by a release: MAAS keeps the link to the address
+    #: row, whose ``ip`` is now null, so the record shows one ``{"ip": null, ...}`` entry for each.
+    released_ips: int = 0
 
 
 @dataclass(slots=True)
@@ -332,6 +343,7 @@ class Machine:
     osystem: str = ""
     distro_series: str = ""
     hwe_kernel: str | None = None
+    swap_size: int | None = None
     ephemeral_deploy: bool = False
     enable_hw_sync: bool = False
     install_kvm: bool = False
@@ -340,7 +352,7 @@ class Machine:
     annotations: dict[str, str] = field(default_factory=dict)
     error_description: str = ""
     status_message: str | None = None
-    status_action: str | None = None
+    status_action: str | None = ""
     description: str = ""
     locked: bool = False
     pod_id: int | None = None
@@ -360,3 +372,31 @@ class Machine:
     @property
     def storage_mb(self) -> float:
         return sum(d.size for d in self.disks) / 1000 / 1000
+
+
+@dataclass(slots=True)
+class DnsData:
+    """A DNS resource record (CNAME, MX, NS, SRV, TXT, ...) of a DNS resource (M ``models/dnsdata.py``)."""
+
+    id: int
+    dnsresource_id: int
+    rrtype: str
+    rrdata: str
+    ttl: int | None = None
+
+
+@dataclass(slots=True)
+class Device:
+    """A device: a node MAAS only tracks (addresses, DNS), never deploys (M ``models/node.py: Device``)."""
+
+    id: int
+    system_id: str
+    hostname: str
+    domain_id: int
+    zone_id: int
+    owner: str | None = None
+    parent: str | None = None  # the parent node's system_id
+    description: str = ""
+    interfaces: list[Interface] = field(default_factory=list)
+    tags: set[str] = field(default_factory=set)
+    annotations: dict[str, str] = field(default_factory=dict)

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import uuid
 from typing import Any
 
 from capmaas.simulator.models import (
     BootResource,
+    Device,
+    Disk,
+    DnsData,
     DnsResource,
     Domain,
     Interface,
@@ -72,21 +76,27 @@ def tag_json(t: Tag) -> dict[str, Any]:
     }
 
 
-def vlan_json(s: Subnet) -> dict[str, Any]:
+VLAN_ID_BASE = 5000  # MAAS numbers VLAN rows from 5001; here a VLAN's id is 5000 + its vid (one fabric)
+FABRIC_ID, FABRIC_NAME = 0, "fabric-0"
+
+
+def vlan_json(s: Subnet | None, *, vid: int | None = None, space: str | None = None) -> dict[str, Any]:
+    """The VLAN of subnet ``s`` (or VLAN ``vid`` of the fabric; the untagged one when neither is given)."""
+    vid = s.vid if s is not None else (vid or 0)
     return {
-        "id": 5000 + s.vid,
-        "name": "untagged" if s.vid == 0 else str(s.vid),
-        "vid": s.vid,
-        "fabric": "fabric-0",
-        "fabric_id": 0,
+        "id": VLAN_ID_BASE + vid,
+        "name": "untagged" if vid == 0 else str(vid),
+        "vid": vid,
+        "fabric": FABRIC_NAME,
+        "fabric_id": FABRIC_ID,
         "mtu": 1500,
         "primary_rack": "rack01",
         "secondary_rack": None,
         "dhcp_on": True,
         "external_dhcp": None,
         "relay_vlan": None,
-        "space": s.space,
-        "resource_uri": f"{API}/vlans/{5000 + s.vid}/",
+        "space": s.space if s is not None else (space or "undefined"),
+        "resource_uri": f"{API}/vlans/{VLAN_ID_BASE + vid}/",
     }
 
 
@@ -148,9 +158,28 @@ def dns_resource_json(state: State, r: DnsResource) -> dict[str, Any]:
                 "alloc_type_name": "User reserved",
                 "created": "2025-01-01T00:00:00.000",
                 "ip": ip,
-                "owner": {"username": "admin", "resource_uri": f"{API}/users/admin/"},
+                "owner": {  # only admins write DNS resources; the simulator does not record which one
+                    "is_superuser": True,
+                    "username": "admin",
+                    "email": "admin@example.com",
+                    "is_local": True,
+                    "resource_uri": f"{API}/users/admin/",
+                },
                 "interface_set": [],
                 "subnet": subnet_json(subnet) if subnet else None,
+                "resource_uri": f"{API}/ipaddresses/",
+            }
+        )
+    for _ in range(r.released_ips):  # AUTO addresses freed by a release: the row stays linked, address-less
+        ips.append(
+            {
+                "alloc_type": 1,
+                "alloc_type_name": "Auto",
+                "created": "2025-01-01T00:00:00.000",
+                "ip": None,
+                "owner": None,
+                "interface_set": [],
+                "subnet": None,
                 "resource_uri": f"{API}/ipaddresses/",
             }
         )
@@ -159,8 +188,55 @@ def dns_resource_json(state: State, r: DnsResource) -> dict[str, Any]:
         "fqdn": fqdn,
         "address_ttl": r.address_ttl,
         "ip_addresses": ips,
-        "resource_records": [],
+        "resource_records": [
+            dns_data_json(state, d)
+            for d in sorted(state.dns_data.values(), key=lambda d: (d.rrtype, d.id))
+            if d.dnsresource_id == r.id
+        ],
         "resource_uri": f"{API}/dnsresources/{r.id}/",
+    }
+
+
+def dns_resource_fqdn(state: State, r: DnsResource) -> str:
+    domain = state.domains[r.domain_id]
+    return domain.name if r.name == "@" else f"{r.name}.{domain.name}"
+
+
+def dns_data_json(state: State, d: DnsData) -> dict[str, Any]:
+    """``DNSResourceRecordHandler`` fields (``DISPLAYED_DNSDATA_FIELDS``)."""
+    return {
+        "id": d.id,
+        "fqdn": dns_resource_fqdn(state, state.dns_resources[d.dnsresource_id]),
+        "ttl": d.ttl,
+        "rrtype": d.rrtype,
+        "rrdata": d.rrdata,
+        "resource_uri": f"{API}/dnsresourcerecords/{d.id}/",
+    }
+
+
+def device_json(state: State, d: Device) -> dict[str, Any]:
+    """``DeviceHandler`` fields (``DISPLAYED_DEVICE_FIELDS``); ``parent`` is the parent's system_id."""
+    domain = state.domains[d.domain_id]
+    node = Machine(0, d.system_id, d.hostname, d.domain_id, d.zone_id, 0)
+    ifaces = [interface_json(state, node, i) for i in d.interfaces]
+    return {
+        "system_id": d.system_id,
+        "hostname": d.hostname,
+        "description": d.description,
+        "domain": domain_json(state, domain, count_records=False),
+        "fqdn": f"{d.hostname}.{domain.name}",
+        "owner": d.owner,
+        "owner_data": dict(d.annotations),
+        "parent": d.parent,
+        "tag_names": sorted(d.tags),
+        "address_ttl": None,
+        "ip_addresses": [i.ip for i in d.interfaces if i.ip],
+        "interface_set": ifaces,
+        "zone": zone_json(state.zones[d.zone_id]),
+        "node_type": 1,
+        "node_type_name": "Device",
+        "workload_annotations": dict(d.annotations),
+        "resource_uri": f"{API}/devices/{d.system_id}/",
     }
 
 
@@ -195,7 +271,7 @@ def vm_host_json(state: State, h: VmHost, family: str = "vm-hosts") -> dict[str,
         "memory_over_commit_ratio": float(h.memory_over_commit_ratio),
         "storage_pools": [
             {
-                "id": p.id,
+                "id": str(p.id),  # MAAS's PodStoragePool.pool_id is a string
                 "name": p.name,
                 "type": p.type,
                 "path": p.path,
@@ -214,56 +290,131 @@ def vm_host_json(state: State, h: VmHost, family: str = "vm-hosts") -> dict[str,
     }
 
 
+def link_mode(i: Interface) -> str | None:
+    """The link's mode: explicit (``dhcp``/``link_up``), else STATIC with a fixed address, else AUTO."""
+    if i.mode:
+        return i.mode
+    if i.subnet_id is None:
+        return None
+    return "static" if i.ip and not i.auto else "auto"
+
+
 def interface_json(state: State, m: Machine, i: Interface) -> dict[str, Any]:
+    """``InterfaceHandler`` fields (``DISPLAYED_INTERFACE_FIELDS``); ``params`` is an object, as MAAS 3.7.3
+    sends it (``{}`` when empty)."""
     subnet = state.subnets.get(i.subnet_id) if i.subnet_id is not None else None
     links: list[dict[str, Any]] = []
-    if subnet is not None:
-        link: dict[str, Any] = {
-            "id": i.id,
-            "mode": "static" if i.ip and not i.auto else "auto",
-            "subnet": subnet_json(subnet),
-        }
+    mode = link_mode(i)
+    if mode is not None:
+        link: dict[str, Any] = {"id": i.id, "mode": mode}
+        if subnet is not None:
+            link["subnet"] = subnet_json(subnet)
         if i.ip:
             link["ip_address"] = i.ip
         links.append(link)
+    physical = i.type == "physical"
     return {
         "system_id": m.system_id,
         "id": i.id,
         "name": i.name,
-        "type": "physical",
-        "vlan": vlan_json(subnet) if subnet else None,
+        "type": i.type,
+        "vlan": vlan_json(subnet),
         "mac_address": i.mac_address,
-        "parents": [],
-        "children": [],
-        "tags": [],
+        "parents": list(i.parents),
+        "children": [c.name for c in m.interfaces if i.name in c.parents],
+        "tags": list(i.tags),
         "enabled": True,
         "links": links,
-        "params": "",
-        "discovered": [],
+        "params": dict(i.params),
+        "discovered": None,
         "effective_mtu": 1500,
-        "vendor": "Simulated",
-        "product": "NIC",
-        "firmware_version": "1.0",
+        "vendor": "Simulated" if physical else None,
+        "product": "NIC" if physical else None,
+        "firmware_version": "1.0" if physical else None,
         "link_connected": True,
-        "interface_speed": 10000,
-        "link_speed": 10000,
-        "numa_node": 0,
+        "interface_speed": 10000 if physical else 0,
+        "link_speed": 10000 if physical else 0,
+        "numa_node": 0 if physical else None,
         "sriov_max_vf": 0,
         "resource_uri": f"{API}/nodes/{m.system_id}/interfaces/{i.id}/",
     }
 
 
-def _block_device(m: Machine, index: int) -> dict[str, Any]:
-    d = m.disks[index]
+MIB = 1024 * 1024
+ESP_SIZE = 512 * MIB
+TABLE_OVERHEAD = 5 * MIB  # what MAAS's GPT layout leaves out of the partitions (alignment, tables)
+BLOCK_SIZE = 512
+
+
+def _uuid(*parts: object) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, "/".join(map(str, parts))))
+
+
+def _filesystem(m: Machine, d: Disk, fstype: str, mount_point: str, label: str) -> dict[str, Any]:
+    return {
+        "fstype": fstype,
+        "label": label,
+        "uuid": _uuid(m.system_id, d.id, mount_point),
+        "mount_point": mount_point,
+        "mount_options": None,
+    }
+
+
+def partitions_json(m: Machine, d: Disk) -> list[dict[str, Any]]:
+    """MAAS's default (flat, UEFI) layout on the boot disk of a commissioned machine: an ESP mounted at
+    /boot/efi and the rest ext4 at /; other disks carry no partition table."""
+    if not m.commissioned or not m.disks or m.disks[0] is not d or d.size <= ESP_SIZE + TABLE_OVERHEAD:
+        return []
+    root = (d.size - ESP_SIZE - TABLE_OVERHEAD) // (4 * MIB) * (4 * MIB)
+    out = []
+    for n, (size, fstype, mount, label) in enumerate(
+        ((ESP_SIZE, "fat32", "/boot/efi", "efi"), (root, "ext4", "/", "root")), start=1
+    ):
+        pid = d.id * 10 + n
+        out.append(
+            {
+                "uuid": _uuid(m.system_id, d.id, "part", n),
+                "size": size,
+                "bootable": n == 1,
+                "tags": [],
+                "system_id": m.system_id,
+                "device_id": d.id,
+                "type": "partition",
+                "filesystem": _filesystem(m, d, fstype, mount, label),
+                "id": pid,
+                "path": f"/dev/disk/by-dname/{d.name}-part{n}",
+                "used_for": f"{fstype} formatted filesystem mounted at {mount}",
+                "resource_uri": f"{API}/nodes/{m.system_id}/blockdevices/{d.id}/partition/{pid}",
+            }
+        )
+    return out
+
+
+def block_device_json(m: Machine, d: Disk) -> dict[str, Any]:
+    """``BlockDeviceHandler`` fields (``DISPLAYED_BLOCKDEVICE_FIELDS``) of a physical disk."""
+    parts = partitions_json(m, d)
+    used = sum(p["size"] for p in parts) + TABLE_OVERHEAD if parts else 0
     return {
         "id": d.id,
         "name": d.name,
+        "uuid": None,  # only virtual block devices have one
         "size": d.size,
+        "block_size": BLOCK_SIZE,
         "tags": list(d.tags),
         "type": "physical",
         "path": f"/dev/disk/by-dname/{d.name}",
         "model": "SimDisk",
         "serial": f"SIM{d.id:08d}",
+        "id_path": f"/dev/disk/by-id/wwn-0x{d.id:016x}",
+        "available_size": d.size - used if not parts else 0,
+        "used_size": used,
+        "used_for": f"GPT partitioned with {len(parts)} partitions" if parts else "Unused",
+        "filesystem": None,
+        "partition_table_type": "GPT" if parts else None,
+        "partitions": parts,
+        "firmware_version": "1.0",
+        "storage_pool": str(d.pool_id) if d.pool_id is not None else None,
+        "numa_node": 0,
         "system_id": m.system_id,
         "resource_uri": f"{API}/nodes/{m.system_id}/blockdevices/{d.id}/",
     }
@@ -272,7 +423,7 @@ def _block_device(m: Machine, index: int) -> dict[str, Any]:
 def machine_dict(state: State, m: Machine, maas4: bool = False) -> dict[str, Any]:
     domain = state.domains[m.domain_id]
     ifaces = [interface_json(state, m, i) for i in m.interfaces]
-    disks = [_block_device(m, n) for n in range(len(m.disks))]
+    disks = [block_device_json(m, d) for d in m.disks]
     host = state.vm_hosts.get(m.pod_id) if m.pod_id is not None else None
     first_subnet = state.subnets.get(m.interfaces[0].subnet_id or -1) if m.interfaces else None
     gateway = first_subnet.gateway_ip if first_subnet else None
@@ -296,7 +447,7 @@ def machine_dict(state: State, m: Machine, maas4: bool = False) -> dict[str, Any
         "cpu_count": m.cpu_count,
         "cpu_speed": m.cpu_speed,
         "memory": m.memory,
-        "swap_size": None,
+        "swap_size": m.swap_size,
         "storage": m.storage_mb,
         "status": int(m.status),
         "osystem": m.osystem,
@@ -326,7 +477,15 @@ def machine_dict(state: State, m: Machine, maas4: bool = False) -> dict[str, Any
         "node_type": 0,
         "node_type_name": "Machine",
         "special_filesystems": [],
-        "parent": None,
+        "parent": (
+            {
+                "system_id": host.host_system_id,
+                "resource_uri": f"{API}/machines/{host.host_system_id}/",
+                "__incomplete__": True,
+            }
+            if host is not None and host.host_system_id
+            else None
+        ),
         "default_gateways": {
             "ipv4": {"gateway_ip": gateway, "link_id": None},
             "ipv6": {"gateway_ip": None, "link_id": None},

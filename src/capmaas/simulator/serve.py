@@ -89,6 +89,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--broken-rate", type=float, default=0.0)
     parser.add_argument("--unavailable-rate", type=float, default=0.0)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds added to every API request")
+    parser.add_argument("--drop-rate", type=float, default=0.0, help="answers cut before MAAS acts")
+    parser.add_argument(
+        "--late-commit-rate", type=float, default=0.0, help="writes taken up only after --late-commit-delay"
+    )
+    parser.add_argument("--late-commit-delay", type=float, default=2.0, metavar="SECONDS")
+    parser.add_argument(
+        "--drop-after-commit-rate", type=float, default=0.0, help="writes acted on, then the answer cut"
+    )
+    parser.add_argument(
+        "--write-fault-ops",
+        default="",
+        metavar="OPS",
+        help="limit the write faults to these ops (comma list)",
+    )
 
 
 def parse_generate(spec: str) -> dict[str, int]:
@@ -118,6 +132,11 @@ def build(args: argparse.Namespace) -> Simulator:
         broken_rate=args.broken_rate,
         unavailable_rate=args.unavailable_rate,
         latency=args.latency,
+        drop_rate=args.drop_rate,
+        late_commit_rate=args.late_commit_rate,
+        late_commit_delay=args.late_commit_delay,
+        drop_after_commit_rate=args.drop_after_commit_rate,
+        write_fault_ops=frozenset(op for op in args.write_fault_ops.split(",") if op),
     )
     timings = Timings.realistic() if args.timings == "realistic" else Timings.fast()
     return Simulator(

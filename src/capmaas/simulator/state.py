@@ -15,6 +15,8 @@ from capmaas.simulator.http import conflict
 from capmaas.simulator.models import (
     TRANSITIONS,
     BootResource,
+    Device,
+    DnsData,
     DnsResource,
     Domain,
     Machine,
@@ -37,6 +39,8 @@ class State:
         self.subnets: dict[int, Subnet] = {}
         self.boot_resources: dict[int, BootResource] = {}
         self.dns_resources: dict[int, DnsResource] = {}
+        self.dns_data: dict[int, DnsData] = {}
+        self.devices: dict[str, Device] = {}
         self.vm_hosts: dict[int, VmHost] = {}
         self.machines: dict[str, Machine] = {}  # insertion order is id order
         self.by_status: dict[NodeStatus, dict[str, Machine]] = {s: {} for s in NodeStatus}
@@ -112,10 +116,25 @@ class State:
                 self.used_ips.add(i.ip)
 
     def release_auto_ips(self, m: Machine) -> None:
+        """``release_interface_config``: AUTO addresses go back to the subnet; a DNS resource that listed one
+        keeps the (now address-less) entry."""
+        freed = set()
         for i in m.interfaces:
             if i.auto and i.ip:
                 self.used_ips.discard(i.ip)
+                freed.add(i.ip)
                 i.ip = None
+        if not freed:
+            return
+        m.cached_json = None
+        for record in self.dns_resources.values():
+            kept = [ip for ip in record.ips if ip not in freed]
+            record.released_ips += len(record.ips) - len(kept)
+            record.ips = kept
+
+    def has_network_link(self, m: Machine) -> bool:
+        """``Node.on_network``: some interface is linked to a subnet (deploy needs it)."""
+        return any(i.subnet_id in self.subnets and i.mode != "link_up" for i in m.interfaces)
 
     def set_status(self, m: Machine, new: NodeStatus, *, check: bool = True) -> None:
         """Move ``m`` to ``new``; an illegal edge is MAAS's 409 ``Invalid transition: Old -> New.``"""

@@ -120,14 +120,30 @@ def test_machine_cel_rules() -> None:
 
 
 def test_template_spec_is_immutable_and_keeps_the_machine_rules() -> None:
+    """Template specs are immutable through the admission policy, not a CRD rule: CAPI's topology controller
+    must be able to dry-run a changed template spec (ClusterClass contract), which a CRD ``self == oldSelf``
+    refuses. Every other machine rule stays on the template, and no transition rule is left inside it."""
     found = rules("MaasMachineTemplate")
-    assert found[(".spec.template.spec", "self == oldSelf")].startswith("spec.template.spec is immutable")
     lxd_rule = "!has(self.lxdConfig) || (has(self.provisioningMode) && self.provisioningMode == 'lxd')"
     assert (".spec.template.spec", lxd_rule) in found
-    cluster_found = rules("MaasClusterTemplate")
-    assert cluster_found[(".spec.template.spec", "self == oldSelf")].startswith(
-        "spec.template.spec is immutable"
+    for kind in ("MaasMachineTemplate", "MaasClusterTemplate"):
+        inside = [(path, rule) for path, rule in rules(kind) if path.startswith(".spec.template.spec")]
+        assert inside or kind == "MaasClusterTemplate"
+        assert not [r for _, r in inside if "oldSelf" in r], kind
+    policy, binding = crdgen.template_immutability_policy()
+    assert policy["kind"] == "ValidatingAdmissionPolicy"
+    [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert sorted(rule["resources"]) == ["maasclustertemplates", "maasmachinetemplates"]
+    assert rule["operations"] == ["UPDATE"]
+    [validation] = policy["spec"]["validations"]
+    assert validation["expression"].startswith(
+        "object.spec.template.spec == oldObject.spec.template.spec || "
     )
+    assert "request.dryRun == true" in validation["expression"]
+    assert "'topology.cluster.x-k8s.io/dry-run' in object.metadata.annotations" in validation["expression"]
+    assert "spec.template.spec is immutable" in validation["messageExpression"]
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
 
 
 def test_cluster_cel_rules() -> None:

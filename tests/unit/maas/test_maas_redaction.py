@@ -42,7 +42,7 @@ async def test_echoed_credentials_are_scrubbed_from_errors_and_logs(
             await call()
         caught.append(info.value)
     assert isinstance(caught[0], UnauthorizedError)
-    assert "Invalid access token: ***" in str(caught[0])
+    assert "Invalid access token: ***" in caught[0].body
     for exc in caught:
         _assert_clean(str(exc) + repr(exc) + exc.body + repr(exc.request) + str(exc.headers))
     _assert_clean(str(getattr(caught[2], "field_errors", "")))

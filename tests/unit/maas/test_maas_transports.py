@@ -80,7 +80,10 @@ async def send(
         "POST", url, content=b"x=1", extensions={"timeout": {"connect": connect, "read": read}}
     )
     try:
-        return await t.handle_async_request(request)
+        response = await t.handle_async_request(request)
+        await response.aread()
+        await response.aclose()
+        return response
     finally:
         await t.aclose()
 
@@ -111,6 +114,50 @@ async def test_the_answer_keeps_status_headers_and_body() -> None:
     assert response.status_code == 200
     assert response.headers.get_list("x-two") == ["a", "b"]
     assert response.content == b"[]"
+
+
+def body_then(reply: bytes, then: Callable[[], Awaitable[None]]) -> Handler:
+    """Headers promising 100 bytes, ``reply`` of them, then ``then`` (hang, or drop the connection)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + reply)
+        await writer.drain()
+        await then()
+        writer.close()
+
+    return handle
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _long() -> None:
+    await asyncio.sleep(30)
+
+
+async def test_a_body_cut_short_is_a_read_error() -> None:
+    async with raw_server(body_then(b"[1,", _nothing)) as url:
+        with pytest.raises(httpx.ReadError):
+            await send(transport(), url)
+
+
+async def test_a_body_that_stalls_is_a_read_timeout() -> None:
+    async with raw_server(body_then(b"[1,", _long)) as url:
+        with pytest.raises(httpx.ReadTimeout):
+            await send(transport(), url, read=0.2)
+
+
+async def test_a_body_abandoned_midway_drops_the_connection() -> None:
+    """The client stops reading past its cap: closing the response then must not wait for the rest."""
+    async with raw_server(body_then(b"[1,", _long)) as url:
+        t = transport()
+        try:
+            response = await t.handle_async_request(httpx.Request("GET", url))
+            await asyncio.wait_for(response.aclose(), 2)
+        finally:
+            await t.aclose()
 
 
 async def test_refused_connection_is_a_connect_error() -> None:

@@ -100,7 +100,10 @@ async def test_wrong_signature_and_method_and_version(anon: httpx.AsyncClient) -
         params={"op": "whoami"},
         headers={"Authorization": oauth_header(ADMIN_KEY, oauth_signature_method="RSA-SHA1")},
     )
-    assert r.text == "Authorization Error: 'Signature method RSA-SHA1 not supported.'"
+    assert r.text == (
+        "Authorization Error: 'Signature method RSA-SHA1 not supported try one of the following: "
+        "PLAINTEXT, HMAC-SHA1'"
+    )
     r = await anon.get(
         "users/",
         params={"op": "whoami"},

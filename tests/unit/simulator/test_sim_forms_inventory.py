@@ -44,13 +44,7 @@ def test_multipart_base64_and_plain_parts() -> None:
     ("ctype", "body", "message"),
     [
         ("multipart/form-data", b"--x\r\n", "Invalid boundary in multipart: None"),
-        ("multipart/form-data; boundary=x", b"--x\r\nno headers here--x--", "part without headers"),
         ("multipart/form-data; boundary=x", b"--x\r\nA: b\r\n\r\nv\r\n--x", "missing closing boundary"),
-        (
-            "multipart/form-data; boundary=x",
-            b"--x\r\nContent-Disposition: form-data\r\n\r\nv\r\n--x--",
-            "without a name",
-        ),
         (
             "multipart/form-data; boundary=x",
             b'--x\r\nContent-Disposition: form-data; name="a"\r\n'
@@ -63,6 +57,50 @@ def test_multipart_base64_and_plain_parts() -> None:
 def test_malformed_bodies(ctype: str, body: bytes, message: str) -> None:
     with pytest.raises(FormError, match=message):
         parse_body(ctype, body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # libmaas / the MAAS CLI with no parameters: one empty part without headers (and no final CRLF)
+        b"--x\r\n\r\n--x--",
+        b"--x\r\n\r\n--x--\r\n",
+        b"--x\r\nno headers here\r\n--x--",
+        b"--x\r\nContent-Disposition: form-data\r\n\r\nv\r\n--x--",  # no name
+        b"--x\r\nContent-Type: text/plain\r\n\r\nv\r\n--x--",  # no Content-Disposition
+    ],
+)
+def test_multipart_parts_without_a_named_disposition_are_skipped_like_django(body: bytes) -> None:
+    assert parse_body("multipart/form-data; boundary=x", body).items() == []
+
+
+def test_multipart_skips_a_headerless_part_between_named_ones() -> None:
+    body = (
+        b'--x\r\nContent-Disposition: form-data; name="a"\r\n\r\n1\r\n'
+        b"--x\r\n\r\n\r\n"
+        b'--x\r\nContent-Disposition: form-data; name="b"\r\n\r\n2\r\n--x--'
+    )
+    assert parse_body("multipart/form-data; boundary=x", body).items() == [("a", "1"), ("b", "2")]
+
+
+async def test_libmaas_empty_multipart_allocate_is_accepted() -> None:
+    from simtools import ADMIN_KEY, client, sample_sim
+
+    sim = sample_sim()
+    async with client(sim, ADMIN_KEY) as c:
+        body = b"--===============0928354324242815356==\r\n\r\n--===============0928354324242815356==--"
+        ctype = 'multipart/form-data; boundary="===============0928354324242815356=="'
+        headers = {"Content-Type": ctype}
+        r = await c.post("machines/", params={"op": "allocate"}, content=body, headers=headers)
+        assert r.status_code == 200, r.text
+        assert r.json()["status_name"] == "Allocated"
+        r = await c.post(
+            f"machines/{r.json()['system_id']}/",
+            params={"op": "release"},
+            content=body,
+            headers=headers,
+        )
+        assert r.status_code == 200, r.text
 
 
 def test_other_content_types_and_empty_bodies_are_empty_forms() -> None:

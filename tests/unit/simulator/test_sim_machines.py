@@ -212,8 +212,8 @@ async def test_allocate_no_match_texts(admin: httpx.AsyncClient) -> None:
     ("data", "body"),
     [
         ({"size": "big"}, {"size": ["No such constraint."]}),
-        ({"zone": "nowhere"}, {"zone": ["No such zone: 'nowhere'."]}),
-        ({"pool": "nowhere"}, {"pool": ["No such pool: 'nowhere'."]}),
+        ({"zone": "nowhere"}, {"zone": ["No such zone(s): nowhere."]}),
+        ({"pool": "nowhere"}, {"pool": ["No such pool(s): nowhere."]}),
         ({"storage": "root:big"}, {"storage": ['Malformed storage constraint, "root:big".']}),
         ({"storage": "root:1.2.3"}, {"storage": ['Malformed storage constraint, "root:1.2.3".']}),
         (

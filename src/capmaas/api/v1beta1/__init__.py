@@ -37,8 +37,11 @@ from capmaas.api.v1beta1.maasclustertemplate import (
     MaasClusterTemplateSpec,
 )
 from capmaas.api.v1beta1.maasmachine import (
+    GO_DEFAULT_VM_DISK_GB,
     PROVISIONING_MODE_BARE_METAL,
     PROVISIONING_MODE_LXD,
+    GoMachineLXD,
+    GoVMConfig,
     LXDConfig,
     LXDNetwork,
     LXDStorage,
@@ -61,6 +64,7 @@ from capmaas.api.v1beta1.maasmachinetemplate import (
 __all__ = [
     "API_VERSION",
     "CLUSTER_NAME_LABEL",
+    "GO_DEFAULT_VM_DISK_GB",
     "GROUP",
     "PROVISIONING_MODE_BARE_METAL",
     "PROVISIONING_MODE_LXD",
@@ -70,6 +74,8 @@ __all__ = [
     "ClusterNetworkStatus",
     "Condition",
     "FailureDomain",
+    "GoMachineLXD",
+    "GoVMConfig",
     "IdentityRef",
     "Initialization",
     "LXDConfig",

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, StringConstraints
 
 from capmaas.api.schema import K8sModel, cel, crd_default, list_map, list_set, schema_extra
+from capmaas.api.sizes import DiskSize, gigabytes
 from capmaas.api.v1beta1.common import (
     API_VERSION,
     APIEndpoint,
@@ -23,6 +24,16 @@ MAAS_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 
 ZoneName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=MAAS_NAME_PATTERN)]
 MaasName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=MAAS_NAME_PATTERN)]
+#: An IPv4 or IPv6 network in CIDR notation (10.0.0.0/24, fd00::/64).
+CIDR = Annotated[
+    str,
+    StringConstraints(min_length=3, max_length=49),
+    Field(
+        json_schema_extra=schema_extra(
+            rules=[cel("isCIDR(self)", "must be a CIDR such as 10.0.0.0/24 or fd00::/64")]
+        )
+    ),
+]
 
 
 class IdentityRef(K8sModel):
@@ -58,8 +69,32 @@ class IdentityRef(K8sModel):
     )
 
 
+#: What the operator reports for host-setup fields MAAS cannot apply (condition SettingsApplied=False).
+NO_MAAS_EQUIVALENT = (
+    "has no MAAS API equivalent: the Go provider applies it with a privileged DaemonSet that installs LXD on "
+    "each host itself, while capmaas lets MAAS set LXD up (deploy with register_vmhost), which takes no such "
+    "setting; the field is accepted so Go-provider manifests apply, and reported in the MaasCluster's "
+    "SettingsApplied condition (reason NoMaasEquivalent)"
+)
+
+
 class ClusterLXDConfig(K8sModel):
     """Cluster-wide LXD VM-host settings (field names as the Go provider's MaasCluster.spec.lxdConfig)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=schema_extra(
+            rules=[
+                cel(
+                    "!has(self.networkBridge) || !has(self.nicParent)"
+                    " || self.networkBridge == self.nicParent",
+                    "networkBridge is the Go provider's older name of nicParent; set one of them (or both to "
+                    "the same value)",
+                    reason="FieldValueForbidden",
+                    field_path=".networkBridge",
+                ),
+            ]
+        )
+    )
 
     enabled: bool | None = Field(
         None,
@@ -74,17 +109,63 @@ class ClusterLXDConfig(K8sModel):
     )
     storage_backend: Literal["zfs", "dir", "btrfs", "lvm", "ceph"] | None = Field(
         None,
-        description="LXD storage pool driver for the registered VM hosts (the Go provider's default is zfs).",
+        description="LXD storage pool driver of the registered VM hosts (Go provider default zfs). This "
+        "field " + NO_MAAS_EQUIVALENT + ".",
     )
-    storage_size: int | None = Field(
-        None, ge=1, description="Size in GB of the LXD storage pool created on each registered VM host."
+    storage_size: DiskSize | None = Field(
+        None,
+        description='Size of the LXD storage pool on each registered VM host, in GB ("50", 50, "50G", '
+        '"50Gi"). This field ' + NO_MAAS_EQUIVALENT + ".",
     )
     nic_type: Literal["bridge", "macvlan"] | None = Field(
-        None, description="How VMs attach to the host's network: bridge or macvlan."
+        None,
+        description="How VMs attach to the host's network: bridge or macvlan. This field "
+        + NO_MAAS_EQUIVALENT
+        + " (MAAS itself attaches a VM NIC as bridge when the host interface is a bridge, else macvlan).",
     )
     nic_parent: Annotated[str, StringConstraints(min_length=1, max_length=15)] | None = Field(
-        None, description="Host interface (bridge or NIC) VM NICs attach to, for example br0."
+        None,
+        description="Host interface (bridge or NIC) the LXD profile's NIC uses, for example br0. This field "
+        + NO_MAAS_EQUIVALENT
+        + " (per VM, lxdConfig.network.bridge selects the host interface).",
     )
+    network_bridge: Annotated[str, StringConstraints(min_length=1, max_length=15)] | None = Field(
+        None,
+        description="The Go provider's older name of nicParent (same meaning; set one of them).",
+    )
+    skip_network_update: bool | None = Field(
+        None,
+        description="true (the Go provider's default) leaves the hosts' existing networks alone, which is "
+        "what MAAS does. false (update them) " + NO_MAAS_EQUIVALENT + ".",
+    )
+
+    def canonical(self) -> ClusterLXDConfig:
+        """networkBridge folded into nicParent, storageSize in whole gigabytes."""
+        size = None if self.storage_size is None else gigabytes(self.storage_size)
+        return self.model_copy(
+            update={
+                "nic_parent": self.nic_parent or self.network_bridge,
+                "network_bridge": None,
+                "storage_size": size,
+            }
+        )
+
+    def not_applied(self) -> list[str]:
+        """The set fields (spec.lxdConfig.<name>) MAAS cannot apply, for the SettingsApplied condition."""
+        out = [
+            name
+            for name, value in (
+                ("storageBackend", self.storage_backend),
+                ("storageSize", self.storage_size),
+                ("nicType", self.nic_type),
+                ("nicParent", self.nic_parent),
+                ("networkBridge", self.network_bridge),
+            )
+            if value is not None
+        ]
+        if self.skip_network_update is False:
+            out.append("skipNetworkUpdate")
+        return out
 
 
 class MaasClusterSpec(K8sModel):
@@ -115,6 +196,20 @@ class MaasClusterSpec(K8sModel):
     lxd_config: ClusterLXDConfig | None = Field(
         None, description="Settings for turning this cluster's bare-metal machines into LXD VM hosts."
     )
+    preferred_subnets: Annotated[list[CIDR], Field(max_length=32)] | None = Field(
+        None,
+        description="CIDRs whose addresses the control-plane DNS record uses when a machine has several "
+        "(first matching subnet wins; at most 32). Overrides the Go provider's ConfigMap "
+        "maas-preferred-subnet (key preferredSubnets) in the same namespace. Empty: the ConfigMap, else "
+        "every machine's first address.",
+        json_schema_extra=list_set(),
+    )
+
+    def canonical(self) -> MaasClusterSpec:
+        """This spec in canonical form (see ``ClusterLXDConfig.canonical``)."""
+        if self.lxd_config is None:
+            return self.model_copy()
+        return self.model_copy(update={"lxd_config": self.lxd_config.canonical()})
 
 
 class FailureDomain(K8sModel):

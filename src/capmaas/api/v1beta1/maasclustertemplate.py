@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from capmaas.api.schema import K8sModel, cel, schema_extra
+from capmaas.api.schema import K8sModel
 from capmaas.api.v1beta1.common import API_VERSION, ObjectMeta, TemplateMetadata
 from capmaas.api.v1beta1.maascluster import MaasClusterSpec
 
@@ -18,17 +18,8 @@ class MaasClusterTemplateResource(K8sModel):
         None, description="Labels and annotations given to each MaasCluster created from this template."
     )
     spec: MaasClusterSpec = Field(
-        description="Spec of each MaasCluster created from this template. Immutable: create a new template "
-        "to change it.",
-        json_schema_extra=schema_extra(
-            rules=[
-                cel(
-                    "self == oldSelf",
-                    "spec.template.spec is immutable; create a new MaasClusterTemplate and point the "
-                    "ClusterClass at it",
-                )
-            ]
-        ),
+        description="Spec of each MaasCluster created from this template. Immutable (enforced by the "
+        "ValidatingAdmissionPolicy capmaas-template-immutability): create a new template to change it.",
     )
 
 

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, StringConstraints
 
 from capmaas.api.schema import K8sModel, cel, crd_default, list_set, schema_extra
+from capmaas.api.sizes import DiskSize, gigabytes
 from capmaas.api.v1beta1.common import API_VERSION, Conditions, Initialization, MachineAddress, ObjectMeta
 from capmaas.api.v1beta1.maascluster import MaasName, ZoneName
 
@@ -24,6 +25,14 @@ SYSTEM_ID_PATTERN = r"^[a-z0-9]+$"
 LXD_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 #: Linux network interface names.
 IFACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+#: A MAAS subnet as compose's ``subnet=`` constraint takes it: its name, CIDR or id.
+SUBNET_REF_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"
+#: The Go provider's ``vmConfig.network``: comma-separated MAAS subnets, one VM NIC each (at most 8).
+GO_NETWORK_PATTERN = r"^ *[A-Za-z0-9][A-Za-z0-9_.:/-]* *(, *[A-Za-z0-9][A-Za-z0-9_.:/-]* *){0,7}$"
+#: The Go provider's VM disk size when ``vmConfig.diskSize`` is not given (its CRD default).
+GO_DEFAULT_VM_DISK_GB = 60
+#: Most NICs one VM gets from ``lxdConfig.network`` (compose ``interfaces`` labels eth0..eth8).
+MAX_VM_NICS = 9
 
 ProvisioningMode = Literal["bare-metal", "lxd"]
 PROVISIONING_MODE_BARE_METAL: ProvisioningMode = "bare-metal"
@@ -32,6 +41,7 @@ PROVISIONING_MODE_LXD: ProvisioningMode = "lxd"
 TagName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=TAG_PATTERN)]
 LXDName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=LXD_NAME_PATTERN)]
 IfaceName = Annotated[str, StringConstraints(min_length=1, max_length=15, pattern=IFACE_PATTERN)]
+SubnetRef = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=SUBNET_REF_PATTERN)]
 IPAddress = Annotated[
     str,
     StringConstraints(min_length=2, max_length=45),
@@ -42,17 +52,24 @@ IPAddress = Annotated[
 
 
 class LXDStorage(K8sModel):
-    """Root disk of the LXD VM."""
+    """Root disk of the LXD VM (compose ``storage=root:<size>(<pool>)``)."""
 
-    size: int | None = Field(
+    size: DiskSize | None = Field(
         None,
-        ge=1,
-        le=65536,
-        description="Root disk size in GB. Default: spec.minDiskSize, else the host's default.",
+        description='Root disk size: gigabytes as an integer or a string with a unit (20, "20", "20G", '
+        '"20GB", "20Gi"; binary units are rounded up to whole GB). Default: spec.minDiskSize, else the '
+        "host's default.",
     )
     pool: LXDName | None = Field(
-        None, description="VM host storage pool to create the disk in. Default: the host's."
+        None,
+        description="VM host storage pool to create the disk in (compose selects the pool by this name). "
+        "Default: the host's.",
     )
+
+    @property
+    def size_gb(self) -> int | None:
+        """``size`` in whole gigabytes (10^9 bytes), or None when unset."""
+        return None if self.size is None else gigabytes(self.size)
 
 
 class StaticIP(K8sModel):
@@ -66,56 +83,238 @@ class StaticIP(K8sModel):
                     " || cidr(self.subnet).containsIP(self.address)",
                     "staticIP.address must lie inside staticIP.subnet",
                     field_path=".address",
-                )
+                ),
+                cel(
+                    "!has(self.gateway)",
+                    "lxdConfig.network.staticIP.gateway cannot be applied: MAAS 3.7's VM compose takes only "
+                    "the address (interfaces ip=) and the VM gets the gateway configured on the MAAS subnet; "
+                    "remove the field and set the gateway on the subnet in MAAS",
+                    reason="FieldValueForbidden",
+                    field_path=".gateway",
+                ),
+                cel(
+                    "!has(self.dnsServers)",
+                    "lxdConfig.network.staticIP.dnsServers cannot be applied: MAAS 3.7's VM compose has no "
+                    "DNS parameter and the VM gets the DNS servers configured on the MAAS subnet; remove the "
+                    "field and set them on the subnet in MAAS",
+                    reason="FieldValueForbidden",
+                    field_path=".dnsServers",
+                ),
             ]
         )
     )
 
-    address: IPAddress = Field(description="IP address to assign, without a prefix length (e.g. 10.0.0.10).")
-    gateway: IPAddress | None = Field(None, description="Default gateway IP address.")
+    address: IPAddress = Field(
+        description="IP address to assign, without a prefix length (e.g. 10.0.0.10); sent as compose "
+        "interfaces ip=<address>."
+    )
+    gateway: IPAddress | None = Field(
+        None,
+        description="Not supported: MAAS 3.7's compose cannot set it (the VM uses the MAAS subnet's "
+        "gateway); refused at admission.",
+    )
     subnet: Annotated[str, StringConstraints(min_length=3, max_length=49)] | None = Field(
         None,
-        description="MAAS subnet CIDR the address belongs to (e.g. 10.0.0.0/24).",
+        description="MAAS subnet CIDR the address belongs to (e.g. 10.0.0.0/24); sent as compose interfaces "
+        "subnet_cidr=<subnet>.",
         json_schema_extra=schema_extra(rules=[cel("isCIDR(self)", "must be a CIDR such as 10.0.0.0/24")]),
     )
     dns_servers: Annotated[list[IPAddress], Field(max_length=4)] | None = Field(
-        None, description="DNS server IP addresses (at most 4)."
+        None,
+        description="Not supported: MAAS 3.7's compose cannot set them (the VM uses the MAAS subnet's DNS "
+        "servers); refused at admission.",
     )
     interface: IfaceName | None = Field(
-        None, description="Interface name in the VM to configure. Default: eth0."
+        None,
+        description="Interface name in the VM to configure (the compose interfaces label). Default: eth0.",
     )
 
 
 class LXDNetwork(K8sModel):
-    """Network attachment of the LXD VM."""
+    """Network attachment of the LXD VM, sent as MAAS compose's ``interfaces`` constraint map.
+
+    Each VM NIC is one label (eth0, eth1, ...); its constraints pick the VM host's interface the NIC attaches
+    to: ``name=`` (a host interface by name: a bridge gives a bridged NIC, anything else macvlan),
+    ``subnet=`` (the host interface on that MAAS subnet) and ``ip=``/``subnet_cidr=`` (a static address).
+    """
 
     bridge: IfaceName | None = Field(
-        None, description="Host bridge the VM's primary NIC attaches to (e.g. br0)."
+        None,
+        description="VM host interface the VM's first NIC (eth0) attaches to, e.g. br0 (compose interfaces "
+        "eth0:name=<bridge>).",
     )
     devices: Annotated[list[IfaceName], Field(max_length=8)] | None = Field(
         None,
-        description="Additional host interfaces/bridges to attach, one VM NIC each (at most 8).",
+        description="More VM host interfaces, one extra VM NIC each: eth1, eth2, ... in this order "
+        "(compose interfaces eth<n>:name=<device>; at most 8).",
         json_schema_extra=list_set(),
     )
-    static_ip: StaticIP | None = Field(
-        None, alias="staticIP", description="Fixed IP configuration for the primary interface."
+    subnets: Annotated[list[SubnetRef], Field(max_length=MAX_VM_NICS)] | None = Field(
+        None,
+        description="MAAS subnets (name, CIDR or id) of the VM's NICs, eth0 first (compose interfaces "
+        "eth<n>:subnet=<subnet>); combined with bridge/devices of the same NIC. The Go provider's "
+        "lxd.vmConfig.network lands here.",
     )
+    static_ip: StaticIP | None = Field(
+        None,
+        alias="staticIP",
+        description="Fixed address of one VM NIC (compose interfaces ip=, subnet_cidr=); gateway and DNS "
+        "come from the MAAS subnet.",
+    )
+
+    def compose_interfaces(self, default_parent: str | None = None) -> str | None:
+        """The compose ``interfaces`` value, e.g. ``eth0:name=br0,subnet=10.0.0.0/24;eth1:name=eno2``.
+
+        ``default_parent`` (the cluster's ``lxdConfig.nicParent``) is eth0's host interface when ``bridge``
+        is unset. None when nothing constrains the NICs (MAAS then uses the host's default network).
+        """
+        labels: dict[str, list[str]] = {}
+        parent = self.bridge or default_parent
+        if parent:
+            labels.setdefault("eth0", []).append(f"name={parent}")
+        for i, device in enumerate(self.devices or (), start=1):
+            labels.setdefault(f"eth{i}", []).append(f"name={device}")
+        for i, subnet in enumerate(self.subnets or ()):
+            labels.setdefault(f"eth{i}", []).append(f"subnet={subnet}")
+        if self.static_ip is not None:
+            iface = labels.setdefault(self.static_ip.interface or "eth0", [])
+            if self.static_ip.subnet:
+                iface.append(f"subnet_cidr={self.static_ip.subnet}")
+            iface.append(f"ip={self.static_ip.address}")
+        if not labels:
+            return None
+        return ";".join(f"{label}:{','.join(parts)}" for label, parts in labels.items())
 
 
 class LXDConfig(K8sModel):
     """How to compose the LXD VM. Only allowed when provisioningMode is lxd."""
 
+    model_config = ConfigDict(
+        json_schema_extra=schema_extra(
+            rules=[
+                cel(
+                    "!has(self.profile)",
+                    "lxdConfig.profile cannot be applied: MAAS 3.7's VM compose has no profile parameter "
+                    "(MAAS builds the VM's devices itself); remove the field and express the NICs with "
+                    "lxdConfig.network and the disk with lxdConfig.storage",
+                    reason="FieldValueForbidden",
+                    field_path=".profile",
+                ),
+            ]
+        )
+    )
+
     profile: LXDName | None = Field(
-        None, description="LXD profile to apply to the VM. Default: the host's default."
+        None,
+        description="Not supported: MAAS 3.7's compose has no profile parameter; refused at admission "
+        "(use network and storage).",
     )
     storage: LXDStorage | None = Field(None, description="Root disk size and storage pool.")
-    network: LXDNetwork | None = Field(None, description="Bridge, extra NICs and optional static IP.")
+    network: LXDNetwork | None = Field(
+        None, description="Host interfaces, subnets and optional static IP of the VM's NICs."
+    )
     vm_host: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = Field(
         None,
         alias="vmHost",
         description="Pin the VM to this MAAS VM host (name or numeric id) instead of letting placement pick.",
     )
-    project: LXDName | None = Field(None, description="LXD project to create the VM in. Default: the host's.")
+    project: LXDName | None = Field(
+        None,
+        description="LXD project of the VM host to compose on: MAAS composes in the project the VM host was "
+        "registered with, so placement only considers VM hosts registered with this project. Default: any.",
+    )
+
+
+class GoVMConfig(K8sModel):
+    """The Go provider's ``spec.lxd.vmConfig`` (accepted as an alias of ``lxdConfig``)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=schema_extra(
+            rules=[
+                cel(
+                    "!has(self.interfaceLinkModes)",
+                    "lxd.vmConfig.interfaceLinkModes cannot be applied: MAAS 3.7's VM compose sets no link "
+                    "modes and capmaas does not relink a VM's interfaces after commissioning; remove the "
+                    "field (use lxdConfig.network.staticIP for a fixed address)",
+                    reason="FieldValueForbidden",
+                    field_path=".interfaceLinkModes",
+                ),
+                cel(
+                    "!has(self.autoStart) || self.autoStart",
+                    "lxd.vmConfig.autoStart: false cannot be applied: MAAS powers a composed VM on when it "
+                    "deploys it and has no autostart setting; remove the field or set it to true",
+                    reason="FieldValueForbidden",
+                    field_path=".autoStart",
+                ),
+            ]
+        )
+    )
+
+    disk_size: int | None = Field(
+        None,
+        ge=1,
+        le=65536,
+        description=f"VM disk size in GB; the VM gets the larger of this and spec.minDiskSize (default "
+        f"{GO_DEFAULT_VM_DISK_GB}, as in the Go provider). Same as lxdConfig.storage.size.",
+    )
+    storage_pool: LXDName | None = Field(
+        None, description="VM host storage pool for the disk. Same as lxdConfig.storage.pool."
+    )
+    network: Annotated[str, StringConstraints(max_length=600, pattern=GO_NETWORK_PATTERN)] | None = Field(
+        None,
+        description='MAAS subnets of the VM\'s NICs, comma-separated, eth0 first ("subnetA,subnetB"). '
+        "Same as lxdConfig.network.subnets.",
+    )
+    interface_link_modes: (
+        Annotated[
+            dict[str, Annotated[str, StringConstraints(max_length=16)]],
+            Field(json_schema_extra={"maxProperties": 16}),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="Not supported (MAAS compose sets no link modes and capmaas does not relink interfaces); "
+        "refused at admission.",
+    )
+    auto_start: bool | None = Field(
+        None,
+        description="Only true is accepted: MAAS powers the VM on when it deploys it (there is no LXD "
+        "autostart setting in MAAS's API).",
+    )
+
+
+class GoMachineLXD(K8sModel):
+    """The Go provider's ``spec.lxd``: ``enabled: true`` means provisioningMode lxd."""
+
+    model_config = ConfigDict(
+        json_schema_extra=schema_extra(
+            rules=[
+                cel(
+                    "!has(self.vmConfig) || (has(self.enabled) && self.enabled)",
+                    "lxd.vmConfig needs lxd.enabled: true (a bare-metal machine has no VM to configure)",
+                    reason="FieldValueForbidden",
+                    field_path=".vmConfig",
+                ),
+            ]
+        )
+    )
+
+    enabled: bool | None = Field(
+        None,
+        description="true: compose this machine as an LXD VM on a MAAS VM host (same as provisioningMode: "
+        "lxd). Immutable.",
+    )
+    vm_config: GoVMConfig | None = Field(
+        None, description="VM disk, storage pool and subnets (same as lxdConfig.storage / network)."
+    )
+
+    def lxd_config(self, min_disk_size: int | None) -> LXDConfig:
+        """The canonical ``lxdConfig`` this Go form means (disk = max(diskSize or 60, minDiskSize))."""
+        vm = self.vm_config or GoVMConfig()
+        disk = max(vm.disk_size or GO_DEFAULT_VM_DISK_GB, min_disk_size or 0)
+        subnets = [part.strip() for part in (vm.network or "").split(",") if part.strip()]
+        network = LXDNetwork(subnets=subnets) if subnets else None
+        return LXDConfig(storage=LXDStorage(size=disk, pool=vm.storage_pool), network=network)
 
 
 class ReleaseOptions(K8sModel):
@@ -161,6 +360,27 @@ class MaasMachineSpec(K8sModel):
                     "registerVMHost is only allowed for bare-metal machines",
                     reason="FieldValueForbidden",
                     field_path=".registerVMHost",
+                ),
+                cel(
+                    "!has(self.lxd) || (!has(self.lxdConfig)"
+                    " && (!has(self.provisioningMode) || self.provisioningMode == 'bare-metal'))",
+                    "spec.lxd is the Go provider's spelling of provisioningMode: lxd plus lxdConfig; set one "
+                    "form, not both (remove spec.lxd, or remove provisioningMode: lxd and lxdConfig)",
+                    reason="FieldValueForbidden",
+                    field_path=".lxd",
+                ),
+                cel(
+                    "!has(self.registerVMHost) || !self.registerVMHost"
+                    " || !has(self.lxd) || !has(self.lxd.enabled) || !self.lxd.enabled",
+                    "registerVMHost is only allowed for bare-metal machines (spec.lxd.enabled is true)",
+                    reason="FieldValueForbidden",
+                    field_path=".registerVMHost",
+                ),
+                cel(
+                    "(has(self.lxd) && has(self.lxd.enabled) && self.lxd.enabled)"
+                    " == (has(oldSelf.lxd) && has(oldSelf.lxd.enabled) && oldSelf.lxd.enabled)",
+                    "lxd.enabled is immutable (like provisioningMode)",
+                    field_path=".lxd",
                 ),
             ]
         )
@@ -244,6 +464,40 @@ class MaasMachineSpec(K8sModel):
     release_options: ReleaseOptions | None = Field(
         None, description="Disk erasure when the machine is released on delete (bare metal only)."
     )
+    lxd: GoMachineLXD | None = Field(
+        None,
+        description="The Go provider's (spectrocloud/cluster-api-provider-maas) LXD form, accepted so its "
+        "manifests apply unchanged: lxd.enabled: true is provisioningMode: lxd, lxd.vmConfig is lxdConfig "
+        "(diskSize -> storage.size, storagePool -> storage.pool, network -> network.subnets). Cannot be "
+        "combined with provisioningMode: lxd or lxdConfig.",
+    )
+
+    @property
+    def is_lxd(self) -> bool:
+        """Whether this machine is an LXD VM, in either spelling."""
+        return self.canonical().provisioning_mode == PROVISIONING_MODE_LXD
+
+    def canonical(self) -> MaasMachineSpec:
+        """This spec in capmaas's canonical form, whichever spelling the user wrote.
+
+        - the Go provider's ``lxd.enabled: true`` becomes ``provisioningMode: lxd`` with the ``lxdConfig`` its
+          ``vmConfig`` means, and ``lxd`` is dropped;
+        - an LXD VM's ``lxdConfig.storage.size`` becomes whole gigabytes (an int), defaulting to
+          ``minDiskSize`` when unset.
+
+        Reconcilers read the result instead of the raw spec, so both spellings do the same thing.
+        """
+        mode = self.provisioning_mode
+        config = self.lxd_config
+        if self.lxd is not None and self.lxd.enabled:
+            mode = PROVISIONING_MODE_LXD
+            config = self.lxd.lxd_config(self.min_disk_size)
+        if mode == PROVISIONING_MODE_LXD:
+            config = config or LXDConfig()
+            storage = config.storage or LXDStorage()
+            size = storage.size_gb if storage.size is not None else self.min_disk_size
+            config = config.model_copy(update={"storage": storage.model_copy(update={"size": size})})
+        return self.model_copy(update={"provisioning_mode": mode, "lxd_config": config, "lxd": None})
 
 
 class VMResourceUsage(K8sModel):

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
-from capmaas.api.schema import K8sModel, Quantity, cel, schema_extra
+from capmaas.api.schema import K8sModel, Quantity
 from capmaas.api.v1beta1.common import API_VERSION, ObjectMeta, TemplateMetadata
 from capmaas.api.v1beta1.maasmachine import MaasMachineSpec
 
@@ -22,17 +22,8 @@ class MaasMachineTemplateResource(K8sModel):
         None, description="Labels and annotations given to each MaasMachine created from this template."
     )
     spec: MaasMachineSpec = Field(
-        description="Spec of each MaasMachine created from this template. Immutable: create a new template "
-        "to change it.",
-        json_schema_extra=schema_extra(
-            rules=[
-                cel(
-                    "self == oldSelf",
-                    "spec.template.spec is immutable; create a new MaasMachineTemplate and point the "
-                    "MachineDeployment at it",
-                )
-            ]
-        ),
+        description="Spec of each MaasMachine created from this template. Immutable (enforced by the "
+        "ValidatingAdmissionPolicy capmaas-template-immutability): create a new template to change it.",
     )
 
 

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# `make image`: builds the operator image from the repository's Dockerfile without a container daemon (buildah),
+# checks it, and exports it as an OCI archive that `capmaas dev-cluster up --node` imports into containerd.
+#
+#   hack/image.sh [--tag TAG] [--reuse-wheels]   (default tag: dev; image name localhost/capmaas:TAG)
+#   --reuse-wheels: keep build/image/wheels from the previous run (a rebuild from the same sources; tests/pod)
+#
+# The build is hermetic: the wheels of capmaas and its pinned dependencies are built here on the host (`pip
+# wheel`, through whatever index and CA configuration the host has) into build/image/wheels, and the image
+# installs only those (`pip install --no-index`); `buildah bud --network=none --pull-never` proves the image build
+# itself reaches nothing. The base image is a Debian release made by mmdebstrap (python3, venv, passwd,
+# ca-certificates) and imported into buildah's local storage once; the Dockerfile gets it pinned by digest.
+#
+# Outputs: build/image/capmaas-TAG.oci.tar (an OCI archive whose index names localhost/capmaas:TAG, which is
+# what containerd's CRI looks the image up by) and build/image/capmaas-TAG.digest.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=${CAPMAAS_CACHE:-$HOME/.cache/capmaas}
+tag=dev
+reuse_wheels=false
+while [ $# -gt 0 ]; do
+  case $1 in
+    --tag) tag=$2; shift 2 ;;
+    --reuse-wheels) reuse_wheels=true; shift ;;
+    *) echo "usage: $0 [--tag TAG] [--reuse-wheels]" >&2; exit 2 ;;
+  esac
+done
+IMAGE=localhost/capmaas:$tag
+SUITE=${CAPMAAS_BASE_SUITE:-bookworm}   # Python 3.11, the version the project pins (pyproject: py311)
+BASE=localhost/capmaas-base:$SUITE
+out=$root/build/image
+pip=${PIP:-$root/.venv/bin/pip}
+mkdir -p "$out"
+for tool in buildah mmdebstrap; do
+  command -v "$tool" >/dev/null || { echo "image: $tool not found (make image installs it with apt-get)" >&2; exit 2; }
+done
+t0=$SECONDS
+
+# 1. The base image, once: a minimal Debian with Python. Sources: the host's own apt configuration.
+if ! buildah inspect --type image "$BASE" >/dev/null 2>&1; then
+  echo "image: making the base $BASE with mmdebstrap (once; about 1.5 minutes) ..."
+  sources=${CAPMAAS_APT_SOURCES:-/etc/apt/sources.list.d/debian.sources}
+  [ -f "$sources" ] || sources=/etc/apt/sources.list
+  mkdir -p "$cache/image"
+  tarball=$cache/image/base-$SUITE.tar
+  mmdebstrap --quiet --variant=minbase \
+    --include=python3,python3-venv,python-is-python3,passwd,ca-certificates \
+    --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+    --customize-hook='rm -f "$1/etc/resolv.conf" "$1/etc/hostname"; rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
+    "$SUITE" "$tarball.tmp" "$sources"
+  ctr=$(buildah from scratch)
+  buildah add --quiet "$ctr" "$tarball.tmp" / >/dev/null
+  buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --cmd /bin/sh "$ctr"
+  buildah commit --quiet "$ctr" "$BASE" >/dev/null
+  buildah rm "$ctr" >/dev/null
+  rm -f "$tarball.tmp"
+  echo "image: base made in $((SECONDS - t0))s"
+fi
+base_digest=$(buildah inspect --type image --format '{{.FromImageDigest}}' "$BASE")
+case $base_digest in sha256:*) ;; *) echo "image: no digest for $BASE ($base_digest)" >&2; exit 1 ;; esac
+
+# 2. Wheels for capmaas and its runtime dependencies, built on the host (the only step that uses an index).
+t1=$SECONDS
+if $reuse_wheels && compgen -G "$out/wheels/capmaas-*.whl" >/dev/null; then
+  echo "image: reusing $(ls "$out/wheels" | wc -l) wheels"
+else
+  rm -rf "$out/wheels"
+  "$pip" wheel --quiet --disable-pip-version-check --wheel-dir "$out/wheels" "$root"
+  echo "image: $(ls "$out/wheels" | wc -l) wheels in $((SECONDS - t1))s"
+fi
+
+# 3. The image: no network, no pulls, base pinned by digest.
+t2=$SECONDS
+buildah bud --quiet --layers --pull-never --network=none --label "org.opencontainers.image.version=$tag" \
+  --build-arg "PYTHON_IMAGE=localhost/capmaas-base" --build-arg "PYTHON_DIGEST=$base_digest" \
+  -f "$root/Dockerfile" -t "$IMAGE" "$root" >/dev/null
+echo "image: built $IMAGE in $((SECONDS - t2))s"
+
+# 4. Checks: non-root 65532, the CLI starts, nothing of the image is writable by that user.
+user=$(buildah inspect --type image --format '{{.OCIv1.Config.User}}' "$IMAGE")
+[ "$user" = "65532:65532" ] || { echo "image: USER is '$user', want 65532:65532" >&2; exit 1; }
+ctr=$(buildah from --pull-never "$IMAGE")
+trap 'buildah rm "$ctr" >/dev/null 2>&1 || true' EXIT
+buildah run --network=none "$ctr" -- capmaas --help >/dev/null
+# shellcheck disable=SC2016  # the $ are for the container's shell
+buildah run --network=none "$ctr" -- python -c '
+import os, sys
+assert (os.getuid(), os.getgid()) == (65532, 65532), (os.getuid(), os.getgid())
+bad = [d for d in ("/", "/opt/venv", "/opt/venv/bin", "/usr", "/etc") if os.access(d, os.W_OK)]
+sys.exit(f"writable by the operator user: {bad}" if bad else 0)'
+buildah rm "$ctr" >/dev/null; trap - EXIT
+
+# 5. Export: an OCI archive carrying the full name, for `ctr -n k8s.io images import`.
+rm -f "$out/capmaas-$tag.oci.tar"
+buildah push --quiet "$IMAGE" "oci-archive:$out/capmaas-$tag.oci.tar:$IMAGE" >/dev/null
+buildah inspect --type image --format '{{.FromImageDigest}}' "$IMAGE" >"$out/capmaas-$tag.digest"
+size=$(buildah images --format '{{.Size}}' "$IMAGE" | head -1)
+echo "image: $IMAGE ($size) -> $out/capmaas-$tag.oci.tar in $((SECONDS - t0))s total"

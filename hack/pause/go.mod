@@ -1,0 +1,3 @@
+module capmaas.local/pause
+
+go 1.26

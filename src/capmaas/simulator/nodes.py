@@ -1,0 +1,334 @@
+"""A node's interfaces and block devices (M ``api/interfaces.py``, ``api/blockdevices.py``) and the machine
+ops ``power_parameters`` and ``details`` (M ``api/nodes.py``).
+
+Interfaces carry one link each (MAAS allows several static links per interface; one is what machines and the
+VM-host preparation step use): ``link_subnet`` sets it, ``unlink_subnet`` removes it. ``create_bridge`` does
+what ``BridgeInterfaceForm`` / ``AcquiredBridgeInterfaceForm`` do: on an Allocated machine the parent's link
+moves to the bridge, otherwise the parent's link is reset and the bridge starts LINK_UP.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from typing import TYPE_CHECKING, Any
+
+from capmaas.simulator.forms import FormError, parse_bool
+from capmaas.simulator.http import Request, Response, bad_request, conflict, forbidden, not_found
+from capmaas.simulator.machines import machine_res, visible
+from capmaas.simulator.models import Interface, Machine, NodeStatus
+from capmaas.simulator.router import Resource, resource
+from capmaas.simulator.serialize import block_device_json, interface_json
+
+if TYPE_CHECKING:
+    from capmaas.simulator.core import Simulator
+
+S = NodeStatus
+RESOURCES: list[Resource] = []
+interfaces_res = resource(RESOURCES, "InterfacesHandler", "nodes/{system_id}/interfaces/")
+interface_res = resource(RESOURCES, "InterfaceHandler", "nodes/{system_id}/interfaces/{id}/")
+blockdevices_res = resource(RESOURCES, "BlockDevicesHandler", "nodes/{system_id}/blockdevices/")
+blockdevice_res = resource(RESOURCES, "BlockDeviceHandler", "nodes/{system_id}/blockdevices/{id}/")
+#: ``ALLOWED_STATES`` of M ``api/interfaces.py``: where a machine's interfaces may be changed.
+EDITABLE = frozenset({S.NEW, S.READY, S.FAILED_TESTING, S.ALLOCATED, S.BROKEN})
+LINK_MODES = ("auto", "dhcp", "static", "link_up")
+BRIDGE_TYPES = ("standard", "ovs")
+DEFAULT_BRIDGE_FD = 15
+
+
+# -- lookups and permissions ------------------------------------------------------------------------------
+def _node(sim: Simulator, req: Request) -> Machine:
+    m = sim.state.machines.get(req.params["system_id"])
+    if m is None:
+        raise not_found("Node")
+    if not visible(req, m):
+        raise forbidden()
+    return m
+
+
+def _interface(sim: Simulator, req: Request) -> tuple[Machine, Interface]:
+    m = _node(sim, req)
+    key = req.params["id"]
+    iface = next((i for i in m.interfaces if str(i.id) == key or i.name == key), None)
+    if iface is None:
+        raise not_found("Interface")
+    return m, iface
+
+
+def _may_edit(req: Request, m: Machine) -> None:
+    """``NodePermission.admin`` or ``edit``: an admin, or the owner of the machine."""
+    if not (req.is_admin or (req.user is not None and m.owner == req.user.username)):
+        raise forbidden()
+
+
+def _editable_state(m: Machine, operation: str) -> None:
+    if m.status not in EDITABLE:
+        raise conflict(
+            f"Cannot {operation} interface because the machine is not New, Ready, Allocated, or Broken."
+        )
+
+
+def _bool(req: Request, key: str, default: bool = False) -> bool:
+    try:
+        return parse_bool(req.form, key, default)
+    except FormError as exc:
+        raise bad_request(str(exc)) from None
+
+
+# -- interfaces -------------------------------------------------------------------------------------------
+@interfaces_res.op("GET")
+def list_interfaces(sim: Simulator, req: Request) -> list[dict[str, Any]]:
+    """List a node's interfaces."""
+    m = _node(sim, req)
+    return [interface_json(sim.state, m, i) for i in m.interfaces]
+
+
+@interface_res.op("GET")
+def read_interface(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Read an interface (by id or name)."""
+    m, iface = _interface(sim, req)
+    return interface_json(sim.state, m, iface)
+
+
+@interface_res.op("DELETE")
+def delete_interface(sim: Simulator, req: Request) -> Response:
+    """Delete an interface; its children's ``parents`` lose it (admin or owner, editable states)."""
+    m, iface = _interface(sim, req)
+    _may_edit(req, m)
+    _editable_state(m, "delete interface")
+    if iface.ip:
+        sim.state.used_ips.discard(iface.ip)
+    m.interfaces.remove(iface)
+    for other in m.interfaces:
+        if iface.name in other.parents:
+            other.parents.remove(iface.name)
+    m.cached_json = None
+    return Response(204, b"", "text/plain")
+
+
+@interfaces_res.op("POST", "create_bridge")
+def create_bridge(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Create a bridge on one parent interface (``BridgeInterfaceForm``; admin)."""
+    m = _node(sim, req)
+    if not req.is_admin:
+        raise forbidden()
+    _editable_state(m, "create bridge")
+    form = req.form
+    errors: dict[str, list[str]] = {}
+    parent_keys = form.getlist("parent") or form.getlist("parents")
+    parents = [i for k in parent_keys for i in m.interfaces if str(i.id) == k or i.name == k]
+    parent: Interface | None = None
+    if len(parents) != 1 or len(parent_keys) != 1:
+        errors["parent"] = ["A bridge interface must have exactly one parent."]
+    else:
+        parent = parents[0]
+        if parent.type == "bridge":
+            errors["parent"] = ["A bridge interface can't have another bridge interface as parent."]
+        elif any(parent.name in c.parents and c.type in ("bridge", "bond") for c in m.interfaces):
+            errors["parent"] = [
+                "A bridge interface can't have a parent that is already in a bond or a bridge."
+            ]
+    name = form.get("name") or (f"br-{parent.name}" if parent else "")
+    if any(i.name == name for i in m.interfaces):
+        errors["name"] = [f"Node {m.hostname} already has an interface named '{name}'."]
+    bridge_type = form.get("bridge_type") or BRIDGE_TYPES[0]
+    if bridge_type not in BRIDGE_TYPES:
+        listing = ", ".join(f"'{t}'" for t in BRIDGE_TYPES)
+        errors["bridge_type"] = [
+            f"'{bridge_type}' is not a valid bridge_type.  It should be one of: {listing}."
+        ]
+    fd_text = form.get("bridge_fd") or ""
+    bridge_fd = DEFAULT_BRIDGE_FD
+    if fd_text:
+        if not fd_text.lstrip("-").isdigit():
+            errors["bridge_fd"] = ["Enter a whole number."]
+        elif int(fd_text) < 0:
+            errors["bridge_fd"] = ["Ensure this value is greater than or equal to 0."]
+        else:
+            bridge_fd = int(fd_text)
+    stp = _bool(req, "bridge_stp")
+    if errors:
+        raise bad_request(errors)
+    assert parent is not None
+    bridge = Interface(
+        id=sim.state.new_id("interface"),
+        name=name,
+        mac_address=form.get("mac_address") or parent.mac_address,
+        type="bridge",
+        parents=[parent.name],
+        params={"bridge_type": bridge_type, "bridge_stp": stp, "bridge_fd": bridge_fd},
+    )
+    if m.status is S.ALLOCATED:  # AcquiredBridgeInterfaceForm.save: the parent's addresses move to the bridge
+        bridge.subnet_id, bridge.ip, bridge.auto, bridge.mode = (
+            parent.subnet_id,
+            parent.ip,
+            parent.auto,
+            parent.mode,
+        )
+    else:  # a new child resets the parent's links; the bridge comes up LINK_UP (ensure_link_up)
+        if parent.ip:
+            sim.state.used_ips.discard(parent.ip)
+        bridge.subnet_id, bridge.mode = parent.subnet_id, "link_up"
+    parent.ip, parent.auto, parent.mode = None, False, None
+    parent.subnet_id = None
+    m.interfaces.append(bridge)
+    m.cached_json = None
+    return interface_json(sim.state, m, bridge)
+
+
+@interface_res.op("POST", "link_subnet")
+def link_subnet(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Link the interface to a subnet (``InterfaceLinkForm``): AUTO, DHCP, STATIC or LINK_UP."""
+    m, iface = _interface(sim, req)
+    _may_edit(req, m)
+    _editable_state(m, "link subnet")
+    form, state = req.form, sim.state
+    errors: dict[str, list[str]] = {}
+    mode = (form.get("mode") or "").lower()
+    if not mode:
+        errors["mode"] = ["This field is required."]
+    elif mode not in LINK_MODES:
+        listing = ", ".join(f"'{x}'" for x in LINK_MODES)
+        errors["mode"] = [f"'{form.get('mode')}' is not a valid mode.  It should be one of: {listing}."]
+    subnet_key = form.get("subnet") or ""
+    subnet = next((s for s in state.subnets.values() if subnet_key in (str(s.id), s.cidr, s.name)), None)
+    if subnet_key and subnet is None:
+        errors["subnet"] = ["Select a valid choice. That choice is not one of the available choices."]
+    elif subnet is None and mode in ("auto", "static"):
+        errors["subnet"] = ["This field is required."]
+    ip = form.get("ip_address") or None
+    if mode == "static" and subnet is not None and ip:
+        try:
+            inside = ipaddress.ip_address(ip) in ipaddress.ip_network(subnet.cidr, strict=False)
+        except ValueError:
+            errors["ip_address"] = ["Enter a valid IPv4 or IPv6 address."]
+        else:
+            if not inside:
+                errors["ip_address"] = [f"IP address is not in the given subnet '{subnet.name}'."]
+            elif ip in state.used_ips and ip != iface.ip:
+                errors["ip_address"] = [f"IP address {ip} is already in use."]
+    if mode == "link_up" and iface.subnet_id is not None and link_active(iface) and not _bool(req, "force"):
+        errors["mode"] = [
+            "Cannot configure interface to link up (with no IP address) while other links are already "
+            "configured. Specify force=True to override this behavior and delete all links."
+        ]
+    if errors:
+        raise bad_request(errors)
+    if iface.ip:
+        state.used_ips.discard(iface.ip)
+    iface.subnet_id = subnet.id if subnet is not None else iface.subnet_id
+    iface.ip, iface.auto, iface.mode = None, False, None
+    if mode == "static":
+        iface.ip = ip or _free_ip(sim, subnet)
+        if iface.ip:
+            state.used_ips.add(iface.ip)
+    elif mode == "auto":
+        iface.auto = True
+        if m.status in (S.DEPLOYING, S.DEPLOYED):
+            state.claim_auto_ips(m)
+    else:
+        iface.mode = mode
+    m.cached_json = None
+    return interface_json(state, m, iface)
+
+
+def link_active(iface: Interface) -> bool:
+    return iface.mode != "link_up"
+
+
+def _free_ip(sim: Simulator, subnet: Any) -> str | None:
+    network = ipaddress.ip_network(subnet.cidr, strict=False)
+    return next(
+        (str(a) for a in network.hosts() if str(a) not in sim.state.used_ips and str(a) != subnet.gateway_ip),
+        None,
+    )
+
+
+@interface_res.op("POST", "unlink_subnet")
+def unlink_subnet(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Remove the interface's link ``id`` (``InterfaceUnlinkForm``)."""
+    m, iface = _interface(sim, req)
+    _may_edit(req, m)
+    _editable_state(m, "unlink subnet")
+    link_id = req.form.get("id") or ""
+    if link_id != str(iface.id) or (iface.subnet_id is None and iface.mode is None):
+        raise bad_request({"id": ["Select a valid choice. That choice is not one of the available choices."]})
+    if iface.ip:
+        sim.state.used_ips.discard(iface.ip)
+    iface.subnet_id, iface.ip, iface.auto, iface.mode = None, None, False, None
+    m.cached_json = None
+    return interface_json(sim.state, m, iface)
+
+
+# -- block devices ----------------------------------------------------------------------------------------
+@blockdevices_res.op("GET")
+def list_block_devices(sim: Simulator, req: Request) -> list[dict[str, Any]]:
+    """List a machine's block devices."""
+    m = _node(sim, req)
+    return [block_device_json(m, d) for d in m.disks]
+
+
+@blockdevice_res.op("GET")
+def read_block_device(sim: Simulator, req: Request) -> dict[str, Any]:
+    """Read a block device (by id or name)."""
+    m = _node(sim, req)
+    key = req.params["id"]
+    disk = next((d for d in m.disks if str(d.id) == key or d.name == key), None)
+    if disk is None:
+        raise not_found("BlockDevice")
+    return block_device_json(m, disk)
+
+
+# -- machine ops ------------------------------------------------------------------------------------------
+@machine_res.op("GET", "power_parameters")
+def power_parameters(sim: Simulator, req: Request) -> dict[str, Any]:
+    """The machine's power parameters (``NodePermission.admin_read``: admins; others 403)."""
+    m = _node(sim, req)
+    if not req.is_admin:
+        raise forbidden()
+    host = sim.state.vm_hosts.get(m.pod_id) if m.pod_id is not None else None
+    if host is not None:
+        params: dict[str, Any] = {"power_address": host.power_address, "instance_name": m.hostname}
+        if host.type == "lxd":
+            params["project"] = "default"
+        return params
+    if m.power_type == "manual":
+        return {}
+    return {
+        "power_address": f"10.255.{m.id // 256 % 256}.{m.id % 256}",
+        "power_user": "maas",
+        "power_pass": f"sim-{m.system_id}",
+        "power_driver": "LAN_2_0",
+        "power_boot_type": "auto",
+        "privilege_level": "OPERATOR",
+        "cipher_suite_id": "3",
+        "k_g": "",
+        "mac_address": "",
+        "workaround_flags": ["opensesspriv"],
+    }
+
+
+@machine_res.op("GET", "details")
+def details(sim: Simulator, req: Request) -> Response:
+    """The commissioning ``lshw`` and ``lldp`` output, BSON-encoded (``application/bson``) like MAAS's."""
+    m = _node(sim, req)
+    lshw = (
+        f'<?xml version="1.0" standalone="yes" ?><list><node id="{m.hostname}" class="system">'
+        f"<product>SimServer</product><vendor>Simulated</vendor><serial>{m.system_id.upper()}</serial>"
+        "</node></list>"
+    ).encode()
+    lldp = b'<?xml version="1.0" encoding="UTF-8"?><lldp label="LLDP neighbors"/>'
+    return Response(200, bson_document({"lshw": lshw, "lldp": lldp}), "application/bson")
+
+
+def bson_document(fields: dict[str, bytes | None]) -> bytes:
+    """A BSON document of binary (subtype 0) or null values: what ``bson.BSON.encode`` makes of MAAS's
+    ``{name: bson.Binary(data) or None}``."""
+    body = b""
+    for name, value in fields.items():
+        key = name.encode() + b"\x00"
+        if value is None:
+            body += b"\x0a" + key
+        else:
+            body += b"\x05" + key + struct.pack("<i", len(value)) + b"\x00" + value
+    return struct.pack("<i", len(body) + 5) + body + b"\x00"

@@ -260,8 +260,11 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 for mkey in rt.store.cluster_members(ns, str(ref.get("name"))):
                     rt.machines.wake(mkey)
 
-    @kopf.on.event(CAPI, "machines", registry=registry)
-    async def machine_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+    # CAPI Machines and Clusters feed the caches from *index* handlers: kopf runs those before any other
+    # handler and holds every other handler (of every resource) until the initial listings are indexed, so no
+    # MaasMachine pass runs against a half-filled cache at start-up (it would wait for an owner that is
+    # there). Index handlers are not called for deletions: the on.event handlers below take those.
+    def machine_seen(type: str | None, body: kopf.Body) -> None:
         ns, name = _meta(body)
         if type == "DELETED":
             rt.store.delete("machines", ns, name)
@@ -271,8 +274,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         if ref.get("name"):
             rt.machines.wake(object_key("maasmachines", ns, str(ref["name"])))
 
-    @kopf.on.event(CAPI, "clusters", registry=registry)
-    async def cluster_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+    def cluster_seen(type: str | None, body: kopf.Body) -> None:
         ns, name = _meta(body)
         if type == "DELETED":
             rt.store.delete("clusters", ns, name)
@@ -283,6 +285,24 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             rt.clusters.wake(mc)
         for mkey in rt.store.cluster_members(ns, name):
             rt.machines.wake(mkey)
+
+    @kopf.index(CAPI, "machines", registry=registry)
+    async def machine_index(body: kopf.Body, **_: Any) -> None:
+        machine_seen(None, body)
+
+    @kopf.index(CAPI, "clusters", registry=registry)
+    async def cluster_index(body: kopf.Body, **_: Any) -> None:
+        cluster_seen(None, body)
+
+    @kopf.on.event(CAPI, "machines", registry=registry)
+    async def machine_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if type == "DELETED":
+            machine_seen(type, body)
+
+    @kopf.on.event(CAPI, "clusters", registry=registry)
+    async def cluster_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if type == "DELETED":
+            cluster_seen(type, body)
 
     @kopf.on.probe(id="machines", registry=registry)
     async def probe_machines(**_: Any) -> int:

@@ -35,8 +35,7 @@ from capmaas.api import conditions as C
 from capmaas.api.schema import K8sModel
 from capmaas.api.v1beta1 import MaasMachineSpec, MaasMachineStatus
 from capmaas.reconcilers.errors import TerminalError
-from capmaas.reconcilers.keys import ANNOTATION_PREFIX, PAUSED_ANNOTATION
-from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL as CLUSTER_NAME_LABEL  # noqa: PLC0414 (operator.kube)
+from capmaas.reconcilers.keys import ANNOTATION_PREFIX, CLUSTER_NAME_LABEL, PAUSED_ANNOTATION
 from capmaas.reconcilers.ports import Body, EventType, KubePort, ObjectPlural
 
 ConditionStatus = Literal["True", "False", "Unknown"]

@@ -311,7 +311,14 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
 
 async def run_operator(config: OperatorConfig, *, stop_flag: asyncio.Event | None = None) -> None:
     """Run until stopped (SIGINT/SIGTERM, or ``stop_flag``)."""
-    rt = build_runtime(config, KubeHttp(load_configuration(), connections=KUBE_CONNECTIONS))
+    rt = build_runtime(
+        config,
+        KubeHttp(
+            load_configuration(),
+            connections=KUBE_CONNECTIONS,
+            field_validation=config.kube.field_validation,
+        ),
+    )
     registry = kopf.OperatorRegistry()
     register(registry, rt)
     rt.metrics.serve(config.server.metrics_bind_address, config.server.metrics_port)

@@ -87,7 +87,11 @@ class EventRecorder:
         namespace = quote(str(body["metadata"]["namespace"]))
         try:
             await self._http.request(
-                "POST", f"/api/v1/namespaces/{namespace}/events", body=body, priority=PRIORITY
+                "POST",
+                f"/api/v1/namespaces/{namespace}/events",
+                body=body,
+                content_type="application/json",
+                priority=PRIORITY,
             )
         except KubeHttpError as exc:  # an Event is best effort: the conditions say the same
             log.info("event %s not posted: %s", body.get("reason"), exc)

@@ -30,6 +30,8 @@ class Apiserver:
         self.status = 201
 
     async def event(self, request: web.Request) -> web.Response:
+        if request.content_type != "application/json":  # what the apiserver answers (415) to anything else
+            return web.json_response({"message": "unsupported media type"}, status=415)
         self.events.append(await request.json())
         return web.json_response({}, status=self.status)
 

@@ -267,6 +267,316 @@ def cluster_template(*, lxd_control_plane: bool) -> str:
     return text
 
 
+# -- ClusterClass -------------------------------------------------------------------------------------------
+CLUSTER_CLASS = "maas-default"
+WORKER_CLASS = "default-worker"
+CAPI_API = "cluster.x-k8s.io/v1beta2"
+KCP_API = "controlplane.cluster.x-k8s.io/v1beta2"
+KUBEADM_BOOTSTRAP_API = "bootstrap.cluster.x-k8s.io/v1beta2"
+
+
+def _template_ref(api: str, kind: str, name: str) -> dict[str, dict[str, str]]:
+    return {"templateRef": {"apiVersion": api, "kind": kind, "name": name}}
+
+
+def _machine_size_schema(what: str, cpu: int, memory: int) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": f"MAAS constraints of the {what} machines (the smallest matching machine is used).",
+        "properties": {
+            "minCPU": {"type": "integer", "minimum": 1, "default": cpu, "description": "Minimum CPU cores."},
+            "minMemory": {
+                "type": "integer",
+                "minimum": 1024,
+                "default": memory,
+                "description": "Minimum memory in MB.",
+            },
+            "minDiskSize": {"type": "integer", "minimum": 1, "description": "Minimum root disk in GB."},
+            "tags": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "MAAS tags the machines must have.",
+            },
+            "resourcePool": {"type": "string", "description": "MAAS resource pool to allocate from."},
+        },
+        "default": {"minCPU": cpu, "minMemory": memory},
+    }
+
+
+def _variable(name: str, schema: dict[str, Any], *, required: bool = True) -> dict[str, Any]:
+    return {"name": name, "required": required, "schema": {"openAPIV3Schema": schema}}
+
+
+# The MaasMachine spec of a class, rendered by CAPI's topology controller from the variables (Go template; the
+# result is YAML). A change of any variable it reads makes a new MaasMachineTemplate and a rollout.
+_MACHINE_SPEC = """image: {{{{ .image | quote }}}}
+minCPU: {{{{ .{v}.minCPU }}}}
+minMemory: {{{{ .{v}.minMemory }}}}
+{{{{- with .{v}.minDiskSize }}}}
+minDiskSize: {{{{ . }}}}
+{{{{- end }}}}
+{{{{- with .{v}.tags }}}}
+tags: {{{{ toJson . }}}}
+{{{{- end }}}}
+{{{{- with .{v}.resourcePool }}}}
+resourcePool: {{{{ . | quote }}}}
+{{{{- end }}}}
+"""
+_LXD_SPEC = """{{- if .lxdControlPlane.enabled }}
+provisioningMode: lxd
+lxdConfig:
+  storage:
+    size: {{ .lxdControlPlane.diskSize }}
+    {{- with .lxdControlPlane.storagePool }}
+    pool: {{ . | quote }}
+    {{- end }}
+{{- end }}
+"""
+_CLUSTER_SPEC = """dnsDomain: {{ .dnsDomain | quote }}
+{{- with .failureDomains }}
+failureDomains: {{ toJson . }}
+{{- end }}
+{{- with .preferredSubnets }}
+preferredSubnets: {{ toJson . }}
+{{- end }}
+"""
+
+
+def _patch(name: str, description: str, selector: dict[str, Any], template: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": description,
+        "definitions": [
+            {
+                "selector": selector,
+                "jsonPatches": [
+                    {"op": "replace", "path": "/spec/template/spec", "valueFrom": {"template": template}}
+                ],
+            }
+        ],
+    }
+
+
+def clusterclass() -> str:
+    """``clusterclass-maas-default.yaml``: the ClusterClass and the templates it refers to (no variables for
+    clusterctl: ``clusterctl generate cluster --flavor topology`` adds this file to the output itself).
+
+    Variables: ``dnsDomain``, ``image``, ``controlPlaneMachine`` / ``workerMachine`` (minCPU, minMemory,
+    minDiskSize, tags, resourcePool), ``failureDomains`` (MAAS zones), ``preferredSubnets`` (the DNS
+    record's subnets) and ``lxdControlPlane`` (enabled, diskSize, storagePool: compose the control plane as
+    LXD VMs). Each template's spec is rendered whole from them, so changing one rolls the machines onto a
+    new MaasMachineTemplate (templates are immutable).
+    """
+    cp = f"{CLUSTER_CLASS}-control-plane"
+    worker = f"{CLUSTER_CLASS}-worker"
+    variables = [
+        _variable(
+            "dnsDomain",
+            {"type": "string", "minLength": 1, "default": "maas", "description": "MAAS DNS domain."},
+        ),
+        _variable(
+            "image",
+            {
+                "type": "string",
+                "minLength": 1,
+                "default": "ubuntu/noble",
+                "description": "Image to deploy: osystem/series or a custom image name.",
+            },
+        ),
+        _variable("controlPlaneMachine", _machine_size_schema("control-plane", 2, 4096)),
+        _variable("workerMachine", _machine_size_schema("worker", 2, 4096)),
+        _variable(
+            "failureDomains",
+            {
+                "type": "array",
+                "items": {"type": "string"},
+                "default": [],
+                "description": "MAAS zones to spread machines over; empty: every zone MAAS has.",
+            },
+        ),
+        _variable(
+            "preferredSubnets",
+            {
+                "type": "array",
+                "items": {"type": "string"},
+                "default": [],
+                "description": "CIDRs whose addresses the API server's DNS record uses.",
+            },
+        ),
+        _variable(
+            "lxdControlPlane",
+            {
+                "type": "object",
+                "description": "Compose the control-plane machines as LXD VMs on MAAS VM hosts.",
+                "properties": {
+                    "enabled": {"type": "boolean", "default": False},
+                    "diskSize": {"type": "integer", "minimum": 1, "default": 40, "description": "GB"},
+                    "storagePool": {"type": "string", "description": "VM host storage pool."},
+                },
+                "default": {"enabled": False, "diskSize": 40},
+            },
+        ),
+    ]
+    infra_selector = {
+        "apiVersion": INFRA_API,
+        "kind": "MaasClusterTemplate",
+        "matchResources": {"infrastructureCluster": True},
+    }
+    cp_selector = {
+        "apiVersion": INFRA_API,
+        "kind": "MaasMachineTemplate",
+        "matchResources": {"controlPlane": True},
+    }
+    worker_selector = {
+        "apiVersion": INFRA_API,
+        "kind": "MaasMachineTemplate",
+        "matchResources": {"machineDeploymentClass": {"names": [WORKER_CLASS]}},
+    }
+    patches = [
+        _patch("maasCluster", "dnsDomain, failureDomains, preferredSubnets", infra_selector, _CLUSTER_SPEC),
+        _patch(
+            "controlPlaneMachine",
+            "image, controlPlaneMachine sizes and lxdControlPlane",
+            cp_selector,
+            _MACHINE_SPEC.format(v="controlPlaneMachine") + _LXD_SPEC,
+        ),
+        _patch(
+            "workerMachine",
+            "image and workerMachine sizes",
+            worker_selector,
+            _MACHINE_SPEC.format(v="workerMachine"),
+        ),
+    ]
+    cls = {
+        "apiVersion": CAPI_API,
+        "kind": "ClusterClass",
+        "metadata": {"name": CLUSTER_CLASS},
+        "spec": {
+            "controlPlane": {
+                **_template_ref(KCP_API, "KubeadmControlPlaneTemplate", cp),
+                "machineInfrastructure": _template_ref(INFRA_API, "MaasMachineTemplate", cp),
+            },
+            "infrastructure": _template_ref(INFRA_API, "MaasClusterTemplate", CLUSTER_CLASS),
+            "workers": {
+                "machineDeployments": [
+                    {
+                        "class": WORKER_CLASS,
+                        "bootstrap": _template_ref(KUBEADM_BOOTSTRAP_API, "KubeadmConfigTemplate", worker),
+                        "infrastructure": _template_ref(INFRA_API, "MaasMachineTemplate", worker),
+                    }
+                ]
+            },
+            "variables": variables,
+            "patches": patches,
+        },
+    }
+    base_machine = {"image": "ubuntu/noble", "minCPU": 2, "minMemory": 4096}  # replaced by the patches
+    node = {"nodeRegistration": _kubeadm_node_registration()}
+    docs = [
+        cls,
+        {
+            "apiVersion": INFRA_API,
+            "kind": "MaasClusterTemplate",
+            "metadata": {"name": CLUSTER_CLASS},
+            "spec": {"template": {"spec": {"dnsDomain": "maas"}}},
+        },
+        {
+            "apiVersion": KCP_API,
+            "kind": "KubeadmControlPlaneTemplate",
+            "metadata": {"name": cp},
+            "spec": {
+                "template": {
+                    "spec": {"kubeadmConfigSpec": {"initConfiguration": node, "joinConfiguration": node}}
+                }
+            },
+        },
+        {
+            "apiVersion": INFRA_API,
+            "kind": "MaasMachineTemplate",
+            "metadata": {"name": cp},
+            "spec": {"template": {"spec": dict(base_machine)}},
+        },
+        {
+            "apiVersion": INFRA_API,
+            "kind": "MaasMachineTemplate",
+            "metadata": {"name": worker},
+            "spec": {"template": {"spec": dict(base_machine)}},
+        },
+        {
+            "apiVersion": KUBEADM_BOOTSTRAP_API,
+            "kind": "KubeadmConfigTemplate",
+            "metadata": {"name": worker},
+            "spec": {"template": {"spec": {"joinConfiguration": node}}},
+        },
+    ]
+    return _dump(docs)
+
+
+def topology_template() -> str:
+    """``cluster-template-topology.yaml``: a Cluster of the ``maas-default`` ClusterClass."""
+    name = "${CLUSTER_NAME}"
+    cluster = {
+        "apiVersion": CAPI_API,
+        "kind": "Cluster",
+        "metadata": {"name": name, "namespace": "${NAMESPACE}"},
+        "spec": {
+            "clusterNetwork": {
+                "pods": {"cidrBlocks": ["${POD_CIDR:=192.168.0.0/16}"]},
+                "services": {"cidrBlocks": ["${SERVICE_CIDR:=10.96.0.0/12}"]},
+            },
+            "topology": {
+                "classRef": {"name": CLUSTER_CLASS},
+                "version": "${KUBERNETES_VERSION}",
+                "controlPlane": {"replicas": "${CONTROL_PLANE_MACHINE_COUNT}"},
+                "workers": {
+                    "machineDeployments": [
+                        {"class": WORKER_CLASS, "name": "md-0", "replicas": "${WORKER_MACHINE_COUNT}"}
+                    ]
+                },
+                "variables": [
+                    {"name": "dnsDomain", "value": "${MAAS_DNS_DOMAIN}"},
+                    {"name": "image", "value": "${MAAS_IMAGE}"},
+                    {
+                        "name": "controlPlaneMachine",
+                        "value": {
+                            "minCPU": "${MAAS_CONTROL_PLANE_MIN_CPU:=2}",
+                            "minMemory": "${MAAS_CONTROL_PLANE_MIN_MEMORY:=4096}",
+                        },
+                    },
+                    {
+                        "name": "workerMachine",
+                        "value": {
+                            "minCPU": "${MAAS_WORKER_MIN_CPU:=2}",
+                            "minMemory": "${MAAS_WORKER_MIN_MEMORY:=4096}",
+                        },
+                    },
+                    {
+                        "name": "lxdControlPlane",
+                        "value": {
+                            "enabled": "${MAAS_LXD_CONTROL_PLANE:=false}",
+                            "diskSize": "${MAAS_CONTROL_PLANE_DISK_SIZE:=40}",
+                        },
+                    },
+                ],
+            },
+        },
+    }
+    text = _dump([cluster])
+    # Numbers and booleans are variables in the template; quoted they would stay strings after substitution.
+    for var in (
+        "CONTROL_PLANE_MACHINE_COUNT}",
+        "WORKER_MACHINE_COUNT}",
+        "MAAS_CONTROL_PLANE_MIN_CPU:=2}",
+        "MAAS_CONTROL_PLANE_MIN_MEMORY:=4096}",
+        "MAAS_WORKER_MIN_CPU:=2}",
+        "MAAS_WORKER_MIN_MEMORY:=4096}",
+        "MAAS_LXD_CONTROL_PLANE:=false}",
+        "MAAS_CONTROL_PLANE_DISK_SIZE:=40}",
+    ):
+        text = text.replace(f"'${{{var}'", f"${{{var}")
+    return text
+
+
 def render(root: Path = REPO_ROOT) -> dict[Path, str]:
     """Every file of the repository, keyed by its path relative to ``root``."""
     chart = yaml.safe_load((root / "deploy" / "charts" / "capmaas" / "Chart.yaml").read_text())
@@ -280,6 +590,8 @@ def render(root: Path = REPO_ROOT) -> dict[Path, str]:
         base / "infrastructure-components.yaml": components(root),
         base / "cluster-template.yaml": cluster_template(lxd_control_plane=False),
         base / "cluster-template-lxd.yaml": cluster_template(lxd_control_plane=True),
+        base / "cluster-template-topology.yaml": topology_template(),
+        base / f"clusterclass-{CLUSTER_CLASS}.yaml": clusterclass(),
     }
 
 

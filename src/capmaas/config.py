@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NestedSecretsSettingsSource,
@@ -157,17 +157,41 @@ class LoggingSection(BaseModel):
     """Minimum level of Kubernetes Events posted on objects (kopf ``posting.level``)."""
 
 
-class PeeringSection(BaseModel):
-    """kopf peering: one active replica, others on hot standby."""
+class LeaderElectionSection(BaseModel):
+    """Leader election on a ``coordination.k8s.io/v1`` Lease (the controller-runtime model): of the processes
+    configured with the same Lease, only the holder runs the per-object loops, the MAAS pollers and any MAAS
+    or Kubernetes write; the others keep their watch caches warm and take over when the Lease expires."""
 
-    standalone: bool = True
-    """Run without peering (the default: one replica with ``strategy: Recreate``)."""
+    enabled: bool = True
+    """Off (``--no-leader-elect``) only when exactly one process can ever run: two processes without it both
+    allocate a MAAS machine for every MaasMachine."""
 
-    name: str | None = None
-    """KopfPeering/ClusterKopfPeering object name used when ``standalone`` is false."""
+    lease_name: str | None = None
+    """Lease name; ``None``: ``capmaas-leader``, plus a hash of the namespace and watch filter when either is
+    set, so shards serving different objects never share a Lease and replicas of one shard always do."""
 
-    priority: int = 0
-    """This replica's peering priority; give standbys distinct values."""
+    namespace: str | None = None
+    """Namespace of the Lease; ``None``: ``POD_NAMESPACE``, the pod's service-account namespace, the watched
+    namespace, else ``default``."""
+
+    identity: str | None = None
+    """Holder identity; ``None``: pod name (``POD_NAME`` or host name) + ``_`` + a random UUID."""
+
+    lease_duration: float = 15.0
+    """Seconds a standby waits, from the last change it saw to the Lease, before taking it over."""
+
+    renew_deadline: float = 10.0
+    """Seconds the leader keeps trying to renew before it stops every loop and write; must be below
+    ``lease_duration`` (the difference is the margin in which a deposed leader has stopped)."""
+
+    retry_period: float = 2.0
+    """Seconds between renewals (leader) and acquisition attempts (standby); below ``renew_deadline``."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeaderElectionSection:
+        if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
+            raise ValueError("leader election needs 0 < retry_period < renew_deadline < lease_duration")
+        return self
 
 
 class OperatorConfig(BaseSettings):
@@ -188,7 +212,7 @@ class OperatorConfig(BaseSettings):
     machine: MachineSection = Field(default_factory=MachineSection)
     server: ServerSection = Field(default_factory=ServerSection)
     logging: LoggingSection = Field(default_factory=LoggingSection)
-    peering: PeeringSection = Field(default_factory=PeeringSection)
+    leader_election: LeaderElectionSection = Field(default_factory=LeaderElectionSection)
 
     @classmethod
     def settings_customise_sources(

@@ -77,7 +77,14 @@ def test_repository_follows_the_clusterctl_contract() -> None:
     assert [n["metadata"]["name"] for n in namespaces] == ["capmaas-system"]
     for d in docs:
         assert d["metadata"]["labels"]["cluster.x-k8s.io/provider"] == "infrastructure-maas", d["kind"]
-        if d["kind"] not in {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}:
+        if d["kind"] not in {
+            "Namespace",
+            "CustomResourceDefinition",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ValidatingAdmissionPolicy",  # template immutability (cluster-scoped)
+            "ValidatingAdmissionPolicyBinding",
+        }:
             assert d["metadata"]["namespace"] == "capmaas-system", (d["kind"], d["metadata"]["name"])
     crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
     assert len(crds) == 4

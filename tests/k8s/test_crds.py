@@ -40,11 +40,41 @@ Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
 @pytest.fixture(scope="module")
 def crds(kube: Any, kubectl: Kubectl) -> list[str]:
-    """Install crds/ the way a user would (kubectl apply -f crds/) and wait until every CRD is Established."""
+    """Install crds/ the way a user would (kubectl apply -f crds/) and wait until every CRD is Established;
+    then the template-immutability admission policy the chart and clusterctl install next to them."""
     kubectl("apply", "-f", str(CRDS))
     names = [kind.crd_name for kind in crdgen.KINDS]
     kubectl("wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{n}" for n in names))
+    install_template_immutability_policy(kubectl)
     return names
+
+
+def install_template_immutability_policy(kubectl: Kubectl) -> None:
+    """Apply the policy and wait until the apiserver enforces it (policies load asynchronously)."""
+    kubectl("apply", "-f", "-", input=crdgen.render_policy())
+    probe_ns = "default"
+    probe = machine_template({"image": "ubuntu/jammy", "minCPU": 1, "minMemory": 2048})
+    probe["metadata"]["name"] = "immutability-probe"
+    kubectl("apply", "-n", probe_ns, "-f", "-", input=json.dumps(probe))
+    change = '{"spec":{"template":{"spec":{"minCPU":2}}}}'
+    deadline = time.monotonic() + 60
+    while True:
+        proc = kubectl(
+            "patch",
+            "-n",
+            probe_ns,
+            "maasmachinetemplate/immutability-probe",
+            "--type=merge",
+            "-p",
+            change,
+            "--dry-run=server",
+            check=False,
+        )
+        if "spec.template.spec is immutable" in proc.stderr:
+            kubectl("delete", "-n", probe_ns, "maasmachinetemplate/immutability-probe", check=False)
+            return
+        assert time.monotonic() < deadline, f"the template-immutability policy is not enforced: {proc}"
+        time.sleep(0.5)
 
 
 def create(kubectl: Kubectl, namespace: str, obj: dict[str, Any]) -> subprocess.CompletedProcess[str]:
@@ -180,6 +210,86 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         cluster(failureDomains=[f"z{i}" for i in range(101)]),
         "must have at most 100 items",
     ),
+    # --- issue 15: sizes with units, the Go provider's aliases, what MAAS compose cannot express ---
+    (
+        "lxd-storage-size-junk",
+        lxd_machine(storage={"size": "20 gigs"}),
+        'must be a whole number of gigabytes such as 20, "20", "20G", "20GB" or "20Gi"',
+    ),
+    ("lxd-storage-size-string-zero", lxd_machine(storage={"size": "0G"}), "from 1 GB to 65536 GB"),
+    ("lxd-storage-size-too-big", lxd_machine(storage={"size": "70T"}), "from 1 GB to 65536 GB"),
+    ("lxd-storage-size-int-too-big", lxd_machine(storage={"size": 70000}), "less than or equal to 65536"),
+    (
+        "go-lxd-and-provisioningMode",
+        machine(provisioningMode="lxd", lxd={"enabled": True}),
+        "spec.lxd is the Go provider's spelling of provisioningMode: lxd plus lxdConfig; set one form",
+    ),
+    (
+        "go-lxd-and-lxdConfig",
+        machine(provisioningMode="lxd", lxdConfig={}, lxd={"enabled": False}),
+        "set one form, not both",
+    ),
+    (
+        "go-vmConfig-without-enabled",
+        machine(lxd={"vmConfig": {"diskSize": 10}}),
+        "lxd.vmConfig needs lxd.enabled: true",
+    ),
+    (
+        "go-interfaceLinkModes",
+        machine(lxd={"enabled": True, "vmConfig": {"interfaceLinkModes": {"eth0": "static"}}}),
+        "lxd.vmConfig.interfaceLinkModes cannot be applied",
+    ),
+    (
+        "go-autoStart-false",
+        machine(lxd={"enabled": True, "vmConfig": {"autoStart": False}}),
+        "lxd.vmConfig.autoStart: false cannot be applied",
+    ),
+    (
+        "go-network-junk",
+        machine(lxd={"enabled": True, "vmConfig": {"network": "a b;c"}}),
+        "spec.lxd.vmConfig.network in body should match",
+    ),
+    (
+        "registerVMHost-with-go-lxd",
+        machine(registerVMHost=True, lxd={"enabled": True}),
+        "registerVMHost is only allowed for bare-metal machines (spec.lxd.enabled is true)",
+    ),
+    ("lxd-profile", lxd_machine(profile="default"), "lxdConfig.profile cannot be applied"),
+    (
+        "staticIP-gateway",
+        static_ip(address="10.0.0.5", gateway="10.0.0.1"),
+        "lxdConfig.network.staticIP.gateway cannot be applied",
+    ),
+    (
+        "staticIP-dnsServers",
+        static_ip(address="10.0.0.5", dnsServers=["10.0.0.2"]),
+        "lxdConfig.network.staticIP.dnsServers cannot be applied",
+    ),
+    (
+        "lxd-subnets-too-many",
+        lxd_machine(network={"subnets": [f"s{i}" for i in range(10)]}),
+        "must have at most 9 items",
+    ),
+    (
+        "cluster-storageSize-junk",
+        cluster(lxdConfig={"storageSize": "fifty"}),
+        "must be a whole number of gigabytes",
+    ),
+    (
+        "cluster-networkBridge-vs-nicParent",
+        cluster(lxdConfig={"networkBridge": "br0", "nicParent": "br1"}),
+        "networkBridge is the Go provider's older name of nicParent",
+    ),
+    (
+        "cluster-preferredSubnets-not-cidr",
+        cluster(preferredSubnets=["10.0.0.0/24", "10.0.0.1"]),
+        "must be a CIDR such as 10.0.0.0/24",
+    ),
+    (
+        "cluster-preferredSubnets-duplicate",
+        cluster(preferredSubnets=["10.0.0.0/24", "10.0.0.0/24"]),
+        "Duplicate value",
+    ),
     ("template-without-spec", machine_template(None), "spec.template.spec: Required value"),
     (
         "template-lxdConfig-without-lxd",
@@ -222,6 +332,48 @@ def test_every_sample_manifest_applies(crds: list[str], kubectl: Kubectl, namesp
     assert MaasMachine.from_body(lxd).spec.lxd_config is not None
 
 
+@pytest.mark.parametrize("size", [20, "20", "20G", "20GB", "20Gi", "1Ti", "65536"])
+def test_lxd_storage_size_accepts_int_or_string_with_units(
+    crds: list[str], kubectl: Kubectl, namespace: str, size: int | str
+) -> None:
+    obj = lxd_machine(storage={"size": size})
+    obj["metadata"]["name"] = "size"
+    proc = create(kubectl, namespace, obj)
+    assert proc.returncode == 0, proc.stderr
+    stored = get(kubectl, namespace, "maasmachine/size")
+    assert stored["spec"]["lxdConfig"]["storage"]["size"] == size  # stored as written; canonical() gives GB
+    canonical = MaasMachine.from_body(stored).spec.canonical()
+    assert canonical.lxd_config is not None
+    assert canonical.lxd_config.storage is not None
+    assert isinstance(canonical.lxd_config.storage.size, int)
+
+
+def test_go_lxd_enabled_is_immutable(crds: list[str], kubectl: Kubectl, namespace: str) -> None:
+    obj = machine(lxd={"enabled": True})
+    obj["metadata"]["name"] = "golxd"
+    assert create(kubectl, namespace, obj).returncode == 0
+    for patch in ('{"spec":{"lxd":{"enabled":false}}}', '{"spec":{"lxd":null}}'):
+        proc = kubectl(
+            "patch", "-n", namespace, "maasmachine/golxd", "--type=merge", "-p", patch, check=False
+        )
+        assert proc.returncode != 0, patch
+        assert "lxd.enabled is immutable" in proc.stderr
+    bare = machine()
+    bare["metadata"]["name"] = "gobare"
+    assert create(kubectl, namespace, bare).returncode == 0
+    proc = kubectl(
+        "patch",
+        "-n",
+        namespace,
+        "maasmachine/gobare",
+        "--type=merge",
+        "-p",
+        '{"spec":{"lxd":{"enabled":true}}}',
+        check=False,
+    )
+    assert "lxd.enabled is immutable" in proc.stderr
+
+
 def test_provisioning_mode_defaults_to_bare_metal(crds: list[str], kubectl: Kubectl, namespace: str) -> None:
     obj = machine()
     obj["metadata"]["name"] = "defaults"
@@ -258,6 +410,36 @@ def test_template_spec_is_immutable_but_metadata_is_not(
         '{"spec":{"template":{"metadata":{"labels":{"x":"y"}}}}}',
     )
     assert get(kubectl, namespace, name)["spec"]["template"]["spec"]["minCPU"] == 8
+
+
+def test_topology_dry_run_may_change_a_template_spec(
+    crds: list[str], kubectl: Kubectl, namespace: str
+) -> None:
+    """CAPI's ClusterClass contract: the topology controller computes a template's diff with a server-side
+    apply *dry run* carrying ``topology.cluster.x-k8s.io/dry-run``; immutability must let that through, and
+    only that (a real write with the annotation, or a dry run without it, is still refused)."""
+    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "maasmachinetemplate.yaml"))
+    current = get(kubectl, namespace, "maasmachinetemplate/demo-workers-v1")
+    desired = {
+        "apiVersion": API,
+        "kind": "MaasMachineTemplate",
+        "metadata": {"name": "demo-workers-v1", "annotations": {"topology.cluster.x-k8s.io/dry-run": ""}},
+        "spec": {"template": {"spec": {**current["spec"]["template"]["spec"], "minCPU": 16}}},
+    }
+    ssa = ("apply", "-n", namespace, "--server-side", "--force-conflicts", "--field-manager=capi-topology")
+    dry = kubectl(*ssa, "--dry-run=server", "-f", "-", input=json.dumps(desired), check=False)
+    assert dry.returncode == 0, dry.stderr
+    real = kubectl(*ssa, "-f", "-", input=json.dumps(desired), check=False)
+    assert real.returncode != 0
+    assert "spec.template.spec is immutable" in real.stderr
+    del desired["metadata"]["annotations"]
+    plain_dry = kubectl(*ssa, "--dry-run=server", "-f", "-", input=json.dumps(desired), check=False)
+    assert plain_dry.returncode != 0
+    assert "spec.template.spec is immutable" in plain_dry.stderr
+    assert (
+        get(kubectl, namespace, "maasmachinetemplate/demo-workers-v1")["spec"]["template"]["spec"]["minCPU"]
+        == current["spec"]["template"]["spec"]["minCPU"]
+    )
 
 
 def test_cluster_template_spec_is_immutable(crds: list[str], kubectl: Kubectl, namespace: str) -> None:

@@ -83,7 +83,20 @@ def test_helm_is_the_pinned_version(helm: Helm) -> None:
 
 
 @pytest.mark.parametrize(
-    "values", [[], CREDS, ["--set", "operator.namespace=team-a", "--set", "peering.enabled=true"]]
+    "values",
+    [
+        [],
+        CREDS,
+        [
+            "--set",
+            "operator.namespace=team-a",
+            "--set",
+            "replicaCount=1",
+            "--set",
+            "leaderElection.enabled=false",
+        ],
+        ["--set", "shards[0].name=a", "--set", "shards[0].watchFilter=cluster.x-k8s.io/watch-filter=a"],
+    ],
 )
 def test_lint_strict(helm: Helm, values: list[str]) -> None:
     out = helm("lint", "--strict", str(CHART), *values)
@@ -102,9 +115,18 @@ def test_deployment_shape(helm: Helm) -> None:
     docs = render(helm, "--set", "operator.namespace=team-a", "--set", "operator.watchFilter=env=prod")
     (dep,) = by_kind(docs, "Deployment")
     spec = dep["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    # Issue 11: a leader and a standby by default, rolled (the new pod waits as a standby for the Lease).
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     pod = spec["template"]["spec"]
+    anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert anti["podAffinityTerm"]["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    (pdb,) = by_kind(docs, "PodDisruptionBudget")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": spec["selector"]["matchLabels"]}}
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 65532
     (container,) = pod["containers"]
@@ -133,19 +155,16 @@ def test_rbac_is_least_privilege_cluster_wide(helm: Helm) -> None:
     rules = rules_of(docs, "-manager")
     all_rules = [r for d in docs if d["kind"] in {"ClusterRole", "Role"} for r in d["rules"]]
     assert not [r for r in all_rules if "*" in r["verbs"] or "*" in r["resources"] or "*" in r["apiGroups"]]
-    assert verbs_for(rules, "", "secrets") == {"get", "list", "watch"}
+    # Issue 10 item 7: what the code calls, nothing more (Secrets read by name; merge patches, never update).
+    assert verbs_for(rules, "", "secrets") == {"get"}
     assert verbs_for(rules, "", "events") == {"create", "patch"}
     assert verbs_for(rules, "cluster.x-k8s.io", "clusters") == {"get", "list", "watch"}
     assert verbs_for(rules, "cluster.x-k8s.io", "machines") == {"get", "list", "watch"}
-    for kind in ("maasclusters", "maasmachines", "maasmachinetemplates", "maasclustertemplates"):
-        assert verbs_for(rules, "infrastructure.cluster.x-k8s.io", kind) == {
-            "get",
-            "list",
-            "watch",
-            "patch",
-            "update",
-        }
-        assert "patch" in verbs_for(rules, "infrastructure.cluster.x-k8s.io", f"{kind}/status")
+    for kind in ("maasclusters", "maasmachines"):
+        assert verbs_for(rules, "infrastructure.cluster.x-k8s.io", kind) == {"get", "list", "watch", "patch"}
+        assert verbs_for(rules, "infrastructure.cluster.x-k8s.io", f"{kind}/status") == {"patch"}
+    for kind in ("maasmachinetemplates", "maasclustertemplates"):
+        assert not verbs_for(rules, "infrastructure.cluster.x-k8s.io", kind)
     assert not verbs_for(rules, "infrastructure.cluster.x-k8s.io", "maasmachines") & {"create", "delete"}
     cluster = rules_of(docs, "-cluster")
     assert verbs_for(cluster, "apiextensions.k8s.io", "customresourcedefinitions") == {"list", "watch"}
@@ -175,28 +194,76 @@ def test_capi_aggregation_role(helm: Helm) -> None:
     assert {"create", "delete", "get", "list", "watch", "patch", "update"} <= verbs
 
 
-def test_peering_rights_follow_the_mode(helm: Helm) -> None:
-    wide = render(helm, "--set", "peering.enabled=true")
-    assert verbs_for(rules_of(wide, "-cluster"), "kopf.dev", "clusterkopfpeerings") >= {
-        "get",
-        "list",
-        "watch",
-        "patch",
-    }
-    assert verbs_for(rules_of(wide, "-cluster"), "zalando.org", "clusterkopfpeerings")
-    (dep,) = by_kind(wide, "Deployment")
-    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["CAPMAAS_PEERING__STANDALONE"] == "false"
-    assert env["CAPMAAS_PEERING__NAME"] == "capmaas"
+def test_leader_election_lease_rights_only_in_the_release_namespace(helm: Helm) -> None:
+    """Issue 11: the Lease, in the release namespace, by name (create cannot be limited to a name); no kopf
+    peering rights in any mode (peering is gone: ``--peering`` is an alias of leader election)."""
+    for extra in ([], ["--set", "operator.namespace=team-a"]):
+        docs = render(helm, *extra)
+        (role,) = [d for d in by_kind(docs, "Role") if d["metadata"]["name"].endswith("-leader-election")]
+        assert role["metadata"]["namespace"] == "capmaas-system"
+        assert role["rules"] == [
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "resourceNames": ["rel-capmaas-leader"],
+                "verbs": ["get", "update"],
+            },
+        ]
+        (rb,) = [
+            d for d in by_kind(docs, "RoleBinding") if d["metadata"]["name"].endswith("-leader-election")
+        ]
+        assert rb["metadata"]["namespace"] == "capmaas-system"
+        assert rb["roleRef"]["name"] == role["metadata"]["name"]
+        all_rules = [r for d in docs if d["kind"] in {"ClusterRole", "Role"} for r in d["rules"]]
+        assert [r for r in all_rules if "coordination.k8s.io" in r["apiGroups"]] == role["rules"]
+        assert not [r for r in all_rules if "kopf.dev" in r["apiGroups"] or "zalando.org" in r["apiGroups"]]
+        (dep,) = by_kind(docs, "Deployment")
+        env = {e["name"]: e for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["CAPMAAS_LEADER_ELECTION__ENABLED"]["value"] == "true"
+        assert env["CAPMAAS_LEADER_ELECTION__LEASE_NAME"]["value"] == "rel-capmaas-leader"
+        assert env["CAPMAAS_LEADER_ELECTION__NAMESPACE"]["value"] == "capmaas-system"
+        assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+        assert float(env["CAPMAAS_LEADER_ELECTION__RENEW_DEADLINE"]["value"]) < float(
+            env["CAPMAAS_LEADER_ELECTION__LEASE_DURATION"]["value"]
+        )
+        assert not [e for e in env if "PEERING" in e]
 
-    scoped = render(helm, "--set", "peering.enabled=true", "--set", "operator.namespace=team-a")
-    (role,) = by_kind(scoped, "Role")
-    assert role["metadata"]["namespace"] == "team-a"
-    assert verbs_for(role["rules"], "kopf.dev", "kopfpeerings") >= {"get", "list", "watch", "patch"}
-    assert not verbs_for(rules_of(scoped, "-cluster"), "", "namespaces")
-    assert not verbs_for(rules_of(scoped, "-cluster"), "kopf.dev", "clusterkopfpeerings")
-    (rb,) = by_kind(scoped, "RoleBinding")
-    assert rb["metadata"]["namespace"] == "team-a"
+
+def test_shards_render_a_deployment_pdb_and_lease_each(helm: Helm) -> None:
+    args = []
+    for i, name in enumerate("ab"):
+        args += [
+            "--set",
+            f"shards[{i}].name={name}",
+            "--set",
+            f"shards[{i}].watchFilter=cluster.x-k8s.io/watch-filter={name}",
+        ]
+    docs = render(helm, *args)
+    deps = {d["metadata"]["name"]: d for d in by_kind(docs, "Deployment")}
+    assert sorted(deps) == ["rel-capmaas-a", "rel-capmaas-b"]
+    selectors = []
+    for name, dep in deps.items():
+        shard = name[-1]
+        container = dep["spec"]["template"]["spec"]["containers"][0]
+        assert container["args"] == ["run", f"--watch-filter=cluster.x-k8s.io/watch-filter={shard}"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["CAPMAAS_LEADER_ELECTION__LEASE_NAME"] == f"rel-capmaas-{shard}-leader"
+        selectors.append(dep["spec"]["selector"]["matchLabels"])
+        assert selectors[-1]["capmaas.cluster.x-k8s.io/shard"] == shard
+    assert selectors[0] != selectors[1]  # no Deployment adopts the other shard's pods
+    assert sorted(p["metadata"]["name"] for p in by_kind(docs, "PodDisruptionBudget")) == sorted(deps)
+    (role,) = [d for d in by_kind(docs, "Role") if d["metadata"]["name"].endswith("-leader-election")]
+    assert role["rules"][1]["resourceNames"] == ["rel-capmaas-a-leader", "rel-capmaas-b-leader"]
+
+
+def test_one_replica_without_leader_election_is_recreated_and_has_no_pdb(helm: Helm) -> None:
+    docs = render(helm, "--set", "replicaCount=1", "--set", "leaderElection.enabled=false")
+    (dep,) = by_kind(docs, "Deployment")
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert by_kind(docs, "PodDisruptionBudget") == []
+    assert not [d for d in by_kind(docs, "Role") if d["metadata"]["name"].endswith("-leader-election")]
 
 
 def test_credentials_from_values_render_a_secret_mounted_as_files(helm: Helm) -> None:
@@ -247,6 +314,10 @@ BAD_VALUES = [
         "credentials.endpoint and credentials.apiKey must be given together",
     ),
     ([*CREDS, "--set", "credentials.existingSecret=s"], "either credentials.existingSecret or"),
+    (["--set", "peering.enabled=true"], "additional properties 'peering' not allowed"),
+    (["--set", "leaderElection.enabled=false"], "/leaderElection/enabled"),  # with the default 2 replicas
+    (["--set", "leaderElection.renewDeadline=20"], "retryPeriod < renewDeadline < leaseDuration"),
+    (["--set", "shards[0].name=Bad_Name", "--set", "shards[0].watchFilter=a=b"], "/shards/0/name"),
 ]
 
 
@@ -296,8 +367,17 @@ def test_install_upgrade_uninstall(helm: Helm, kube: ControlPlane, kubectl: Any,
         assert can("get", "secrets", "-n", namespace) == "yes"
         assert can("create", "events", "-n", namespace) == "yes"
         assert can("delete", "secrets", "-n", namespace) == "no"
+        assert can("list", "secrets", "-n", namespace) == "no"
+        assert can("watch", "secrets", "-A") == "no"
+        assert can("update", "maasmachines.infrastructure.cluster.x-k8s.io", "-n", namespace) == "no"
+        assert can("patch", "maasmachines.infrastructure.cluster.x-k8s.io", "-n", namespace) == "yes"
+        assert can("get", "maasmachinetemplates.infrastructure.cluster.x-k8s.io", "-n", namespace) == "no"
         assert can("patch", "machines.cluster.x-k8s.io", "-n", namespace) == "no"
         assert can("create", "maasmachines.infrastructure.cluster.x-k8s.io", "-n", namespace) == "no"
+        lease = f"leases.coordination.k8s.io/{full}-leader"
+        assert can("update", lease, "-n", namespace) == "yes"
+        assert can("update", "leases.coordination.k8s.io/another", "-n", namespace) == "no"
+        assert can("update", lease, "-n", "default") == "no"
 
         helm(
             "upgrade",

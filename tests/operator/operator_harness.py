@@ -44,18 +44,36 @@ def crds(kube: ControlPlane, kubectl: Any) -> None:
 
 @dataclass
 class Operator:
-    """A running ``capmaas run`` process; restartable."""
+    """A running ``capmaas run`` process; restartable.
+
+    ``leader_elect`` False (one process per test): ``--standalone``, i.e. no leader election, as a single
+    process needs none. True: no such flag, so leader election is on (the default), set up through
+    ``CAPMAAS_LEADER_ELECTION__*`` in ``env`` (see :meth:`replica`)."""
 
     env: dict[str, str]
     namespace: str
     log: Path
     extra_args: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
+    leader_elect: bool = False
+
+    def replica(self, name: str, log: Path, *, extra_args: list[str] | None = None) -> Operator:
+        """Another process with this one's settings: its own ports and log, ``POD_NAME`` = ``name`` (the
+        prefix of its Lease holder identity)."""
+        env = dict(self.env)
+        env.update(
+            POD_NAME=name,
+            CAPMAAS_SERVER__HEALTH_PORT=str(free_port()),
+            CAPMAAS_SERVER__METRICS_PORT=str(free_port()),
+        )
+        args = list(self.extra_args if extra_args is None else extra_args)
+        return Operator(env, self.namespace, log, args, leader_elect=self.leader_elect)
 
     def start(self) -> None:
         out = self.log.open("ab")
+        mode = [] if self.leader_elect else ["--standalone"]
         self.proc = subprocess.Popen(
-            [CAPMAAS, "run", "--namespace", self.namespace, "--standalone", *self.extra_args],
+            [CAPMAAS, "run", "--namespace", self.namespace, *mode, *self.extra_args],
             env=self.env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -76,6 +94,8 @@ class Operator:
         self.proc = None
 
     def tail(self, n: int = 60) -> str:
+        if not self.log.exists():
+            return f"(no log: {self.log.name} was never started)"
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
 
 

@@ -19,7 +19,8 @@ its probes, read-only root filesystem and RBAC are proven the way a user runs th
 - Clean-up: the kubelet and containerd write a few things outside their directories (``/var/lib/kubelet/
   device-plugins``, ``/var/log/containers``, ``/var/lib/cni``, ``/run/containerd``, the ``kubepods`` cgroups);
   what was not there before the start is removed by :meth:`Node.stop`, after the Pods' processes are killed
-  and every mount under the work directory is unmounted.
+  and every mount under the work directory is unmounted. The kubelet also sets a few host-wide kernel settings
+  (``vm.overcommit_memory``, ``kernel.panic``, ...): their earlier values are written back.
 
     with Node.start(images=[Path("build/image/capmaas-dev.oci.tar")]) as node, node.entered():
         node.kubectl("get", "pods", "-A")
@@ -68,8 +69,19 @@ OUTSIDE = (
     "/var/log/pods",
     "/var/lib/cni",
     "/run/containerd",
+    "/run/netns",  # `ip netns add` makes it (a shared mount) when absent
 )
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+# Kernel settings the kubelet sets at start (protectKernelDefaults=false; true would refuse to start unless
+# they already had its values). They are host-wide: saved before and put back on stop.
+KUBELET_SYSCTLS = (
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+)
 
 
 @dataclass
@@ -77,6 +89,7 @@ class Footprint:
     """What existed outside the work directory before the node started (so stop removes only its own)."""
 
     existed: dict[str, list[str] | None]  # path -> its entries then, or None when absent
+    sysctls: dict[str, str]  # /proc/sys path -> value then
 
     @classmethod
     def take(cls) -> Footprint:
@@ -84,9 +97,22 @@ class Footprint:
         for path in (*OUTSIDE, *(str(d) for d in _cgroup_dirs())):
             p = Path(path)
             existed[path] = sorted(os.listdir(p)) if p.is_dir() else None
-        return cls(existed)
+        sysctls = {}
+        for name in KUBELET_SYSCTLS:
+            with contextlib.suppress(OSError):
+                sysctls[name] = (Path("/proc/sys") / name).read_text().strip()
+        return cls(existed, sysctls)
 
-    def clean(self) -> None:
+    def clean(self, workdir: Path, marker: str) -> None:
+        """Put back the kernel settings; remove what did not exist before. In a directory that did exist (a
+        real kubelet's or containerd's on this machine), remove only what is recognisably this node's: names
+        containing ``marker`` (the CNI network is named after the namespace) and symlinks into ``workdir``
+        (the kubelet's ``/var/log/containers`` links)."""
+        for name, value in self.sysctls.items():
+            target = Path("/proc/sys") / name
+            with contextlib.suppress(OSError):
+                if target.read_text().strip() != value:
+                    target.write_text(value + "\n")
         for path, before in self.existed.items():
             p = Path(path)
             if path.startswith(str(CGROUP_ROOT)):
@@ -96,14 +122,13 @@ class Footprint:
             if before is None:
                 _unmount_under(p)
                 shutil.rmtree(p, ignore_errors=True)
-            elif p.is_dir():
-                for entry in set(os.listdir(p)) - set(before):
-                    target = p / entry
-                    _unmount_under(target)
-                    if target.is_dir() and not target.is_symlink():
-                        shutil.rmtree(target, ignore_errors=True)
-                    else:
-                        target.unlink(missing_ok=True)
+            elif p.is_dir() and path != "/run/netns":  # the namespace itself is removed by Netns.delete
+                for dirpath, _dirs, files in os.walk(p):
+                    for name in files:
+                        target = Path(dirpath) / name
+                        link = os.readlink(target) if target.is_symlink() else ""
+                        if marker in name or (link and Path(link).is_relative_to(workdir)):
+                            target.unlink(missing_ok=True)
 
 
 def _cgroup_dirs() -> list[Path]:
@@ -260,7 +285,7 @@ class Node:
                 node.stop(remove_logs=False)
             else:
                 netns.delete()
-                footprint.clean()
+                footprint.clean(path, netns.name)
                 if owns:
                     shutil.rmtree(path, ignore_errors=True)
             raise
@@ -307,7 +332,7 @@ class Node:
         cni_conf.mkdir(parents=True, exist_ok=True)
         conflist = {
             "cniVersion": "0.4.0",
-            "name": "capmaas",
+            "name": self.netns.name,  # unique: its cache files in /var/lib/cni carry it
             "plugins": [
                 {
                     "type": "bridge",
@@ -468,6 +493,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             "controlplane": str(self.controlplane.workdir),
             "owns_workdir": self.owns_workdir,
             "footprint": self.footprint.existed,
+            "sysctls": self.footprint.sysctls,
             "components": [
                 {"name": c.name, "pid": c.pid, "log": str(c.log), "binary": c.binary} for c in self.components
             ],
@@ -484,7 +510,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             owns_workdir=bool(data["owns_workdir"]),
             netns=Netns(data["netns"]),
             controlplane=ControlPlane.from_state(data["controlplane"]),
-            footprint=Footprint(data["footprint"]),
+            footprint=Footprint(data["footprint"], data["sysctls"]),
             detached=True,
         )
         node.components = [
@@ -514,8 +540,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         with contextlib.suppress(Exception), self.netns.entered():
             self.controlplane.stop(remove_logs=remove_logs)
         _unmount_under(self.workdir)
-        self.footprint.clean()
         self.netns.delete()
+        self.footprint.clean(self.workdir, self.netns.name)
         keep = () if remove_logs else ("logs", "controlplane")
         if self.owns_workdir and remove_logs:
             shutil.rmtree(self.workdir, ignore_errors=True)

@@ -85,19 +85,15 @@ ERROR_BODY_BYTES = 64 * 1024
 class Limits:
     """How much one answer may cost.
 
-    ``max_response_bytes`` caps the body of a single-object answer and ``max_list_bytes`` that of a collection
-    read (a ``GET`` of a path without an id, e.g. ``machines/``: the shared poll lists up to a batch of
-    machines, a few KiB each); both are counted after decompression, while streaming, so a bigger answer is
-    refused without being held in memory. ``deadline`` (seconds) bounds one attempt from connect to the last
-    byte of the body; None: no overall bound (the per-phase timeouts still apply)."""
+    ``max_response_bytes`` caps the body of any answer and ``max_list_bytes`` that of a call expecting a JSON
+    list (:meth:`Http.models`: ``machines/`` and the other collection reads; the shared poll lists up to a
+    batch of machines, a few KiB each); both are counted after decompression, while streaming, so a bigger
+    answer is refused without being held in memory. ``deadline`` (seconds) bounds one attempt from connect to
+    the last byte of the body; None: no overall bound (the per-phase timeouts still apply)."""
 
     max_response_bytes: int = 4 * MIB
     max_list_bytes: int = 64 * MIB
     deadline: float | None = 60.0
-
-    def max_bytes(self, method: str, path: str) -> int:
-        """The cap for a request of ``method`` to endpoint template ``path``."""
-        return self.max_list_bytes if method == "GET" and "{" not in path else self.max_response_bytes
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -135,11 +131,13 @@ class Http:
         params: Mapping[str, str | int] | None = None,
         query: FormFields = (),
         form: FormFields | None = None,
+        listing: bool = False,
     ) -> Any:
         """Send one API call and return its decoded JSON (None for an empty body, e.g. DELETE's 204).
 
         ``path`` is a template relative to the API root (``machines/{system_id}/``), filled from ``params``
         with each value percent-quoted; the template (plus ``?op=``) is what errors and metrics name.
+        ``listing``: the answer is a collection, read up to :attr:`Limits.max_list_bytes`.
         """
         endpoint = f"{path}?op={op}" if op else path
         url = self.api_root + path.format(**{k: quote(str(v), safe="") for k, v in (params or {}).items()})
@@ -158,7 +156,8 @@ class Http:
             )
 
         info = errors.RequestInfo(method, str(build().url), endpoint)
-        response, body = await self._send(build, info, self._limits.max_bytes(method, path))
+        cap = self._limits.max_list_bytes if listing else self._limits.max_response_bytes
+        response, body = await self._send(build, info, cap)
         return self._decode(response, body, info)
 
     async def model(self, model: type[ModelT], method: str, path: str, **kwargs: Any) -> ModelT:
@@ -167,8 +166,8 @@ class Http:
         return self.parse(model, data, method=method, path=path)
 
     async def models(self, model: type[ModelT], method: str, path: str, **kwargs: Any) -> list[ModelT]:
-        """:meth:`call` for a JSON list, each item validated into ``model``."""
-        data = await self.call(method, path, **kwargs)
+        """:meth:`call` for a JSON list (read up to the list cap), each item validated into ``model``."""
+        data = await self.call(method, path, listing=True, **kwargs)
         if not isinstance(data, list):
             raise self.shape_error(method, path, "a JSON list", data)
         return [self.parse(model, item, method=method, path=path) for item in data]

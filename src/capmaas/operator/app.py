@@ -16,23 +16,36 @@ requiring it, which would strip ``maasmachine.infrastructure.cluster.x-k8s.io`` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import kopf
 
 from capmaas import maas
 from capmaas.config import OperatorConfig
 from capmaas.gateway import MaasConnections
 from capmaas.operator.kube import KubeAdapter, Store, object_key
-from capmaas.operator.kubehttp import KubeHttp, load_configuration
+from capmaas.operator.kubehttp import KubeHttp, KubeHttpError, load_configuration
+from capmaas.operator.leader import (
+    LeaderElector,
+    LeaseSettings,
+    default_identity,
+    default_lease_name,
+    default_namespace,
+)
 from capmaas.operator.metrics import Metrics
+from capmaas.operator.templates import register as register_templates
 from capmaas.operator.workers import Reconcile, Workers
 from capmaas.reconcilers.cluster import ClusterReconciler
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL
 from capmaas.reconcilers.machine import MachineReconciler, MachineSettings
-from capmaas.reconcilers.ports import MaasCredentials
+from capmaas.reconcilers.ports import Body, EventType, MaasCredentials, NodePatchResult
+from capmaas.reconcilers.scope import Requeue
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +53,82 @@ INFRA = "infrastructure.cluster.x-k8s.io"
 CAPI = "cluster.x-k8s.io"
 KOPF_FINALIZER = ANNOTATION_PREFIX + "kopf-unused"
 KUBE_CONNECTIONS = 16  # Kubernetes writes and Secret reads in flight (status/spec patches, bootstrap data)
+
+Fence = Callable[[], bool]  # True while this process may write (the Lease holder, or no leader election)
+
+
+def always() -> bool:
+    return True
+
+
+async def _nothing() -> None:
+    return None
+
+
+class LeadershipLost(Exception):
+    """The Lease was not renewed in time: every loop has been stopped; the process must exit."""
+
+
+class NotLeaderError(httpx.ConnectError):
+    """A MAAS request refused before it is sent: this process no longer holds the Lease. A connect error to
+    the MAAS client (nothing reached MAAS), so a reconcile sees it as MAAS unreachable, never as a crash."""
+
+
+class FencedKubeHttp(KubeHttp):
+    """:class:`KubeHttp` that sends no write unless ``fence()`` says this process holds the Lease."""
+
+    def __init__(
+        self, cfg: Any, *, fence: Fence, connections: int, field_validation: str | None = None
+    ) -> None:
+        super().__init__(cfg, connections=connections, field_validation=field_validation)
+        self._fence = fence
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        content_type: str | None = None,
+        priority: int = 1,
+    ) -> dict[str, Any]:
+        if method != "GET" and not self._fence():
+            raise KubeHttpError(0, f"{method} {path}: not sent, this process is not the leader")
+        return await super().request(method, path, body=body, content_type=content_type, priority=priority)
+
+
+class FencedTransport(httpx.AsyncBaseTransport):
+    """Every MAAS request (the pollers' reads too) only while ``fence()`` holds."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, fence: Fence) -> None:
+        self._inner, self._fence = inner, fence
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if not self._fence():
+            raise NotLeaderError("not sent: this process is not the leader", request=request)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class FencedKubeAdapter(KubeAdapter):
+    """The Events and workload-cluster Node writes, fenced like the rest (the patches are, in KubeHttp)."""
+
+    def __init__(self, store: Store, http: KubeHttp, *, secret_ttl: float, fence: Fence) -> None:
+        super().__init__(store, http, secret_ttl=secret_ttl)
+        self._fence = fence
+
+    async def set_node_provider_id(
+        self, kubeconfig: bytes, node_name: str, provider_id: str
+    ) -> tuple[NodePatchResult, str]:
+        if not self._fence():
+            return NodePatchResult.UNREACHABLE, "not the leader"
+        return await super().set_node_provider_id(kubeconfig, node_name, provider_id)
+
+    def emit_event(self, obj: Body, type: EventType, reason: str, message: str) -> None:
+        if self._fence():
+            super().emit_event(obj, type, reason, message)
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -92,12 +181,31 @@ class Runtime:
     connections: MaasConnections
     machines: Workers
     clusters: Workers
+    first_pass: list[float]  # wall time leadership began, until the first reconcile after it logs it
+    release: Callable[[], Awaitable[None]] = _nothing  # gives the Lease up (leader election on)
+
+    async def lead(self) -> None:
+        """Leadership won: loops for every cached object (new ones start from their watch events)."""
+        self.first_pass[:] = [time.time()]
+        self.machines.activate(_keys(self.store, "maasmachines"))
+        self.clusters.activate(_keys(self.store, "maasclusters"))
 
 
-def build_runtime(config: OperatorConfig, http: KubeHttp) -> Runtime:
+def _keys(store: Store, plural: str) -> list[str]:
+    out = []
+    for body in store.values(plural):
+        meta = body.get("metadata", {})
+        out.append(object_key(plural, meta.get("namespace", ""), meta.get("name", "")))
+    return out
+
+
+def build_runtime(
+    config: OperatorConfig, http: KubeHttp, *, fence: Fence = always, active: bool = True
+) -> Runtime:
     store = Store()
     metrics = Metrics(store)
-    kube = KubeAdapter(store, http, secret_ttl=config.kube.secret_cache_ttl)
+    kube = FencedKubeAdapter(store, http, secret_ttl=config.kube.secret_cache_ttl, fence=fence)
+    first_pass: list[float] = []
     holder: dict[str, Workers] = {}
 
     def wake(key: str) -> None:
@@ -118,8 +226,9 @@ def build_runtime(config: OperatorConfig, http: KubeHttp) -> Runtime:
         return maas.MaasClient(
             c.endpoint,
             api_key=c.api_key,
-            transport=maas.AiohttpTransport(
-                ssl_context=maas.ssl_context(ca_data=c.ca_data, insecure=insecure)
+            transport=FencedTransport(
+                maas.AiohttpTransport(ssl_context=maas.ssl_context(ca_data=c.ca_data, insecure=insecure)),
+                fence,
             ),
             ca_data=c.ca_data,
             insecure=insecure,
@@ -156,11 +265,25 @@ def build_runtime(config: OperatorConfig, http: KubeHttp) -> Runtime:
     )
     cluster_rec = ClusterReconciler(kube, connections, default_credentials=creds)
 
+    def logged(reconcile: Reconcile) -> Reconcile:
+        async def first(body: Body) -> Requeue:
+            if first_pass:
+                meta = body.get("metadata", {})
+                log.info(
+                    "first reconcile as leader: %s/%s at=%.3f (%.2fs after leadership began)",
+                    meta.get("namespace"), meta.get("name"), time.time(), time.time() - first_pass[0],
+                )  # fmt: skip
+                first_pass.clear()
+            return await reconcile(body)
+
+        return first
+
     def workers(plural: str, reconcile: Reconcile, **extra: Any) -> Workers:
         return Workers(
             plural,
-            reconcile,
+            logged(reconcile),
             store,
+            active=active,
             resync=config.kube.resync_interval,
             backoff_base=ms.retry_base_delay,
             backoff_max=ms.retry_max_delay,
@@ -171,7 +294,7 @@ def build_runtime(config: OperatorConfig, http: KubeHttp) -> Runtime:
     machines = workers("maasmachines", machine_rec.reconcile, on_exit=connections.forget_key)
     clusters = workers("maasclusters", cluster_rec.reconcile)
     holder.update(maasmachines=machines, maasclusters=clusters)
-    return Runtime(config, store, kube, metrics, connections, machines, clusters)
+    return Runtime(config, store, kube, metrics, connections, machines, clusters, first_pass)
 
 
 def _deleting(body: Any) -> bool:
@@ -212,6 +335,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         await rt.clusters.stop()
         await rt.connections.aclose()
         await rt.kube.aclose()
+        await rt.release()  # the Lease, at once: a standby need not wait for kopf's shutdown to end
 
     def maascluster_key_for(namespace: str, cluster_name: str) -> str | None:
         cluster = rt.store.find("clusters", namespace, cluster_name)
@@ -308,17 +432,39 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     async def probe_machines(**_: Any) -> int:
         return len(rt.machines)
 
+    register_templates(registry, lambda: rt.machines.active)  # MaasMachineTemplate status.capacity
+
+
+def lease_settings(config: OperatorConfig) -> LeaseSettings:
+    le = config.leader_election
+    return LeaseSettings(
+        namespace=le.namespace or default_namespace(config.kube.namespace),
+        name=le.lease_name or default_lease_name(config.kube.namespace, config.kube.watch_filter),
+        identity=le.identity or default_identity(),
+        lease_duration=le.lease_duration,
+        renew_deadline=le.renew_deadline,
+        retry_period=le.retry_period,
+    )
+
 
 async def run_operator(config: OperatorConfig, *, stop_flag: asyncio.Event | None = None) -> None:
-    """Run until stopped (SIGINT/SIGTERM, or ``stop_flag``)."""
-    rt = build_runtime(
-        config,
-        KubeHttp(
-            load_configuration(),
-            connections=KUBE_CONNECTIONS,
-            field_validation=config.kube.field_validation,
-        ),
+    """Run until stopped (SIGINT/SIGTERM, or ``stop_flag``); raise :class:`LeadershipLost` if the Lease is
+    lost (every loop has stopped by then).
+
+    With leader election, kopf runs from the start in every process (the standbys' watch caches stay warm),
+    but the per-object loops start only once the Lease is held, and every MAAS and Kubernetes write is fenced
+    by it (see :mod:`capmaas.operator.leader`)."""
+    kube_cfg = load_configuration()
+    elector: LeaderElector | None = None
+    if config.leader_election.enabled:
+        elector = LeaderElector(KubeHttp(kube_cfg, connections=2, timeout=5.0), lease_settings(config))
+    fence = elector.is_leader if elector else always
+    http = FencedKubeHttp(
+        kube_cfg, fence=fence, connections=KUBE_CONNECTIONS, field_validation=config.kube.field_validation
     )
+    rt = build_runtime(config, http, fence=fence, active=elector is None)
+    if elector is not None:
+        rt.release = elector.release
     registry = kopf.OperatorRegistry()
     register(registry, rt)
     rt.metrics.serve(config.server.metrics_bind_address, config.server.metrics_port)
@@ -328,13 +474,39 @@ async def run_operator(config: OperatorConfig, *, stop_flag: asyncio.Event | Non
         else None
     )
     namespaces = [config.kube.namespace] if config.kube.namespace else []
-    await kopf.operator(
+    stop = stop_flag or asyncio.Event()
+    operator = kopf.operator(
         registry=registry,
-        standalone=config.peering.standalone,
-        peering_name=config.peering.name,
-        priority=config.peering.priority,
+        standalone=True,  # kopf's peering is not a lock (issue 11): the Lease is
         liveness_endpoint=liveness,
         clusterwide=not namespaces,
         namespaces=namespaces,
-        stop_flag=stop_flag,
+        stop_flag=stop,
     )
+    if elector is None:
+        await operator
+        return
+    kopf_task = asyncio.create_task(operator, name="kopf")
+    lease_task = asyncio.create_task(elector.run(rt.lead), name="leader election")
+    try:
+        await asyncio.wait({kopf_task, lease_task}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        lease_task.cancel()
+        kopf_task.cancel()
+        raise
+    if not kopf_task.done():
+        # Lost (or an unexpected error in the election, which ends the process the same way): every
+        # request is fenced already; the loops are cancelled and the caller ends the process at once. Nothing
+        # here waits for kopf: its shutdown can take a minute on a loaded machine, and writes nothing.
+        rt.machines.cancel()
+        rt.clusters.cancel()
+        if not lease_task.cancelled() and (error := lease_task.exception()) is not None:
+            raise LeadershipLost(f"leader election failed: {error!r}") from error
+        raise LeadershipLost(f"lost the Lease {elector.settings.namespace}/{elector.settings.name}")
+    # kopf stopped (a signal or the caller): its cleanup stopped every loop and gave the Lease up.
+    lease_task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await lease_task
+    await elector.release()
+    await elector.aclose()
+    await kopf_task

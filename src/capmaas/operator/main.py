@@ -7,9 +7,10 @@ import asyncio
 import contextlib
 import importlib.util
 import logging
+import os
 import sys
 
-from capmaas.config import load_config
+from capmaas.config import OperatorConfig, load_config
 
 log = logging.getLogger(__name__)
 
@@ -21,10 +22,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="LABEL=VALUE",
         help="reconcile only MaasClusters/MaasMachines carrying this label (CAPI's --watch-filter)",
     )
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--standalone", action="store_true", default=None, help="no peering (the default)")
-    group.add_argument("--peering", metavar="NAME", help="use kopf peering object NAME (hot standby)")
-    parser.add_argument("--priority", type=int, help="peering priority of this replica")
+    le = parser.add_argument_group("leader election (a coordination.k8s.io/v1 Lease; on by default)")
+    le.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="only the Lease holder reconciles; --no-leader-elect is safe with exactly one process only",
+    )
+    le.add_argument(
+        "--leader-elect-lease-name", metavar="NAME", help="Lease name (default: derived from scope)"
+    )
+    le.add_argument("--leader-elect-namespace", metavar="NS", help="Lease namespace (default: the pod's)")
+    le.add_argument("--leader-elect-lease-duration", type=float, metavar="SECONDS")
+    le.add_argument("--leader-elect-renew-deadline", type=float, metavar="SECONDS")
+    le.add_argument("--leader-elect-retry-period", type=float, metavar="SECONDS")
+    old = parser.add_argument_group("deprecated kopf peering options (aliases of leader election)")
+    old.add_argument("--standalone", action="store_true", default=None, help="alias of --no-leader-elect")
+    old.add_argument(
+        "--peering", metavar="NAME", help="alias of --leader-elect --leader-elect-lease-name NAME"
+    )
+    old.add_argument("--priority", type=int, help="ignored: a Lease has no priorities (a warning is logged)")
     parser.add_argument("--secrets-dir", help="directory of secret files (e.g. maas__api_key)")
 
 
@@ -37,29 +54,71 @@ def _no_sniffio_lookups() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from capmaas.operator.app import run_operator
+    from capmaas.operator.app import LeadershipLost, run_operator
     from capmaas.operator.metrics import setup_logging
 
-    config = load_config(getattr(args, "secrets_dir", None))
+    try:
+        config = load_config(getattr(args, "secrets_dir", None))
+        deprecated = _leader_election_args(args, config)
+    except ValueError as exc:  # pydantic's ValidationError: a bad setting, named in the message
+        print(f"capmaas run: {exc}", file=sys.stderr)
+        return 2
     if args.namespace:
         config.kube.namespace = args.namespace
     if args.watch_filter:
         config.kube.watch_filter = args.watch_filter
-    if args.peering:
-        config.peering.standalone = False
-        config.peering.name = args.peering
-    elif args.standalone:
-        config.peering.standalone = True
-    if args.priority is not None:
-        config.peering.priority = args.priority
     setup_logging(config.logging.format, config.logging.level)
     _no_sniffio_lookups()
+    for line in deprecated:
+        log.warning(line)
+    if not config.leader_election.enabled:
+        log.warning("leader election is off: run exactly one capmaas process for these objects")
     if config.maas.insecure_skip_tls_verify:
         log.warning("TLS verification of MAAS is disabled (CAPMAAS_MAAS__INSECURE_SKIP_TLS_VERIFY)")
     log.info(
         "starting capmaas operator",
         extra={"namespace": config.kube.namespace or "*", "watch_filter": config.kube.watch_filter},
     )
+
+    async def operator() -> None:
+        try:
+            await run_operator(config)
+        except LeadershipLost as exc:
+            # As controller-runtime does: end the process at once (its loops are stopped, every request is
+            # fenced); the Deployment restarts it as a standby. No graceful shutdown of kopf to wait for.
+            log.error("%s; exiting so that this process restarts as a standby", exc)
+            logging.shutdown()
+            os._exit(1)
+
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run_operator(config))
+        asyncio.run(operator())
     return 0
+
+
+def _leader_election_args(args: argparse.Namespace, config: OperatorConfig) -> list[str]:
+    """Apply the leader-election flags (and the deprecated peering aliases); returns deprecation warnings."""
+    le, warnings = config.leader_election, []
+    if args.standalone:
+        warnings.append("--standalone is deprecated: it means --no-leader-elect")
+        le.enabled = False
+    if args.peering:
+        warnings.append(
+            f"--peering is deprecated: it means --leader-elect --leader-elect-lease-name {args.peering}"
+        )
+        le.enabled, le.lease_name = True, args.peering
+    if args.priority is not None:
+        warnings.append("--priority is ignored: a Lease has no priorities (the first candidate wins)")
+    if args.leader_elect is not None:
+        le.enabled = args.leader_elect
+    for flag, attr in (
+        ("leader_elect_lease_name", "lease_name"),
+        ("leader_elect_namespace", "namespace"),
+        ("leader_elect_lease_duration", "lease_duration"),
+        ("leader_elect_renew_deadline", "renew_deadline"),
+        ("leader_elect_retry_period", "retry_period"),
+    ):
+        value = getattr(args, flag, None)
+        if value is not None:
+            setattr(le, attr, value)
+    type(le).model_validate(le.model_dump())  # the timing order still holds after the flags
+    return warnings

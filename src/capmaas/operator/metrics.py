@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from capmaas.operator.cachemetrics import CacheCollector
 from capmaas.operator.kube import Store
 
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, float("inf"))
@@ -87,6 +88,7 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(_PhaseCollector(store))
+        self.registry.register(CacheCollector(store, machine_phase))  # zones, reasons, ages, invariants
 
     def outcome(self, kind: str, result: str) -> None:
         self.reconciles.labels(kind, result).inc()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from capmaas import backoff
 from capmaas.operator.kube import Store
@@ -46,6 +46,7 @@ class Workers:
         backoff_max: float,
         outcome: Outcome,
         on_exit: Callable[[str], None] = lambda key: None,
+        active: bool = True,
     ) -> None:
         self.plural = plural
         self._reconcile = reconcile
@@ -57,9 +58,13 @@ class Workers:
         self._on_exit = on_exit
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wake: dict[str, asyncio.Event] = {}
+        self.active = active
 
     def ensure(self, key: str, *, wake: bool = True) -> None:
-        """Start the loop of ``key`` if it is not running (its first pass runs at once), and wake it."""
+        """Start the loop of ``key`` if it is not running (its first pass runs at once), and wake it.
+        Does nothing while inactive (a standby: its watch caches are fed, no loop runs)."""
+        if not self.active:
+            return
         if key not in self._tasks:
             self._wake[key] = asyncio.Event()
             self._tasks[key] = asyncio.get_running_loop().create_task(self._loop(key), name=f"capmaas {key}")
@@ -75,13 +80,29 @@ class Workers:
     def __len__(self) -> int:
         return len(self._tasks)
 
-    async def stop(self) -> None:
+    def activate(self, keys: Iterable[str]) -> None:
+        """Leadership won: start a loop for every object in the cache (and from now on for new ones)."""
+        self.active = True
+        for key in keys:
+            self.ensure(key)
+
+    def cancel(self) -> list[asyncio.Task[None]]:
+        """Cancel every loop and start no new one (leadership lost, or shutdown); returns the tasks."""
+        self.active = False
         tasks = list(self._tasks.values())
         for t in tasks:
             t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
+        return tasks
+
+    async def stop(self) -> None:
+        """:meth:`cancel`, then wait for the loops to end."""
+        me = asyncio.current_task()
+        for t in self.cancel():
+            try:
                 await t
+            except asyncio.CancelledError:
+                if me is not None and me.cancelling():
+                    raise  # we are being cancelled ourselves (a timeout around stop()): do not swallow it
 
     def _delay(self, failures: int) -> float:
         return backoff.full_jitter(failures - 1, base=self._base, cap=self._max)

@@ -184,8 +184,11 @@ def challenge() -> HttpError:
 class Authenticator:
     """The users, their tokens and the nonces seen so far."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, *, maas4: bool = False) -> None:
         self.clock = clock
+        #: MAAS 4 (master) checks the auth parameters' types first; 3.7's piston3 calls ``int()`` on the
+        #: timestamp in ``_check_timestamp`` and the ValueError reaches ExceptionMiddleware (500).
+        self.maas4 = maas4
         self.users: dict[str, User] = {}
         self._by_token: dict[str, User] = {}
         self.tokens: dict[str, Token] = {}  # token key -> its consumer, secret and name
@@ -251,7 +254,9 @@ class Authenticator:
             raise _unauthorized(repr(f"OAuth version {version} not supported."))
         try:
             timestamp = int(params["oauth_timestamp"])
-        except ValueError:
+        except ValueError as exc:
+            if not self.maas4:
+                raise HttpError(500, str(exc)) from None
             raise HttpError(
                 400,
                 repr(

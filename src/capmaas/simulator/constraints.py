@@ -15,64 +15,63 @@ from capmaas.simulator.http import HttpError
 from capmaas.simulator.models import ANY_STATUS_BY_NAME, Machine, NodeStatus
 from capmaas.simulator.state import State
 
-READ_KEYS = frozenset(
+#: ``FilterNodeForm``'s fields (M ``node_constraint_filter_forms.py``): both listing and allocate take them.
+FILTER_KEYS = frozenset(
     {
-        "id",
-        "hostname",
-        "mac_address",
-        "domain",
-        "zone",
-        "pool",
-        "agent_name",
-        "status",
-        "simple_status",
+        "arch",
+        "not_arch",
         "tags",
         "not_tags",
-        "arch",
+        "fabrics",
+        "not_fabrics",
+        "fabric_classes",
+        "not_fabric_classes",
+        "subnets",
+        "not_subnets",
+        "link_speed",
+        "vlans",
+        "not_vlans",
+        "zone",
+        "not_in_zone",
+        "system_id",
+        "pool",
+        "not_in_pool",
+        "storage",
+        "interfaces",
+        "devices",
         "cpu_count",
+        "cpu_speed",
         "mem",
         "pod",
         "not_pod",
         "pod_type",
         "not_pod_type",
         "owner",
+        "not_owner",
         "power_state",
-        "not_in_zone",
-        "not_in_pool",
+        "not_power_state",
+        "deployment_target",
+        "not_deployment_target",
     }
 )
-ACQUIRE_KEYS = frozenset(
-    {
-        "name",
-        "system_id",
-        "arch",
-        "cpu_count",
-        "cpu_speed",
-        "mem",
-        "tags",
-        "not_tags",
-        "zone",
-        "not_in_zone",
-        "pool",
-        "not_in_pool",
-        "pod",
-        "not_pod",
-        "pod_type",
-        "not_pod_type",
-        "storage",
-        "interfaces",
-        "subnets",
-        "not_subnets",
-        "fabrics",
-        "not_fabrics",
-        "fabric_classes",
-        "not_fabric_classes",
-        "vlans",
-        "not_vlans",
-        "link_speed",
-        "devices",
-    }
-)
+#: ``ReadNodesForm`` adds these (``GET machines/``).
+READ_KEYS = FILTER_KEYS | {
+    "id",
+    "not_id",
+    "hostname",
+    "not_hostname",
+    "mac_address",
+    "domain",
+    "not_domain",
+    "agent_name",
+    "not_agent_name",
+    "status",
+    "not_status",
+    "simple_status",
+    "not_simple_status",
+}
+#: ``AcquireNodeForm`` adds ``name`` (and redefines ``system_id``).
+ACQUIRE_KEYS = FILTER_KEYS | {"name"}
 ACQUIRE_OPTIONS = frozenset(
     {
         "agent_name",
@@ -89,7 +88,22 @@ ACQUIRE_OPTIONS = frozenset(
         "enable_hw_sync",
     }
 )
-IGNORED = frozenset({"op"})
+#: ``IGNORED_FIELDS``: never "No such constraint." (allocate reads some of them as options).
+IGNORED = frozenset(
+    {
+        "comment",
+        "bridge_all",
+        "bridge_type",
+        "bridge_stp",
+        "bridge_fd",
+        "dry_run",
+        "verbose",
+        "op",
+        "agent_name",
+    }
+)
+POWER_STATES = ("on", "off", "unknown", "error")
+DEPLOYMENT_TARGETS = {"disk": False, "memory": True}
 STORAGE_RE = re.compile(r"^(?:(?P<label>[a-zA-Z0-9]+):)?(?P<size>[0-9.]+)(?:\((?P<tags>[^)]+)\))?$")
 SIMPLE_STATUS = {
     "ready": {NodeStatus.READY},
@@ -137,6 +151,8 @@ class Constraints:
     pods: dict[str, frozenset[str]] = field(default_factory=dict)
     zone: str | None = None
     pool: str | None = None
+    #: subnet id -> its VLAN's vid (for the ``vlans`` filters)
+    subnet_vids: dict[int | None, int] = field(default_factory=dict)
     cpu_count: int | None = None
     mem: int | None = None
     arch: str | None = None
@@ -174,11 +190,13 @@ def parse(state: State, form: FormData, *, acquire: bool) -> Constraints:
     for key in form:
         if key not in allowed and key not in IGNORED and not key.startswith("oauth_"):
             raise HttpError(400, {key: ["No such constraint."]})
-    c = Constraints()
+    c = Constraints(subnet_vids={s.id: s.vid for s in state.subnets.values()})
     p = c.predicates
     errors: dict[str, list[str]] = {}
 
     ids = [v for v in form.getlist("system_id" if acquire else "id") if v]
+    if not acquire:
+        ids += [v for v in form.getlist("system_id") if v]
     if ids:
         c.system_ids = list(dict.fromkeys(ids))
         wanted = set(ids)
@@ -197,27 +215,27 @@ def parse(state: State, form: FormData, *, acquire: bool) -> Constraints:
         agent_set = set(agents)
         p.append(lambda m: m.agent_name in agent_set)
     if not acquire:
-        statuses: set[NodeStatus] = set()
-        for raw in form.getlist("status"):
-            name = raw.lstrip("=").lower()
-            if name not in ANY_STATUS_BY_NAME:
-                errors["status"] = [f"Select a valid choice. {raw} is not one of the available choices."]
-            else:
-                statuses.add(ANY_STATUS_BY_NAME[name])
-        for raw in form.getlist("simple_status"):
-            if raw.lower() not in SIMPLE_STATUS:
-                errors["simple_status"] = [
-                    f"Select a valid choice. {raw} is not one of the available choices."
-                ]
-            else:
-                statuses |= SIMPLE_STATUS[raw.lower()]
+        statuses = _statuses(form, "status", "simple_status", errors)
         if statuses:
             c.statuses = statuses
             p.append(lambda m: m.status in statuses)
-        for key, attr in (("owner", "owner"), ("power_state", "power_state")):
+        excluded = _statuses(form, "not_status", "not_simple_status", errors)
+        if excluded:
+            p.append(lambda m: m.status not in excluded)
+        for key, attr in (
+            ("not_id", "system_id"),
+            ("not_hostname", "hostname"),
+            ("not_agent_name", "agent_name"),
+        ):
             values = set(form.getlist(key))
             if values:
-                p.append(lambda m, a=attr, vs=values: getattr(m, a) in vs)  # type: ignore[misc]
+                p.append(lambda m, a=attr, vs=values: getattr(m, a) not in vs)  # type: ignore[misc]
+        not_domains = set(form.getlist("not_domain"))
+        if not_domains:
+            skip = {d.id for d in state.domains.values() if d.name in not_domains}
+            p.append(lambda m: m.domain_id not in skip)
+    _owner_power_target(form, c, errors)
+    if not acquire:
         macs = {v.lower() for v in form.getlist("mac_address")}
         if macs:
             p.append(lambda m: any(i.mac_address.lower() in macs for i in m.interfaces))
@@ -236,7 +254,7 @@ def parse(state: State, form: FormData, *, acquire: bool) -> Constraints:
         c.mem = int(mem)
         p.append(lambda m: m.memory >= mem)
         c.described["mem"] = _fmt_number(mem)
-    speed = _numbers(form, "cpu_speed", "Invalid CPU speed: number required.") if acquire else None
+    speed = _numbers(form, "cpu_speed", "Invalid CPU speed: number required.")
     if speed is not None:
         p.append(lambda m: m.cpu_speed >= speed)
         c.described["cpu_speed"] = _fmt_number(speed)
@@ -253,20 +271,137 @@ def parse(state: State, form: FormData, *, acquire: bool) -> Constraints:
         c.arch = min(expanded) if expanded else None
         p.append(lambda m: m.architecture in expanded)
         c.described["arch"] = ",".join(sorted(expanded))
+    not_arches = [v for v in form.getlist("not_arch") if v]
+    if not_arches:
+        known = known_architectures(state)
+        shunned: set[str] = set()
+        for a in not_arches:
+            hits = {k for k in known if k == a or k.split("/", 1)[0] == a}
+            if not hits:
+                errors["not_arch"] = ["Architecture not recognised."]
+            shunned |= hits
+        p.append(lambda m: m.architecture not in shunned)
+        c.described["not_arch"] = ",".join(sorted(shunned))
 
     _tags(state, form, c, errors, acquire)
     _zones_pools(state, form, c, errors, acquire)
     _pods(form, c, state)
-    if acquire:
-        _storage(form, c, errors)
-        _interfaces(state, form, c, errors)
-        _subnets(state, form, c)
-        for key in ("fabrics", "not_fabrics", "fabric_classes", "not_fabric_classes", "vlans", "not_vlans"):
-            if form.getlist(key):
-                c.described[key] = ",".join(form.getlist(key))
+    _storage(form, c, errors)
+    _interfaces(state, form, c, errors)
+    _subnets(state, form, c)
+    _fabrics_vlans(form, c)
+    _link_speed_devices(form, c, errors)
     if errors:
         raise HttpError(400, errors)
     return c
+
+
+def _choice_error(raw: str) -> list[str]:
+    return [f"Select a valid choice. {raw} is not one of the available choices."]
+
+
+def _statuses(form: FormData, key: str, simple_key: str, errors: dict[str, list[str]]) -> set[NodeStatus]:
+    """``status``/``simple_status`` (or their ``not_`` forms): choices, a leading ``=`` allowed."""
+    statuses: set[NodeStatus] = set()
+    for raw in form.getlist(key):
+        name = raw.lstrip("=").lower()
+        if name not in ANY_STATUS_BY_NAME:
+            errors[key] = _choice_error(raw)
+        else:
+            statuses.add(ANY_STATUS_BY_NAME[name])
+    for raw in form.getlist(simple_key):
+        if raw.lstrip("=").lower() not in SIMPLE_STATUS:
+            errors[simple_key] = _choice_error(raw)
+        else:
+            statuses |= SIMPLE_STATUS[raw.lstrip("=").lower()]
+    return statuses
+
+
+def _owner_power_target(form: FormData, c: Constraints, errors: dict[str, list[str]]) -> None:
+    """``owner``/``not_owner``, ``power_state``/``not_power_state`` and ``deployment_target``/
+    ``not_deployment_target`` (``disk`` or ``memory``, i.e. ``ephemeral_deploy``)."""
+    for key, negate in (("owner", False), ("not_owner", True)):
+        owners = set(form.getlist(key))
+        if owners:
+            c.predicates.append(lambda m, vs=owners, n=negate: (m.owner in vs) != n)  # type: ignore[misc]
+            c.described[key] = ",".join(sorted(owners))
+    for key, negate in (("power_state", False), ("not_power_state", True)):
+        states = {v.lstrip("=").lower() for v in form.getlist(key)}
+        bad = [v for v in form.getlist(key) if v.lstrip("=").lower() not in POWER_STATES]
+        if bad:
+            errors[key] = _choice_error(bad[0])
+        elif states:
+            c.predicates.append(lambda m, vs=states, n=negate: (m.power_state in vs) != n)  # type: ignore[misc]
+            c.described[key] = ",".join(sorted(states))
+    for key, negate in (("deployment_target", False), ("not_deployment_target", True)):
+        raw = form.getlist(key)
+        bad = [v for v in raw if v.lstrip("=").lower() not in DEPLOYMENT_TARGETS]
+        if bad:
+            errors[key] = _choice_error(bad[0])
+        elif raw:
+            wanted = {DEPLOYMENT_TARGETS[v.lstrip("=").lower()] for v in raw}
+            c.predicates.append(lambda m, w=wanted, n=negate: (m.ephemeral_deploy in w) != n)  # type: ignore[misc]
+            c.described[key] = ",".join(sorted(v.lstrip("=").lower() for v in raw))
+
+
+FABRIC_NAME, FABRIC_CLASS = "fabric-0", None  # the one fabric (see networks.py); it has no class_type
+VLAN_ID_BASE = 5000
+
+
+def _vlan_matches(spec: str, vid: int) -> bool:
+    """A VLAN specifier: its id (``id:5000``/``5000``), ``vid:<n>`` or ``name:<untagged|n>``."""
+    kind, sep, value = spec.partition(":")
+    if not sep:
+        kind, value = "id", spec
+    name = "untagged" if vid == 0 else str(vid)
+    return (kind, value) in (("id", str(VLAN_ID_BASE + vid)), ("vid", str(vid)), ("name", name))
+
+
+def _fabrics_vlans(form: FormData, c: Constraints) -> None:
+    """``fabrics``/``fabric_classes``/``vlans`` (any interface on one) and their ``not_`` forms."""
+
+    fabrics, not_fabrics = set(form.getlist("fabrics")), set(form.getlist("not_fabrics"))
+    if fabrics:
+        c.predicates.append(lambda m: FABRIC_NAME in fabrics and bool(m.interfaces))
+    if not_fabrics:
+        c.predicates.append(lambda m: not (FABRIC_NAME in not_fabrics and m.interfaces))
+    if form.getlist("fabric_classes"):
+        c.predicates.append(lambda m: False)  # no fabric has a class
+    vlans, not_vlans = form.getlist("vlans"), form.getlist("not_vlans")
+    if vlans or not_vlans:
+        state_vids = c.subnet_vids
+
+        def on(m: Machine, specs: list[str]) -> bool:
+            mine = {state_vids.get(i.subnet_id, 0) for i in m.interfaces}  # unlinked: the untagged VLAN
+            return any(_vlan_matches(spec, v) for spec in specs for v in mine)
+
+        if vlans:
+            c.predicates.append(lambda m: all(on(m, [spec]) for spec in vlans))
+        if not_vlans:
+            c.predicates.append(lambda m: not on(m, not_vlans))
+    for key in ("fabrics", "not_fabrics", "fabric_classes", "not_fabric_classes", "vlans", "not_vlans"):
+        if form.getlist(key):
+            c.described[key] = ",".join(form.getlist(key))
+
+
+def _link_speed_devices(form: FormData, c: Constraints, errors: dict[str, list[str]]) -> None:
+    """``link_speed``: some interface at least this fast (Mbit/s); ``devices``: node devices (PCI/USB),
+    which no simulated machine has, so a ``devices`` constraint matches nothing."""
+    speed = _numbers(form, "link_speed", "Invalid link speed: number required.")
+    if speed is not None:
+        c.predicates.append(lambda m: any(i.type == "physical" for i in m.interfaces) and speed <= LINK_SPEED)
+        c.described["link_speed"] = _fmt_number(speed)
+    devices = form.get("devices")
+    if devices:
+        for chunk in devices.split(";"):
+            _, _, pairs = chunk.rpartition(":")
+            if any("=" not in kv for kv in pairs.split(",")):
+                errors["devices"] = [f"Malformed devices constraint, {devices!r}."]
+        c.predicates.append(lambda m: False)
+        c.described["devices"] = devices
+
+
+LINK_SPEED = 10000  # every simulated physical NIC (serialize.interface_json)
 
 
 def _tags(state: State, form: FormData, c: Constraints, errors: dict[str, list[str]], acquire: bool) -> None:
@@ -484,7 +619,18 @@ def _subnets(state: State, form: FormData, c: Constraints) -> None:
             for v in values
             if v in (s.cidr, s.name, f"id:{s.id}", str(s.id), f"space:{s.space}")
         }
-        c.predicates.append(
-            lambda m, w=ids, n=negate: any(i.subnet_id in w for i in m.interfaces) != n  # type: ignore[misc]
-        )
+        if negate:
+            c.predicates.append(lambda m, w=ids: not any(i.subnet_id in w for i in m.interfaces))  # type: ignore[misc]
+        else:  # _match_all: on a subnet of every value given
+            groups = [
+                {
+                    s.id
+                    for s in state.subnets.values()
+                    if v in (s.cidr, s.name, f"id:{s.id}", str(s.id), f"space:{s.space}", f"cidr:{s.cidr}")
+                }
+                for v in values
+            ]
+            c.predicates.append(
+                lambda m, gs=groups: all(any(i.subnet_id in g for i in m.interfaces) for g in gs)  # type: ignore[misc]
+            )
         c.described[key] = ",".join(sorted(values))

@@ -67,7 +67,7 @@ class Simulator(Lifecycle):
         self.tick_interval = tick_interval
         self.violations: list[str] = []
         self._hook_tasks: set[asyncio.Future[Any]] = set()
-        self.auth = Authenticator(auth_clock)
+        self.auth = Authenticator(auth_clock, maas4=maas4)
         self.admin = self.auth.add_user(
             "admin", admin=True, api_key=api_key or new_api_key(), password="admin"
         )

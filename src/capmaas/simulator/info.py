@@ -156,7 +156,7 @@ def describe_document(sim: Simulator, base: str) -> str:
     handlers_anon: list[dict[str, Any]] = []
     handlers_auth: list[dict[str, Any]] = []
     for res in sim.resources:
-        if res.name == "DebugHandler":
+        if res.name == "DebugHandler" or not res.described:
             continue
         anon = auth = None
         if res.anon_ops or res.anon_name:

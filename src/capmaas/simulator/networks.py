@@ -23,7 +23,7 @@ fabrics_res = resource(RESOURCES, "FabricsHandler", "fabrics/")
 fabric_res = resource(RESOURCES, "FabricHandler", "fabrics/{id}/")
 vlans_res = resource(RESOURCES, "VlansHandler", "fabrics/{fabric_id}/vlans/")
 vlan_res = resource(RESOURCES, "VlanHandler", "fabrics/{fabric_id}/vlans/{vid}/")
-vlan_id_res = resource(RESOURCES, "VlanByIdHandler", "vlans/{vlan_id}/")
+vlan_id_res = resource(RESOURCES, "VlanHandler", "vlans/{vlan_id}/", described=False)
 spaces_res = resource(RESOURCES, "SpacesHandler", "spaces/")
 space_res = resource(RESOURCES, "SpaceHandler", "spaces/{id}/")
 UNDEFINED = "undefined"

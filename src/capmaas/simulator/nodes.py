@@ -222,10 +222,8 @@ def link_subnet(sim: Simulator, req: Request) -> dict[str, Any]:
         iface.ip = ip or _free_ip(sim, subnet)
         if iface.ip:
             state.used_ips.add(iface.ip)
-    elif mode == "auto":
+    elif mode == "auto":  # the address comes at deployment (claim_auto_ips)
         iface.auto = True
-        if m.status in (S.DEPLOYING, S.DEPLOYED):
-            state.claim_auto_ips(m)
     else:
         iface.mode = mode
     m.cached_json = None

@@ -43,6 +43,8 @@ class Resource:
     anon_ops: dict[OpKey, Operation] = field(default_factory=dict)
     anon_methods: frozenset[str] = frozenset()
     anonymous_only: bool = False
+    #: False for a second URL of a handler MAAS describes once (``vlans/{vlan_id}/`` is VlanHandler's too)
+    described: bool = True
     pattern: re.Pattern[str] = field(init=False)
     params: list[str] = field(init=False)
 

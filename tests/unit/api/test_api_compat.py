@@ -17,6 +17,7 @@ from capmaas.api.v1beta1 import (
     MaasClusterSpec,
     MaasMachineSpec,
     MachineAddress,
+    capacity_for,
 )
 
 
@@ -281,3 +282,29 @@ def test_configmap_junk_is_an_error_naming_the_entry() -> None:
 def test_spec_preferred_subnets_are_a_cidr_list_in_the_model() -> None:
     s = MaasClusterSpec.from_body({"dnsDomain": "maas", "preferredSubnets": ["10.0.0.0/24", "fd00::/64"]})
     assert s.preferred_subnets == ["10.0.0.0/24", "fd00::/64"]
+
+
+# --- autoscaler capacity of a MaasMachineTemplate ---------------------------------------------------------
+def test_capacity_bare_metal_from_the_minimums() -> None:
+    got = capacity_for(spec(minDiskSize=100)).to_k8s()
+    assert got == {
+        "capacity": {"cpu": 2, "memory": "4096Mi", "ephemeral-storage": "100G"},
+        "nodeInfo": {"operatingSystem": "linux"},
+    }
+    assert "ephemeral-storage" not in capacity_for(spec()).to_k8s()["capacity"]  # not known
+
+
+def test_capacity_lxd_disk_from_either_spelling() -> None:
+    seed = spec(provisioningMode="lxd", lxdConfig={"storage": {"size": "20Gi"}})
+    assert capacity_for(seed).to_k8s()["capacity"]["ephemeral-storage"] == "22G"
+    go = spec(lxd={"enabled": True, "vmConfig": {"diskSize": 45}})
+    assert capacity_for(go).to_k8s()["capacity"]["ephemeral-storage"] == "45G"
+
+
+def test_capacity_node_info_follows_the_image_os() -> None:
+    windows = capacity_for(spec(image="windows/win2022")).node_info
+    assert windows is not None
+    assert windows.operating_system == "windows"
+    custom = capacity_for(spec(image="custom-k8s")).node_info
+    assert custom is not None
+    assert custom.operating_system == "linux"

@@ -4,9 +4,20 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from simtools import ALICE_KEY, client, lxd_sim, sample_sim
+from simtools import ADMIN_KEY, ALICE_KEY, client, hmac_client, lxd_sim, sample_sim
 
 from capmaas.simulator import Simulator
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Modules that set ``AUTH_METHODS = ("plaintext", "hmac")`` run their ``admin``/``alice``/``ladmin``
+    tests once per OAuth signature method."""
+    if "auth_method" in metafunc.fixturenames:
+        metafunc.parametrize("auth_method", getattr(metafunc.module, "AUTH_METHODS", ("plaintext",)))
+
+
+def _client(sim: Simulator, key: str, auth_method: str) -> httpx.AsyncClient:
+    return hmac_client(sim, key) if auth_method == "hmac" else client(sim, key)
 
 
 @pytest.fixture
@@ -15,14 +26,14 @@ def sim() -> Simulator:
 
 
 @pytest.fixture
-async def admin(sim: Simulator) -> AsyncIterator[httpx.AsyncClient]:
-    async with client(sim) as c:
+async def admin(sim: Simulator, auth_method: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with _client(sim, ADMIN_KEY, auth_method) as c:
         yield c
 
 
 @pytest.fixture
-async def alice(sim: Simulator) -> AsyncIterator[httpx.AsyncClient]:
-    async with client(sim, ALICE_KEY) as c:
+async def alice(sim: Simulator, auth_method: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with _client(sim, ALICE_KEY, auth_method) as c:
         yield c
 
 
@@ -38,6 +49,6 @@ def lsim() -> Simulator:
 
 
 @pytest.fixture
-async def ladmin(lsim: Simulator) -> AsyncIterator[httpx.AsyncClient]:
-    async with client(lsim) as c:
+async def ladmin(lsim: Simulator, auth_method: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with _client(lsim, ADMIN_KEY, auth_method) as c:
         yield c

@@ -78,14 +78,19 @@ def multipart(fields: list[tuple[str, str]], boundary: str = "XyZ") -> tuple[byt
 
 
 class HmacOAuth(httpx.Auth):
-    """OAuth 1.0a HMAC-SHA1, signed by oauthlib as RFC 5849 clients do (the method, the URL with its query
-    and an urlencoded body are signed); MAAS's consumer secret is empty."""
+    """OAuth 1.0a HMAC-SHA1 signed by oauthlib; MAAS's consumer secret is empty.
+
+    By default it signs as RFC 5849 clients do: the method, the URL with every query value and an urlencoded
+    body. With ``piston=True`` oauthlib is given the parameters MAAS's piston3 will sign (so the request is
+    accepted): a PUT's body left out, a repeated query key's first value only, blank query values of a GET
+    left out, a POST body's last value per key (the same choices Go MAAS clients make)."""
 
     requires_request_body = True
 
-    def __init__(self, api_key: str, realm: str | None = "OAuth") -> None:
+    def __init__(self, api_key: str, realm: str | None = "OAuth", *, piston: bool = False) -> None:
         from oauthlib import oauth1
 
+        self.piston = piston
         consumer, token, secret = api_key.split(":")
         self.client = oauth1.Client(
             consumer,
@@ -97,19 +102,35 @@ class HmacOAuth(httpx.Auth):
         )
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        from urllib.parse import parse_qsl, urlencode
+
         ctype = request.headers.get("content-type", "")
         form = ctype.startswith("application/x-www-form-urlencoded")
+        url, body = str(request.url), request.content.decode() if form else None
+        if self.piston:
+            raw = request.url.query.decode()
+            query: dict[str, str] = {}
+            if request.method == "POST":  # request.GET joins a POST's parameters (last value, blanks kept)
+                query.update(parse_qsl(raw, keep_blank_values=True))
+            first: dict[str, str] = {}
+            for key, value in parse_qsl(raw):  # then each key's first non-blank value
+                first.setdefault(key, value)
+            query.update(first)
+            url = str(request.url.copy_with(query=urlencode(query).encode() or None))
+            if request.method != "POST":
+                form, body = False, None
+            elif body is not None:
+                body = urlencode(dict(parse_qsl(body, keep_blank_values=True)))
         _, headers, _ = self.client.sign(
-            str(request.url),
+            url,
             http_method=request.method,
-            body=request.content.decode() if form else None,
+            body=body if form else None,
             headers={"Content-Type": ctype} if form else None,
         )
         request.headers["Authorization"] = headers["Authorization"]
         yield request
 
 
-def hmac_client(sim: Simulator, api_key: str = ADMIN_KEY) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=sim.app), base_url=BASE, auth=HmacOAuth(api_key)
-    )
+def hmac_client(sim: Simulator, api_key: str = ADMIN_KEY, *, piston: bool = True) -> httpx.AsyncClient:
+    auth = HmacOAuth(api_key, piston=piston)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=sim.app), base_url=BASE, auth=auth)

@@ -71,9 +71,15 @@ async def test_stale_timestamp_rejected_future_accepted(anon: httpx.AsyncClient)
     assert r.status_code == 200
 
 
-async def test_non_integer_timestamp_is_400(anon: httpx.AsyncClient) -> None:
+async def test_non_integer_timestamp_is_500_in_37_and_400_in_40(anon: httpx.AsyncClient) -> None:
+    """3.7: piston's ``_check_timestamp`` calls ``int()``; the ValueError is a 500 with its text. MAAS 4
+    (master's ``RequestValidityReport``) answers 400 naming the parameter."""
     header = oauth_header(ADMIN_KEY, oauth_timestamp="soon")
     r = await anon.get("users/", params={"op": "whoami"}, headers={"Authorization": header})
+    assert (r.status_code, r.text) == (500, "invalid literal for int() with base 10: 'soon'")
+    sim4 = Simulator(api_key=ADMIN_KEY, maas4=True)
+    async with client(sim4, None) as c:
+        r = await c.get("users/", params={"op": "whoami"}, headers={"Authorization": header})
     assert r.status_code == 400
     assert "oauth_timestamp has an unexpected type" in r.text
 

@@ -11,6 +11,8 @@ from simtools import ALICE_KEY, client
 
 from capmaas.simulator import Simulator
 
+AUTH_METHODS = ("plaintext", "hmac")  # every admin/alice/ladmin test runs with both signatures
+
 
 def sid(sim: Simulator, hostname: str) -> str:
     return sim.state.by_hostname[hostname].system_id

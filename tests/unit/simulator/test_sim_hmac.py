@@ -163,7 +163,7 @@ async def test_rfc_signed_put_body_is_refused_as_piston_refuses_it(sim: Simulato
     """piston signs a POST's form only: an RFC 5849 client that also signs a PUT's urlencoded body gets 401
     from MAAS (why Go clients leave PUT parameters out)."""
     sid = sim.state.by_hostname["cp-1"].system_id
-    async with hmac_client(sim) as c:
+    async with hmac_client(sim, piston=False) as c:
         r = await c.put(f"machines/{sid}/", data={"description": "x"})
     assert r.status_code == 401
     assert "Expected signature base string: PUT&" in r.text
@@ -221,3 +221,15 @@ async def test_unsupported_signature_method_lists_pistons_methods(anon: httpx.As
         "Authorization Error: 'Signature method RSA-SHA1 not supported try one of the following: "
         "PLAINTEXT, HMAC-SHA1'"
     )
+
+
+async def test_repeated_query_keys_sign_their_first_value_only(sim: Simulator) -> None:
+    """``cgi.parse_qs(...)[key][0]``: piston signs a repeated query key's first value, so an RFC 5849 client
+    (which signs every value) is refused and a client signing the first value (as Go clients do) passes."""
+    params = {"hostname": ["cp-1", "cp-2"]}
+    async with hmac_client(sim, piston=False) as c:
+        r = await c.get("machines/", params=params)
+    assert r.status_code == 401
+    async with hmac_client(sim) as c:
+        r = await c.get("machines/", params=params)
+    assert sorted(m["hostname"] for m in r.json()) == ["cp-1", "cp-2"]

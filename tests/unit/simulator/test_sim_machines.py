@@ -10,6 +10,8 @@ from simtools import ALICE_KEY, client, multipart
 
 from capmaas.simulator import NodeStatus, Simulator
 
+AUTH_METHODS = ("plaintext", "hmac")  # every admin/alice/ladmin test runs with both signatures
+
 
 def sid_of(sim: Simulator, hostname: str) -> str:
     return sim.state.by_hostname[hostname].system_id

@@ -9,6 +9,8 @@ import pytest
 
 from capmaas.simulator import Simulator
 
+AUTH_METHODS = ("plaintext", "hmac")  # every admin/alice/ladmin test runs with both signatures
+
 
 async def test_zones_crud(admin: httpx.AsyncClient, alice: httpx.AsyncClient) -> None:
     assert [z["name"] for z in (await admin.get("zones/")).json()] == ["az1", "az2", "az3", "default"]

@@ -8,6 +8,8 @@ from simtools import ALICE_KEY, client, lxd_sim
 
 from capmaas.simulator import Simulator
 
+AUTH_METHODS = ("plaintext", "hmac")  # every admin/alice/ladmin test runs with both signatures
+
 
 async def test_list_and_read_vm_hosts(lsim: Simulator, ladmin: httpx.AsyncClient) -> None:
     hosts = (await ladmin.get("vm-hosts/")).json()

@@ -63,24 +63,21 @@ cluster.x-k8s.io/provider: infrastructure-maas
 
 {{/* Rules for namespaced resources; a Role in operator.namespace, or a ClusterRole when it is empty. */}}
 {{- define "capmaas.namespacedRules" -}}
+{{- /* Only what the code calls: kopf watches MaasClusters/MaasMachines, KubeHttp merge-patches them and their
+status (never update), GETs Secrets by name (never lists or watches them). Templates are CAPI's business. */}}
 - apiGroups: [infrastructure.cluster.x-k8s.io]
-  resources: [maasclusters, maasmachines, maasmachinetemplates, maasclustertemplates]
-  verbs: [get, list, watch, patch, update]
+  resources: [maasclusters, maasmachines]
+  verbs: [get, list, watch, patch]
 - apiGroups: [infrastructure.cluster.x-k8s.io]
-  resources: [maasclusters/status, maasmachines/status, maasmachinetemplates/status, maasclustertemplates/status]
-  verbs: [get, patch, update]
+  resources: [maasclusters/status, maasmachines/status]
+  verbs: [patch]
 - apiGroups: [cluster.x-k8s.io]
   resources: [clusters, machines]
   verbs: [get, list, watch]
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get, list, watch]
+  verbs: [get]
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
-{{- if and .Values.peering.enabled .Values.operator.namespace }}
-- apiGroups: [kopf.dev, zalando.org]
-  resources: [kopfpeerings]
-  verbs: [get, list, watch, patch]
-{{- end }}
 {{- end -}}

@@ -59,6 +59,7 @@ from capmaas.api.v1beta1.maasmachinetemplate import (
     MaasMachineTemplateSpec,
     MaasMachineTemplateStatus,
     NodeInfo,
+    capacity_for,
 )
 
 __all__ = [
@@ -103,6 +104,7 @@ __all__ = [
     "StaticIP",
     "TemplateMetadata",
     "VMResourceUsage",
+    "capacity_for",
     "find_condition",
     "set_condition",
     "utcnow",

@@ -63,6 +63,29 @@ class MaasMachineTemplateStatus(K8sModel):
     )
 
 
+def capacity_for(spec: MaasMachineSpec) -> MaasMachineTemplateStatus:
+    """What a Node made from ``spec`` will have at least, for the cluster autoscaler's scale-from-zero.
+
+    ``cpu`` is minCPU, ``memory`` minMemory (MAAS counts MiB), ``ephemeral-storage`` the VM's disk (lxd) or
+    minDiskSize (bare metal) when known. MAAS hands out the smallest machine that satisfies the minimums, so
+    these are lower bounds, the safe side for an autoscaler deciding whether a pending Pod would fit.
+    ``nodeInfo.operatingSystem`` follows the image's OS (``windows/...`` or else linux); the architecture is
+    not in the spec and is left out.
+    """
+    canonical = spec.canonical()
+    capacity: dict[str, int | str] = {"cpu": canonical.min_cpu, "memory": f"{canonical.min_memory}Mi"}
+    disk = canonical.min_disk_size
+    if canonical.lxd_config is not None and canonical.lxd_config.storage is not None:
+        disk = canonical.lxd_config.storage.size_gb or disk
+    if disk:
+        capacity["ephemeral-storage"] = f"{disk}G"
+    osystem = canonical.image.split("/", 1)[0].lower() if "/" in canonical.image else ""
+    return MaasMachineTemplateStatus(
+        capacity=capacity,
+        node_info=NodeInfo(operating_system="windows" if osystem == "windows" else "linux"),
+    )
+
+
 class MaasMachineTemplate(K8sModel):
     """MaasMachineTemplate is the recipe Cluster API clones a MaasMachine from for each new Machine."""
 

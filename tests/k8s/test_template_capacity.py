@@ -1,0 +1,133 @@
+"""``capmaas run`` publishes MaasMachineTemplate ``status.capacity`` / ``status.nodeInfo`` (the cluster
+autoscaler's scale-from-zero contract) on a real kube-apiserver: from the template's sizes, for both LXD
+spellings, corrected when someone writes it wrong, and never rewritten when it is right."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capmaas.api import crdgen
+from capmaas.api.v1beta1 import API_VERSION
+from capmaas.demo.stack import OperatorProcess
+from capmaas.devcluster.process import free_port
+
+pytestmark = pytest.mark.k8s
+
+REPO = Path(__file__).resolve().parents[2]
+Kubectl = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(scope="module")
+def crds(kube: Any, kubectl: Kubectl) -> None:
+    kubectl("apply", "-f", str(REPO / "crds"))
+    names = [f"crd/{kind.crd_name}" for kind in crdgen.KINDS]
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+
+
+@pytest.fixture
+def operator(crds: None, kube: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPMAAS_")}
+    env.update(
+        KUBECONFIG=str(kube.kubeconfig),
+        CAPMAAS_SERVER__BIND_ADDRESS="127.0.0.1",
+        CAPMAAS_SERVER__HEALTH_PORT=str(free_port()),
+        CAPMAAS_SERVER__METRICS_PORT=str(free_port()),
+        CAPMAAS_LOGGING__FORMAT="text",
+    )
+    proc = OperatorProcess(env, namespace, tmp_path / "operator.log").start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def template(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "MaasMachineTemplate",
+        "metadata": {"name": name},
+        "spec": {"template": {"spec": {"image": "ubuntu/noble", "minCPU": 4, "minMemory": 8192, **spec}}},
+    }
+
+
+def wait_status(
+    kubectl: Kubectl, namespace: str, name: str, want: dict[str, Any], op: OperatorProcess
+) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    while True:
+        obj: dict[str, Any] = json.loads(
+            kubectl("get", "-n", namespace, "maasmachinetemplate", name, "-o", "json").stdout
+        )
+        if obj.get("status") == want:
+            return obj
+        assert op.exited() is None, f"operator exited:\n{op.tail()}"
+        assert time.monotonic() < deadline, f"status of {name}: {obj.get('status')} != {want}\n{op.tail()}"
+        time.sleep(0.2)
+
+
+def test_operator_publishes_template_capacity(
+    kubectl: Kubectl, namespace: str, operator: OperatorProcess
+) -> None:
+    bare = template("bare", {"minDiskSize": 50})
+    seed = template("seed-lxd", {"provisioningMode": "lxd", "lxdConfig": {"storage": {"size": "20Gi"}}})
+    go = template("go-lxd", {"lxd": {"enabled": True, "vmConfig": {"diskSize": 40}}})
+    plain = template("plain", {"image": "windows/win2022", "minCPU": 2, "minMemory": 2048})
+    for obj in (bare, seed, go, plain):
+        kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(obj))
+    linux = {"operatingSystem": "linux"}
+    got = wait_status(
+        kubectl,
+        namespace,
+        "bare",
+        {"capacity": {"cpu": 4, "memory": "8192Mi", "ephemeral-storage": "50G"}, "nodeInfo": linux},
+        operator,
+    )
+    wait_status(
+        kubectl,
+        namespace,
+        "seed-lxd",
+        {"capacity": {"cpu": 4, "memory": "8192Mi", "ephemeral-storage": "22G"}, "nodeInfo": linux},
+        operator,
+    )
+    wait_status(
+        kubectl,
+        namespace,
+        "go-lxd",
+        {"capacity": {"cpu": 4, "memory": "8192Mi", "ephemeral-storage": "40G"}, "nodeInfo": linux},
+        operator,
+    )
+    wait_status(
+        kubectl,
+        namespace,
+        "plain",
+        {"capacity": {"cpu": 2, "memory": "2048Mi"}, "nodeInfo": {"operatingSystem": "windows"}},
+        operator,
+    )
+
+    # Right already: nothing is written again (no write loop on the echo of our own patch).
+    version = got["metadata"]["resourceVersion"]
+    time.sleep(2)
+    again = json.loads(kubectl("get", "-n", namespace, "maasmachinetemplate", "bare", "-o", "json").stdout)
+    assert again["metadata"]["resourceVersion"] == version
+
+    # Written wrong by someone else (an extra key, a wrong value): put right, the extra key removed.
+    wrong = {"status": {"capacity": {"cpu": 64, "nvidia.com/gpu": 1}}}
+    kubectl(
+        "patch", "-n", namespace, "maasmachinetemplate/bare", "--subresource=status",
+        "--type=merge", "-p", json.dumps(wrong),
+    )  # fmt: skip
+    wait_status(
+        kubectl,
+        namespace,
+        "bare",
+        {"capacity": {"cpu": 4, "memory": "8192Mi", "ephemeral-storage": "50G"}, "nodeInfo": linux},
+        operator,
+    )

@@ -1,0 +1,174 @@
+"""deploy/monitoring/ against a running operator: every metric the Grafana dashboard and the PrometheusRule
+name is exported (with samples) by ``capmaas run`` on the real apiserver with the simulator; the chart's
+copies are the same files; the watch-cache metrics (zones, reasons, ages, invariants) count what they
+claim."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from operator_harness import Harness
+from prometheus_client.parser import text_string_to_metric_families
+
+from capmaas import demo
+from capmaas.operator.cachemetrics import CacheCollector
+from capmaas.operator.kube import Store
+from capmaas.operator.metrics import machine_phase
+
+ROOT = Path(__file__).resolve().parents[2]
+MONITORING = ROOT / "deploy" / "monitoring"
+CHART_COPY = ROOT / "deploy" / "charts" / "capmaas" / "files" / "monitoring"
+METRIC = re.compile(r"\bcapmaas_[a-z0-9_]+\b")
+
+
+def dashboard() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((MONITORING / "grafana-dashboard.json").read_text())
+    return data
+
+
+def rules() -> list[dict[str, Any]]:
+    doc = yaml.safe_load((MONITORING / "prometheusrule.yaml").read_text())
+    return [r for g in doc["spec"]["groups"] for r in g["rules"]]
+
+
+def exprs() -> list[str]:
+    out = [t["expr"] for p in dashboard()["panels"] for t in p.get("targets", ())]
+    out += [str(r["expr"]) for r in rules()]
+    return out
+
+
+def named_metrics() -> set[str]:
+    return {m for e in exprs() for m in METRIC.findall(e)}
+
+
+def test_the_chart_ships_the_same_files() -> None:
+    for name in ("grafana-dashboard.json", "prometheusrule.yaml"):
+        assert (CHART_COPY / name).read_bytes() == (MONITORING / name).read_bytes(), (
+            f"deploy/charts/capmaas/files/monitoring/{name} differs from deploy/monitoring/{name}: "
+            f"cp deploy/monitoring/{name} deploy/charts/capmaas/files/monitoring/"
+        )
+
+
+def test_dashboard_and_rules_are_well_formed() -> None:
+    d = dashboard()
+    assert d["uid"] == "capmaas-operator"
+    ids = [p["id"] for p in d["panels"]]
+    assert len(ids) == len(set(ids))
+    for p in d["panels"]:
+        for t in p.get("targets", ()):
+            assert t["expr"].count("(") == t["expr"].count(")"), t["expr"]
+    names = [r["alert"] for r in rules()]
+    assert len(names) == len(set(names))
+    for r in rules():
+        assert r["labels"]["severity"] in ("warning", "critical"), r["alert"]
+        assert r["annotations"]["summary"], r["alert"]
+        assert r["annotations"]["description"], r["alert"]
+        assert str(r["expr"]).count("(") == str(r["expr"]).count(")"), r["alert"]
+    # What the issue asks the alerts to cover.
+    assert {
+        "CapmaasMaasUnreachable", "CapmaasDeployStuck", "CapmaasMachinesFailingRepeatedly",
+        "CapmaasInvariantViolation",
+    } <= set(names)  # fmt: skip
+    # Machines by phase and zone, MAAS requests/errors/latency, readiness lag, invariants.
+    assert {
+        "capmaas_machines", "capmaas_machines_by_zone", "capmaas_maas_requests_total",
+        "capmaas_allocation_duration_seconds_bucket", "capmaas_machines_not_ready_seconds",
+        "capmaas_invariant_violations",
+    } <= named_metrics()  # fmt: skip
+
+
+def mm(
+    name: str, *, sid: str = "", pid: str = "", zone: str = "", ready: bool = False, **status: Any
+) -> dict[str, Any]:
+    cond = {"type": "Ready", "status": "True" if ready else "False", "reason": status.pop("reason", "Ready")}
+    if "since" in status:
+        cond["lastTransitionTime"] = status.pop("since")
+    spec: dict[str, Any] = {}
+    if sid:
+        spec["systemID"] = sid
+    if pid:
+        spec["providerID"] = pid
+    st: dict[str, Any] = {"ready": ready, "conditions": [cond], **status}
+    if zone:
+        st["failureDomain"] = zone
+    return {"metadata": {"name": name, "namespace": "ns", "uid": name}, "spec": spec, "status": st}
+
+
+def samples(store: Store, now: float) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in CacheCollector(store, machine_phase, clock=lambda: now).collect():
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_cache_metrics_count_zones_reasons_ages_and_invariants() -> None:
+    from datetime import datetime
+
+    now = datetime.fromisoformat("2026-01-01T01:00:00+00:00").timestamp()
+    store = Store()
+    store.put("maasmachines", mm("a", sid="s1", pid="maas://az1/s1", zone="az1", ready=True))
+    store.put("maasmachines", mm("b", sid="s2", pid="maas://az2/s2", zone="az2", ready=True))
+    store.put(
+        "maasmachines",
+        mm("c", sid="s3", zone="az2", machineState="Deploying", reason="MachineDeploying",
+           since="2026-01-01T00:00:00Z"),
+    )  # fmt: skip
+    store.put("maasmachines", mm("d", reason="NoMachineAvailable", since="2026-01-01T00:59:00Z"))
+    got = samples(store, now)
+    assert got[("capmaas_machines_by_zone", (("phase", "Ready"), ("zone", "az1")))] == 1
+    assert got[("capmaas_machines_by_zone", (("phase", "Deploying"), ("zone", "az2")))] == 1
+    assert got[("capmaas_machines_by_zone", (("phase", "Pending"), ("zone", "none")))] == 1
+    assert got[("capmaas_machines_not_ready", (("reason", "NoMachineAvailable"),))] == 1
+    assert got[("capmaas_machines_not_ready_seconds", (("phase", "Deploying"),))] == 3600
+    assert got[("capmaas_machines_not_ready_seconds", (("phase", "Pending"),))] == 60
+    assert got[("capmaas_invariant_violations", (("invariant", "shared_system_id"),))] == 0
+    assert got[("capmaas_invariant_violations", (("invariant", "provider_id_mismatch"),))] == 0
+    # A double allocation (two live MaasMachines on s1) and a providerID naming another machine.
+    store.put("maasmachines", mm("e", sid="s1", zone="az1"))
+    store.put("maasmachines", mm("f", sid="s9", pid="maas://az1/s8", zone="az1", ready=True))
+    got = samples(store, now)
+    assert got[("capmaas_invariant_violations", (("invariant", "shared_system_id"),))] == 1
+    assert got[("capmaas_invariant_violations", (("invariant", "provider_id_mismatch"),))] == 1
+    # A MaasMachine being deleted still holds its machine until MAAS released it: not a double allocation.
+    deleting = mm("e", sid="s1", zone="az1")
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    store.put("maasmachines", deleting)
+    assert samples(store, now)[("capmaas_invariant_violations", (("invariant", "shared_system_id"),))] == 0
+
+
+@pytest.mark.k8s
+async def test_every_metric_in_the_dashboard_and_rules_is_exported(harness: Harness) -> None:
+    h = harness
+    h.operator.start()
+    await h.cluster()
+    await h.machine("w0", cp=False)
+    await h.machine("huge", cp=False, min_cpu=512)  # nothing in MAAS fits: NoMachineAvailable
+    # A MaasCluster whose identity Secret does not exist: not ready, IdentitySecretNotFound.
+    await h.cluster(
+        "c2", maascluster=demo.maascluster("c2", h.namespace, identity="missing"), provision=False
+    )
+
+    async def settled() -> bool:
+        ready = await h.field("maasmachines", "w0", "status", "ready")
+        huge = await h.condition("maasmachines", "huge", "Ready")
+        c2 = await h.condition("maasclusters", "c2", "Ready")
+        return bool(ready and huge and huge.get("reason") == "NoMachineAvailable" and c2)
+
+    await h.wait("w0 Ready, huge NoMachineAvailable, c2 not ready", settled)
+    port = h.operator.env["CAPMAAS_SERVER__METRICS_PORT"]
+    async with httpx.AsyncClient() as client:
+        text = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+    exported = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    missing = sorted(named_metrics() - exported)
+    assert not missing, f"named in deploy/monitoring but not exported: {missing}\n{text}"
+    assert 'capmaas_machines_not_ready{reason="NoMachineAvailable"} 1.0' in text
+    assert 'capmaas_clusters_not_ready{reason="IdentitySecretNotFound"} 1.0' in text
+    assert 'capmaas_invariant_violations{invariant="shared_system_id"} 0.0' in text
+    assert re.search(r'capmaas_machines_by_zone\{phase="Ready",zone="az\d"\} 1\.0', text), text

@@ -1,0 +1,262 @@
+"""Helpers of the hostile-tenant suite: tenant identities, the chart's admission policy and RBAC, and loopback
+servers that record what they receive or misbehave on purpose."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from capmaas.devcluster import find_binary
+
+CHART = Path(__file__).resolve().parents[2] / "deploy" / "charts" / "capmaas"
+
+
+@dataclass
+class Tenant:
+    """A namespaced user: ``kubectl --as=<user>`` with full rights on its namespace's CAPI/capmaas objects and
+    Secrets, and nothing anywhere else."""
+
+    user: str
+    namespace: str
+    kubectl: Any
+
+    def k(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.kubectl(f"--as={self.user}", "-n", self.namespace, *args, input=input, check=check)
+
+    async def ak(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return await asyncio.to_thread(self.k, *args, input=input, check=check)
+
+    async def apply(self, *objs: dict[str, Any], check: bool = True) -> subprocess.CompletedProcess[str]:
+        return await self.ak("apply", "-f", "-", input=yaml.safe_dump_all(list(objs)), check=check)
+
+
+def grant_tenant(kubectl: Any, user: str, namespace: str) -> Tenant:
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "tenant", "namespace": namespace},
+        "rules": [
+            {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": ["*"]},
+            {"apiGroups": ["cluster.x-k8s.io"], "resources": ["*"], "verbs": ["*"]},
+            {"apiGroups": ["infrastructure.cluster.x-k8s.io"], "resources": ["*"], "verbs": ["*"]},
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": f"tenant-{user}", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    kubectl("apply", "-f", "-", input=yaml.safe_dump_all([role, binding]))
+    return Tenant(user, namespace, kubectl)
+
+
+@pytest.fixture
+def tenant(kubectl: Any, namespace: str) -> Tenant:
+    """The attacker: user ``mallory``, tenant of the test's namespace (the operator's namespace)."""
+    return grant_tenant(kubectl, "mallory", namespace)
+
+
+def helm_template(*args: str, namespace: str, release: str = "sec") -> list[dict[str, Any]]:
+    """``helm template`` of the chart (the cached helm binary); the rendered objects."""
+    home = Path(os.environ.get("TMPDIR", "/tmp")) / "capmaas-security-helm"
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+    out = subprocess.run(
+        [str(find_binary("helm")), "template", release, str(CHART), "--namespace", namespace, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    )
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+RBAC_KINDS = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"}
+
+
+@dataclass
+class Installed:
+    """The chart's admission policy and RBAC, applied for one test (removed afterwards: they are
+    cluster-scoped and the apiserver is shared by the session)."""
+
+    objects: list[dict[str, Any]]
+    service_account: str
+
+
+def install_policy_and_rbac(kubectl: Any, namespace: str, *extra: str) -> Installed:
+    docs = [d for d in helm_template(*extra, namespace=namespace) if d["kind"] in POLICY_KINDS | RBAC_KINDS]
+    assert {d["kind"] for d in docs} >= POLICY_KINDS
+    kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    (sa,) = [d for d in docs if d["kind"] == "ServiceAccount"]
+    return Installed(docs, f"system:serviceaccount:{namespace}:{sa['metadata']['name']}")
+
+
+def uninstall(kubectl: Any, installed: Installed) -> None:
+    for doc in installed.objects:
+        meta = doc["metadata"]
+        args = ["delete", doc["kind"].lower(), meta["name"], "--ignore-not-found", "--wait=false"]
+        if meta.get("namespace"):
+            args += ["-n", meta["namespace"]]
+        kubectl(*args, check=False)
+
+
+def wait_policy_active(check: Callable[[], bool], within: float = 30.0) -> None:
+    """Admission policies take effect asynchronously (the apiserver compiles them from its watch cache)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.3)
+    raise AssertionError("the admission policy did not take effect")
+
+
+# --- loopback servers ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Recorder:
+    """A TCP listener on loopback that records every byte it receives and answers 503 (no valid HTTP
+    exchange needed: what matters is what was *sent* to it)."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    received: bytearray = field(default_factory=bytearray)
+    connections: int = 0
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            data = await asyncio.wait_for(reader.read(65536), 5)
+            self.received += data
+            writer.write(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            )
+            await writer.drain()
+        except (TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Recorder]:
+        server = await asyncio.start_server(self._handle, self.host, self.port)
+        self.port = server.sockets[0].getsockname()[1]
+        async with server:
+            yield self
+
+
+@dataclass
+class Hostile:
+    """A loopback HTTP server that answers every request with ``body_size`` bytes, either as fast as it can or
+    ``trickle`` seconds per byte; records per connection how many body bytes went out and how long it stayed
+    open (until the client hung up)."""
+
+    body_size: int
+    trickle: float = 0.0
+    host: str = "127.0.0.1"
+    port: int = 0
+    sent: list[int] = field(default_factory=list)
+    durations: list[float] = field(default_factory=list)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        started = time.monotonic()
+        sent = 0
+        hung_up: asyncio.Task[bytes] | None = None
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            hung_up = asyncio.create_task(reader.read())  # b"" (or an error) once the client hangs up
+            head = (
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {self.body_size}\r\n\r\n"
+            )
+            writer.write(head.encode())
+            chunk = b" " * (1 if self.trickle else 256 * 1024)
+            while sent < self.body_size and not hung_up.done():
+                piece = chunk[: self.body_size - sent]
+                writer.write(piece)
+                await writer.drain()
+                sent += len(piece)
+                if self.trickle:
+                    await asyncio.wait([hung_up], timeout=self.trickle)
+            if sent >= self.body_size:
+                await asyncio.wait([hung_up], timeout=5)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self.sent.append(sent)
+            self.durations.append(time.monotonic() - started)
+            if hung_up is not None:
+                hung_up.cancel()
+            writer.close()
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Hostile]:
+        server = await asyncio.start_server(self._handle, self.host, self.port)
+        self.port = server.sockets[0].getsockname()[1]
+        async with server:
+            yield self
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/MAAS"
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident set (``VmHWM``), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def kubeconfig_yaml(server: str, user: dict[str, Any]) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "w", "cluster": {"server": server}}],
+            "users": [{"name": "u", "user": user}],
+            "contexts": [{"name": "w", "context": {"cluster": "w", "user": "u"}}],
+            "current-context": "w",
+        }
+    )
+
+
+def capi_kubeconfig_secret(namespace: str, cluster: str, kubeconfig: str) -> dict[str, Any]:
+    """The ``<cluster>-kubeconfig`` Secret, CAPI-shaped (type and label), as a tenant can write it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "cluster.x-k8s.io/secret",
+        "metadata": {
+            "name": f"{cluster}-kubeconfig",
+            "namespace": namespace,
+            "labels": {"cluster.x-k8s.io/cluster-name": cluster},
+        },
+        "stringData": {"value": kubeconfig},
+    }
+
+
+def json_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    return dict(json.loads(proc.stdout))

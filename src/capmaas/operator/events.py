@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 #: The Event API's own limit is 1 KiB of message; longer ones are cut (the condition has the whole text).
 MAX_MESSAGE = 1000
+#: Posts in flight before more are dropped: a burst of a thousand machines queues about three Events each
+#: behind the writes (each ~1 KiB of memory while it waits); kopf's own queue had no bound at all.
+MAX_PENDING = 8192
 #: Write priority of Event posts in :class:`~capmaas.operator.kubehttp.PrioritySlots` (after every write).
 PRIORITY = 2
 
@@ -64,7 +67,7 @@ class EventRecorder:
     """Posts Events through ``http``; :meth:`post` returns at once."""
 
     def __init__(
-        self, http: KubeHttp, *, component: str = "capmaas", max_pending: int = 256, instance: str = ""
+        self, http: KubeHttp, *, component: str = "capmaas", max_pending: int = MAX_PENDING, instance: str = ""
     ) -> None:
         self._http = http
         self._component = component

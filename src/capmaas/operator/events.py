@@ -67,7 +67,12 @@ class EventRecorder:
     """Posts Events through ``http``; :meth:`post` returns at once."""
 
     def __init__(
-        self, http: KubeHttp, *, component: str = "capmaas", max_pending: int = MAX_PENDING, instance: str = ""
+        self,
+        http: KubeHttp,
+        *,
+        component: str = "capmaas",
+        max_pending: int = MAX_PENDING,
+        instance: str = "",
     ) -> None:
         self._http = http
         self._component = component

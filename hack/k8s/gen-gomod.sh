@@ -24,7 +24,7 @@ mapfile -t modules < <(sed -n 's#^[[:space:]]*\(k8s\.io/[^ ]*\) => \./staging/.*
 
 go_line=$(sed -n 's/^go \(.*\)$/\1/p' "$upstream")
 {
-  echo "// Wrapper module: builds kube-apiserver and kube-controller-manager from k8s.io/kubernetes."
+  echo "// Wrapper module: builds kube-apiserver, kube-controller-manager, kube-scheduler and kubelet from k8s.io/kubernetes."
   echo "// k8s.io/kubernetes pins its staging modules to v0.0.0 via local replaces; this maps them to the"
   echo "// published $staging releases. Regenerate with hack/k8s/gen-gomod.sh."
   echo "module capmaas.dev/hack/k8s"

@@ -16,7 +16,9 @@ import pytest
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
-TABLE_HEADER = re.compile(r"^NAME\s+ROLE\s+ZONE\s+SYSTEM ID\s+MAAS HOST\s+MAAS STATE\s+ADDRESS\s+READY$")
+TABLE_HEADER = re.compile(
+    r"^NAME\s+ROLE\s+ZONE\s+SYSTEM ID\s+MAAS HOST\s+MAAS STATE\s+ADDRESS\s+READY\s+MACHINE\s+NODE$"
+)
 WORKDIR = re.compile(r"working directory (/\S+) \(removed at exit\)")
 
 
@@ -54,27 +56,59 @@ def processes_mentioning(path: str) -> list[int]:
     return found
 
 
+def describe_block(out: str) -> str:
+    """What the demo printed of ``clusterctl describe cluster`` (from its command line to a blank line)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("$ clusterctl describe cluster demo"))
+    block = []
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            break
+        block.append(line)
+    return "\n".join(block)
+
+
 def test_demo_provisions_every_machine_and_releases_them() -> None:
     proc = run(
-        "-m", "capmaas", "demo", "--control-planes", "1", "--workers", "1", "--deploy-seconds", "1",
+        "-m", "capmaas", "demo", "--control-planes", "1", "--workers", "2", "--deploy-seconds", "1",
         timeout=400,
     )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     rows = final_table(proc.stdout)
-    assert {r[0] for r in rows} == {"cp-0", "worker-0"}, out
-    for name, role, zone, sid, host, state, address, ready in rows:
+    names = [r[0] for r in rows]
+    # cp-0 is a Machine the user wrote; the workers' names come from the MachineDeployment's MachineSet.
+    assert names[0] == "cp-0", out
+    workers = names[1:]
+    assert len(workers) == 2, out
+    assert all(re.fullmatch(r"demo-workers-[a-z0-9]+-[a-z0-9]+", n) for n in workers), out
+    for name, role, zone, sid, host, state, address, ready, machine, node in rows:
         assert ready == "yes", out
         assert state == "Deployed", out
-        assert role == ("control-plane" if name.startswith("cp-") else "worker")
+        assert role == ("control-plane" if name == "cp-0" else "worker")
         assert zone.startswith("az")
         assert sid != "-"
         assert host != "-"
         assert address.startswith("10.")
-    assert "2/2 machines Ready" in proc.stdout
+        # CAPI's Machine is Running, with a nodeRef to the Node the stand-in's kubelet registered (its name is
+        # the MAAS hostname).
+        assert machine == "Running", out
+        assert node == host, out
+    assert "3/3 machines Ready (MaasMachines), 3/3 Machines Running with a nodeRef" in proc.stdout
+    assert "MachineDeployment demo-workers: 2/2 available" in proc.stdout
     assert re.search(r"MaasCluster demo ready: endpoint [a-z0-9.-]+:6443,", proc.stdout), out
-    assert "released 2/2 MAAS machines" in proc.stdout
+    # The Cluster API core manager ran the Machines: clusterctl sees the cluster, its MachineDeployment and
+    # every Machine.
+    tree = describe_block(proc.stdout)
+    assert "Cluster/demo" in tree, out
+    assert "MachineDeployment/demo-workers" in tree, out
+    for name in names:
+        assert f"Machine/{name}" in tree, out
+    assert re.search(
+        r"Cluster deleted in [0-9.]+s: Machines left: 0; released 3/3 MAAS machines; ", proc.stdout
+    )
     assert "machines still allocated: 0; DNS records left: 0; simulator invariants: ok" in proc.stdout
+    assert re.search(r"^OK: total [0-9.]+s \(everything up [0-9.]+s, ", proc.stdout, re.M), out
     workdir = WORKDIR.search(proc.stdout)
     assert workdir is not None, out
     assert not Path(workdir.group(1)).exists()
@@ -89,14 +123,61 @@ def test_demo_lxd_vms_show_their_address_and_are_decomposed() -> None:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     rows = final_table(proc.stdout)
-    assert {r[0] for r in rows} == {"cp-0", "worker-0"}, out
+    assert rows[0][0] == "cp-0", out
+    assert len(rows) == 2, out
     addresses = [r[6] for r in rows]
     # The VMs sit on their hosts' network (inventory-lxd.yaml: 10.20.0.0/24) and get one address each.
     assert all(a.startswith("10.20.0.") for a in addresses), out
     assert len(set(addresses)) == 2, out
-    assert all(r[7] == "yes" for r in rows), out
+    assert all(r[7] == "yes" and r[8] == "Running" for r in rows), out
     assert "decomposed 2/2 MAAS machines" in proc.stdout
     assert "machines still allocated: 0; DNS records left: 0; simulator invariants: ok" in proc.stdout
+
+
+def test_demo_keep_prints_commands_that_work() -> None:
+    """``--keep``: the printed ``export KUBECONFIG=...``, kubectl and clusterctl lines run as printed, against
+    the cluster the demo left up; Ctrl-C then stops everything."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "capmaas", "demo", "--keep", "--control-planes", "1", "--workers", "1",
+         "--deploy-seconds", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    seen: list[str] = []
+    keep: list[str] = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if keep or line.startswith("--keep:"):
+                keep.append(line.rstrip("\n"))
+            if line.startswith("  logs:"):
+                break
+        out = "".join(seen)
+        assert keep, out
+        commands = [k.strip() for k in keep[1:]]
+        export = next(c for c in commands if c.startswith("export KUBECONFIG="))
+        path = next(c for c in commands if c.startswith("export PATH="))
+        kubectl = next(c for c in commands if c.startswith("kubectl get cluster,"))
+        clusterctl = next(c for c in commands if " describe cluster demo " in c)
+        script = f"set -e; {export}; {path}; {kubectl} -o name; {clusterctl}"
+        shell = subprocess.run(
+            ["bash", "-c", script], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert shell.returncode == 0, f"{script}\n{shell.stdout}{shell.stderr}\n{out}"
+        assert "cluster.cluster.x-k8s.io/demo" in shell.stdout
+        assert "machinedeployment.cluster.x-k8s.io/demo-workers" in shell.stdout
+        assert "maasmachine.infrastructure.cluster.x-k8s.io/cp-0" in shell.stdout
+        assert "Cluster/demo" in shell.stdout
+        workdir = WORKDIR.search(out)
+        assert workdir is not None, out
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out + rest
+    assert not Path(workdir.group(1)).exists()
 
 
 def test_demo_cleans_up_on_ctrl_c() -> None:

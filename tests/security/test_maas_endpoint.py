@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 from typing import Any
 
 import httpx
@@ -60,7 +59,7 @@ async def test_an_endless_answer_is_cut_at_the_cap_not_read_into_memory(
     async with Hostile(body_size=256 * MIB).running() as server:
         h.operator.start()
         await attack_cluster(h, tenant, server.url)
-        cond = await condition_of(h, within=60)
+        cond = await condition_of(h, within=90)
         assert "larger than" in cond["message"], cond
         assert h.operator.proc is not None
         peak = peak_rss_mib(h.operator.proc.pid)
@@ -74,17 +73,15 @@ async def test_a_trickled_answer_ends_at_the_request_deadline(harness: Harness, 
     h = harness
     async with Hostile(body_size=10_000, trickle=1.0).running() as server:
         h.operator.start()
-        started = time.monotonic()
         await attack_cluster(h, tenant, server.url)
-        cond = await condition_of(h, within=40)
-        elapsed = time.monotonic() - started
+        cond = await condition_of(h, within=90)
         assert "no complete answer within 2s" in cond["message"], cond
         assert cond["reason"] == C.MAAS_UNREACHABLE_REASON
         await asyncio.sleep(0.5)
     assert server.durations, "the operator never connected"
-    # Every connection was given up at the 2 s deadline (plus scheduling slack), none lasted for the body.
-    assert max(server.durations) < 5, server.durations
-    assert elapsed < 40
+    # Every connection was given up at the 2 s deadline (plus slack for a loaded machine), none lasted for the
+    # body (10,000 s at this rate; before the fix the connection stayed open until the test ended).
+    assert max(server.durations) < 8, server.durations
 
 
 @pytest.fixture
@@ -102,7 +99,7 @@ async def test_an_endpoint_outside_the_allow_list_is_never_contacted(
     async with Recorder(host="127.0.0.2").running() as internal:
         h.operator.start()
         await attack_cluster(h, tenant, f"http://127.0.0.2:{internal.port}/MAAS")
-        cond = await condition_of(h, within=60)
+        cond = await condition_of(h, within=90)
         assert cond["reason"] == C.INVALID_CREDENTIALS_REASON
         assert "host '127.0.0.2' is not in the operator's allow-list" in cond["message"]
         await h.cluster("ok")  # a MaasCluster on the allowed simulator still goes Ready

@@ -19,16 +19,18 @@ import json
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from capmaas.bench.metrics import ProcStats, WriteKey, apiserver_writes, percentile, proc_stats
+from capmaas.bench.shards import WATCH_FILTER_LABEL, ShardCapi, ShardOperator, shard_settings, shard_value
 from capmaas.demo.capi import Capi, CapiError, MachineSpec, parallel
 from capmaas.demo.kube import MAASMACHINES
 from capmaas.demo.manifests import CLUSTER_NAME_LABEL
 from capmaas.demo.progress import Tracker, table
-from capmaas.demo.stack import Stack, StackError, StackOptions, sigterm_as_interrupt
+from capmaas.demo.stack import OperatorProcess, Stack, StackError, StackOptions, sigterm_as_interrupt
 from capmaas.devcluster import MissingToolError, StartError
 from capmaas.simulator import Inventory, Timings
 
@@ -42,10 +44,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=8, help="parallel create requests (8)")
     p.add_argument("--timeout", type=float, default=0.0, help="seconds to wait for Ready (default: scaled)")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    p.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        help="operator processes, each with its own watch-filter label, Lease and Cluster (1)",
+    )
     args = p.parse_args(argv)
     if args.machines < 1:
         p.error("--machines must be at least 1")
+    if not 1 <= args.shards <= args.machines:
+        p.error("--shards must be between 1 and --machines")
     return args
+
+
+@dataclass
+class Shard:
+    """One operator process and the Cluster it serves (the whole run when there is one shard)."""
+
+    index: int
+    capi: Capi
+    proc: OperatorProcess
+    labels: dict[str, str]
+    names: list[str] = field(default_factory=list)
+    cpu0: float = 0.0
 
 
 class Bench:
@@ -61,7 +83,8 @@ class Bench:
         n = self.n
         inventory = Inventory.generate(machines=n + n // 20 + 3, zones=3, seed=1)
         timings = Timings(commission=0.0, deploy=self.args.deploy_seconds, release=0.0, erase=0.0)
-        self.say(f"capmaas bench: {n} MaasMachines, MAAS deploy {self.args.deploy_seconds:g}s")
+        shards = f", {self.args.shards} shards" if self.args.shards > 1 else ""
+        self.say(f"capmaas bench: {n} MaasMachines, MAAS deploy {self.args.deploy_seconds:g}s{shards}")
         stack = Stack(StackOptions(inventory, timings, namespace="capmaas-bench", say=self.say))
         try:
             return self._run(stack)
@@ -74,22 +97,68 @@ class Bench:
         finally:
             stack.close()
 
+    def _shards(self, stack: Stack) -> list[Shard]:
+        """One shard: the stack's operator and one Cluster. Several: the stack's operator is replaced by one
+        process per shard (:mod:`capmaas.bench.shards`)."""
+        kube, op = stack.kube, stack.operator
+        assert kube is not None
+        assert op is not None
+        ns = stack.namespace
+        if self.args.shards == 1:
+            return [Shard(0, Capi(kube, ns, CLUSTER), op, {})]
+        op.stop()
+        out = []
+        for s in shard_settings(self.args.shards):
+            proc = ShardOperator(
+                op.env, ns, stack.workdir / f"operator-{shard_value(s.index)}.log", s
+            ).start()
+            labels = {WATCH_FILTER_LABEL: shard_value(s.index)}
+            capi = ShardCapi(kube, ns, f"{CLUSTER}-{s.index}", labels=labels)
+            out.append(Shard(s.index, capi, proc, labels))
+        stack.operator = out[0].proc  # stopped by stack.close(); the others by _run
+        return out
+
     def _run(self, stack: Stack) -> int:
         stack.start()
-        kube, sim, op = stack.kube, stack.sim, stack.operator
+        kube, sim = stack.kube, stack.sim
         assert kube is not None
         assert sim is not None
-        assert op is not None
+        shards = self._shards(stack)
+        try:
+            return self._measure(stack, shards)
+        finally:
+            for shard in shards[1:]:
+                shard.proc.stop()
+
+    def _measure(self, stack: Stack, shards: list[Shard]) -> int:
+        kube, sim = stack.kube, stack.sim
+        assert kube is not None
+        assert sim is not None
         n, ns = self.n, stack.namespace
-        capi = Capi(kube, ns, CLUSTER)
-        capi.create_cluster(sim.url, sim.api_key)
-        capi.wait_infrastructure(60, check=stack.check_operator)
-        specs = [MachineSpec(f"m{i:05d}", False) for i in range(n)]
+
+        def check_operators() -> None:
+            for shard in shards:
+                if (code := shard.proc.exited()) is not None:
+                    raise StackError(
+                        f"operator {shard.index} exited with code {code}; last lines of its log:\n"
+                        f"{shard.proc.tail()}"
+                    )
+
+        for shard in shards:
+            shard.capi.create_cluster(sim.url, sim.api_key)
+        for shard in shards:
+            shard.capi.wait_infrastructure(60 * len(shards), check=check_operators)
+        specs = []
+        for i in range(n):
+            shard = shards[i % len(shards)]
+            specs.append(MachineSpec(f"m{i:05d}", False, extra_labels=dict(shard.labels)))
+            shard.names.append(specs[-1].name)
+        shard_of = {name: shard for shard in shards for name in shard.names}
         t = time.monotonic()
         uids: dict[str, str] = {}
 
         def owner(spec: MachineSpec) -> None:
-            uids[spec.name] = capi.create_owner(spec)
+            uids[spec.name] = shard_of[spec.name].capi.create_owner(spec)
 
         parallel(owner, specs, self.args.threads)
         self.say(f"  setup: {n} Machines + bootstrap Secrets ({time.monotonic() - t:.1f}s)")
@@ -100,16 +169,19 @@ class Bench:
             time.sleep(1.0)  # let the operator's caches settle; the window starts quiet
             sim.reset_counters()
             writes0 = apiserver_writes(kube.raw_get("/metrics"))
-            cpu0 = proc_stats(op.pid).cpu_seconds
+            for shard in shards:
+                shard.cpu0 = proc_stats(shard.proc.pid).cpu_seconds
             t0 = time.time()
-            parallel(lambda s: capi.create_maasmachine(s, uids[s.name]), specs, self.args.threads)
+            parallel(
+                lambda s: shard_of[s.name].capi.create_maasmachine(s, uids[s.name]), specs, self.args.threads
+            )
             created = time.time() - t0
             self.say(f"  created {n} MaasMachines in {created:.1f}s; waiting for Ready")
             timeout = self.args.timeout or max(120.0, n * 0.5 + self.args.deploy_seconds * 3)
             progress = _Progress(self.say, tracker, names)
 
             def check() -> None:
-                stack.check_operator()
+                check_operators()
                 progress.tick()
 
             tracker.follow(
@@ -119,17 +191,10 @@ class Bench:
                 check=check,
             )
             ready = tracker.count(names, ready=True)
-            ready_times = [
-                r.ready_at for nm in names if (r := tracker.rows.get(nm)) and r.ready_at is not None
-            ]
-            t_ready = max(ready_times) - t0 if ready_times else float("nan")
+            t_ready = _ready_after(tracker, names, t0)
             self.say(f"  {ready}/{n} Ready after {t_ready:.1f}s; deleting all")
             deployed = sim.call(lambda s: dict(sim.deployed_at))
-            lags = [
-                r.ready_at - deployed[r.system_id]
-                for nm in names
-                if (r := tracker.rows.get(nm)) and r.ready_at is not None and r.system_id in deployed
-            ]
+            lags = _lags(tracker, names, deployed)
             lags_condition = [
                 r.ready_condition_at - deployed[r.system_id]
                 for nm in names
@@ -137,9 +202,9 @@ class Bench:
                 and r.ready_condition_at is not None
                 and r.system_id in deployed
             ]
-            stats_ready = proc_stats(op.pid)
+            at_ready = {shard.index: proc_stats(shard.proc.pid) for shard in shards}
             t1 = time.time()
-            deletes = _delete_all(kube, ns)
+            deletes = sum(_delete_all(kube, ns, shard.capi.cluster) for shard in shards)
             tracker.follow(
                 watcher,
                 lambda: tracker.count(names, deleted=True) == n,
@@ -153,9 +218,11 @@ class Bench:
             counters = sim.counters()
             writes = apiserver_writes(kube.raw_get("/metrics"))
             writes.subtract(writes0)
-            stats_end = proc_stats(op.pid)
+            at_end = {shard.index: proc_stats(shard.proc.pid) for shard in shards}
         finally:
             watcher.stop()
+        first = shards[0]
+        cpu_window = sum(at_end[s.index].cpu_seconds - s.cpu0 for s in shards)
         self._figures(
             created=created,
             t_ready=t_ready,
@@ -167,10 +234,30 @@ class Bench:
             held=held,
             counters=counters,
             writes=writes,
-            stats=(stats_ready, stats_end, cpu0),
+            stats=(at_ready[first.index], at_end[first.index], first.cpu0),
             invariants=sim.invariants(),
             deletes=deletes,
         )
+        if len(shards) > 1:  # the operator figures are over every shard: CPU summed, memory the largest
+            self.figures["operator_cpu_seconds_window"] = round(cpu_window, 2)
+            self.figures["operator_cpu_seconds_total"] = round(sum(x.cpu_seconds for x in at_end.values()), 2)
+            self.figures["operator_peak_rss_mb"] = round(max(x.peak_rss_mb for x in at_end.values()), 1)
+            self.figures["operator_rss_at_ready_mb"] = round(max(x.rss_mb for x in at_ready.values()), 1)
+            self.figures["shards"] = [
+                {
+                    "shard": shard_value(s.index),
+                    "machines": len(s.names),
+                    "ready": tracker.count(s.names, ready=True),
+                    "time_to_all_ready_seconds": round(_ready_after(tracker, s.names, t0), 2),
+                    "readiness_lag_p50_seconds": round(percentile(_lags(tracker, s.names, deployed), 50), 3),
+                    "readiness_lag_p99_seconds": round(percentile(_lags(tracker, s.names, deployed), 99), 3),
+                    "cpu_seconds_window": round(at_end[s.index].cpu_seconds - s.cpu0, 2),
+                    "cpu_seconds_total": round(at_end[s.index].cpu_seconds, 2),
+                    "peak_rss_mb": round(at_end[s.index].peak_rss_mb, 1),
+                    "rss_at_ready_mb": round(at_ready[s.index].rss_mb, 1),
+                }
+                for s in shards
+            ]
         self._print(counters, writes)
         if self.args.json:
             with open(self.args.json, "w", encoding="utf-8") as f:
@@ -293,6 +380,42 @@ class Bench:
         self.say("")
         self.say(f"figures ({n} machines, MAAS deploy {self.args.deploy_seconds:g} s)")
         self.say(table(["FIGURE", "VALUE", "TARGET", ""], rows))
+        if "shards" in f:
+            self.say("")
+            self.say(
+                "per shard (one operator process each; issue 11 target, 4,000 machines on 4 shards: all"
+                f" Ready, MAAS requests / lifecycle <= 3.2 (total: {f['maas_requests_per_machine']:.2f}),"
+                " readiness lag p99 <= 5 s)"
+            )
+            shard_rows = [
+                [
+                    x["shard"],
+                    f"{x['ready']}/{x['machines']}",
+                    f"{x['time_to_all_ready_seconds']:.1f} s",
+                    f"{x['readiness_lag_p50_seconds']:.2f} s",
+                    f"{x['readiness_lag_p99_seconds']:.2f} s",
+                    f"{x['cpu_seconds_window']:.1f} s",
+                    f"{x['peak_rss_mb']:.0f} MB",
+                ]
+                for x in f["shards"]
+            ]
+            shard_rows.append(
+                [
+                    "total",
+                    f"{f['ready']}/{n}",
+                    f"{f['time_to_all_ready_seconds']:.1f} s",
+                    f"{f['readiness_lag_p50_seconds']:.2f} s",
+                    f"{f['readiness_lag_p99_seconds']:.2f} s",
+                    f"{f['operator_cpu_seconds_window']:.1f} s",
+                    f"max {f['operator_peak_rss_mb']:.0f} MB",
+                ]
+            )
+            self.say(
+                table(
+                    ["SHARD", "READY", "ALL READY AFTER", "LAG P50", "LAG P99", "CPU (WINDOW)", "PEAK RSS"],
+                    shard_rows,
+                )
+            )
         self.say("")
         self.say("MAAS requests by endpoint")
         maas_rows = [
@@ -310,13 +433,27 @@ class Bench:
         self.say(table(["VERB", "RESOURCE", "REQUESTS", "PER MACHINE"], kube_rows))
 
 
-def _delete_all(kube: Any, namespace: str, attempts: int = 5) -> int:
+def _ready_after(tracker: Tracker, names: list[str], t0: float) -> float:
+    times = [r.ready_at for nm in names if (r := tracker.rows.get(nm)) and r.ready_at is not None]
+    return max(times) - t0 if times else float("nan")
+
+
+def _lags(tracker: Tracker, names: list[str], deployed: dict[str, float]) -> list[float]:
+    """Readiness lag per machine: MAAS reported it Deployed → the watch showed its MaasMachine ready."""
+    return [
+        r.ready_at - deployed[r.system_id]
+        for nm in names
+        if (r := tracker.rows.get(nm)) and r.ready_at is not None and r.system_id in deployed
+    ]
+
+
+def _delete_all(kube: Any, namespace: str, cluster: str, attempts: int = 5) -> int:
     """DELETECOLLECTION of the benchmark's MaasMachines; returns the calls made. A loaded apiserver may answer
     504 after its request timeout while it is still marking a thousand objects deleted: that is retried (the
     next call marks what is left), not an end of the run."""
     for attempt in range(1, attempts + 1):
         try:
-            kube.delete_all(MAASMACHINES, namespace, label_selector=f"{CLUSTER_NAME_LABEL}={CLUSTER}")
+            kube.delete_all(MAASMACHINES, namespace, label_selector=f"{CLUSTER_NAME_LABEL}={cluster}")
             return attempt
         except ApiException as exc:
             if exc.status != 504 or attempt == attempts:

@@ -1,6 +1,7 @@
 """Playing Cluster API core's part: the objects CAPI's controllers would create, in the order they would.
 
-Until the e2e work runs the real CAPI controllers, :class:`Capi` does their share for one cluster:
+``make demo`` and the e2e tests run the real CAPI core manager; the benchmark (whose thousand Machines would
+measure CAPI rather than capmaas) has :class:`Capi` do its share for one cluster:
 - the Cluster (``cluster.x-k8s.io/v1beta2``) whose ``infrastructureRef`` names the MaasCluster, the
   MaasCluster owned by it, and the identity Secret it references (``MAAS_ENDPOINT``, ``MAAS_API_KEY``);
 - once the MaasCluster reports ready, the Cluster's ``status.initialization.infrastructureProvisioned``

@@ -40,6 +40,8 @@ MAASCLUSTERS = Plural("infrastructure.cluster.x-k8s.io", "v1beta1", "maascluster
 MAASMACHINES = Plural("infrastructure.cluster.x-k8s.io", "v1beta1", "maasmachines")
 CLUSTERS = Plural("cluster.x-k8s.io", "v1beta2", "clusters")
 MACHINES = Plural("cluster.x-k8s.io", "v1beta2", "machines")
+MACHINEDEPLOYMENTS = Plural("cluster.x-k8s.io", "v1beta2", "machinedeployments")
+MAASMACHINETEMPLATES = Plural("infrastructure.cluster.x-k8s.io", "v1beta1", "maasmachinetemplates")
 
 
 @dataclass(frozen=True)

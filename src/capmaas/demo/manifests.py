@@ -1,9 +1,10 @@
-"""The objects the demo and the benchmark create while playing Cluster API core's part.
+"""The objects the demo, the benchmark and the tests create.
 
-Until the e2e work brings the real CAPI controllers, something has to create what CAPI core would: a
-``Cluster`` whose ``infrastructureRef`` names the MaasCluster, ``Machine``s whose ``infrastructureRef`` names
-the MaasMachines, bootstrap-data Secrets, the owner references CAPI sets, and (see :mod:`capmaas.demo.capi`)
-the Cluster's ``status.initialization.infrastructureProvisioned`` once the MaasCluster is ready.
+``make demo`` writes what a Cluster API user writes (a Cluster, its MaasCluster, control-plane Machines with
+MaasMachines, a MaasMachineTemplate and a MachineDeployment, bootstrap-data Secrets) and the real CAPI core
+manager does the rest. The benchmark and the operator tests play CAPI core's part instead (see
+:mod:`capmaas.demo.capi`): ``Machine``s whose ``infrastructureRef`` names the MaasMachines, the owner
+references CAPI sets, and the Cluster's ``status.initialization.infrastructureProvisioned``.
 
 The builders keep the signatures of the former ``capmaas/demo.py`` (the operator tests and the reconciler
 unit tests call them as ``demo.cluster(...)``, ``demo.machine(...)``), so this package can replace it.
@@ -38,6 +39,10 @@ def owner(
         "controller": controller,
         "blockOwnerDeletion": True,
     }
+
+
+MACHINE_DEPLOYMENT_LABEL = "cluster.x-k8s.io/deployment-name"
+KUBERNETES_VERSION = "v1.33.0"
 
 
 def cluster(name: str, namespace: str, *, paused: bool = False) -> dict[str, Any]:
@@ -84,9 +89,11 @@ def machine(
     control_plane: bool,
     bootstrap: str | None,
     cluster_uid: str | None = None,
+    version: str | None = None,
 ) -> dict[str, Any]:
     """A CAPI Machine. ``bootstrap`` None leaves only a ``configRef`` (bootstrap data not ready yet);
-    ``cluster_uid`` adds the Cluster as (non-controller) owner so deleting the Cluster cascades to it."""
+    ``cluster_uid`` adds the Cluster as (non-controller) owner so deleting the Cluster cascades to it;
+    ``version`` is the Kubernetes version (what a control-plane provider would write)."""
     labels = {CLUSTER_NAME_LABEL: cluster_name}
     if control_plane:
         labels[CONTROL_PLANE_LABEL] = ""
@@ -99,16 +106,14 @@ def machine(
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
     if cluster_uid:
         meta["ownerReferences"] = [owner("Cluster", cluster_name, cluster_uid, controller=False)]
-    return {
-        "apiVersion": CAPI_API,
-        "kind": "Machine",
-        "metadata": meta,
-        "spec": {
-            "clusterName": cluster_name,
-            "bootstrap": boot,
-            "infrastructureRef": {"apiGroup": INFRA_GROUP, "kind": "MaasMachine", "name": name},
-        },
+    spec: dict[str, Any] = {
+        "clusterName": cluster_name,
+        "bootstrap": boot,
+        "infrastructureRef": {"apiGroup": INFRA_GROUP, "kind": "MaasMachine", "name": name},
     }
+    if version:
+        spec["version"] = version
+    return {"apiVersion": CAPI_API, "kind": "Machine", "metadata": meta, "spec": spec}
 
 
 def maasmachine(
@@ -145,6 +150,76 @@ def maasmachine(
         spec["provisioningMode"] = "lxd"
         spec["lxdConfig"] = lxd_config
     return {"apiVersion": INFRA_API, "kind": "MaasMachine", "metadata": meta, "spec": spec}
+
+
+def maasmachine_spec(
+    *,
+    min_cpu: int = 2,
+    min_memory: int = 4096,
+    tags: list[str] | None = None,
+    image: str = "ubuntu/jammy",
+    resource_pool: str | None = None,
+    lxd_config: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A MaasMachine ``spec`` (for a MaasMachineTemplate's ``template.spec``)."""
+    spec: dict[str, Any] = maasmachine(
+        "x",
+        "x",
+        "x",
+        control_plane=False,
+        min_cpu=min_cpu,
+        min_memory=min_memory,
+        tags=tags,
+        image=image,
+        resource_pool=resource_pool,
+        lxd_config=lxd_config,
+    )["spec"]
+    return spec
+
+
+def maasmachinetemplate(name: str, namespace: str, cluster_name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": INFRA_API,
+        "kind": "MaasMachineTemplate",
+        "metadata": {"name": name, "namespace": namespace, "labels": {CLUSTER_NAME_LABEL: cluster_name}},
+        "spec": {"template": {"spec": spec}},
+    }
+
+
+def machinedeployment(
+    name: str,
+    namespace: str,
+    cluster_name: str,
+    *,
+    template: str,
+    replicas: int,
+    bootstrap: str,
+    version: str = KUBERNETES_VERSION,
+) -> dict[str, Any]:
+    """A MachineDeployment whose Machines take their bootstrap data from the Secret ``bootstrap`` (as when a
+    bootstrap provider has written it) and their MaasMachines from the MaasMachineTemplate ``template``."""
+    return {
+        "apiVersion": CAPI_API,
+        "kind": "MachineDeployment",
+        "metadata": {"name": name, "namespace": namespace, "labels": {CLUSTER_NAME_LABEL: cluster_name}},
+        "spec": {
+            "clusterName": cluster_name,
+            "replicas": replicas,
+            "selector": {"matchLabels": {}},
+            "template": {
+                "spec": {
+                    "clusterName": cluster_name,
+                    "version": version,
+                    "bootstrap": {"dataSecretName": bootstrap},
+                    "infrastructureRef": {
+                        "apiGroup": INFRA_GROUP,
+                        "kind": "MaasMachineTemplate",
+                        "name": template,
+                    },
+                }
+            },
+        },
+    }
 
 
 def bootstrap_secret(

@@ -2,7 +2,12 @@
 
 :class:`Stack` owns: a temporary directory, a local control plane (``capmaas.devcluster``) with our CRDs and
 the Cluster API core CRDs, the MAAS simulator (in a thread, :mod:`capmaas.demo.simthread`) and the operator
-(``capmaas run`` as a child process with ``KUBECONFIG`` set, logging to a file). :meth:`Stack.close` is
+(``capmaas run`` as a child process with ``KUBECONFIG`` set, logging to a file). With ``capi_core`` (the
+demo) it also runs the real Cluster API core manager (:class:`capmaas.devcluster.capi.CapiManager`, which
+installs the CAPI CRDs with their webhooks) and a second control plane standing in for the workload cluster
+(:mod:`capmaas.devcluster.workload`): when the simulator reports a machine Deployed, a Ready Node named after
+its hostname is registered there, as the deployed OS's kubelet would, so CAPI's Machines reach Running with
+a nodeRef. :meth:`Stack.close` is
 idempotent and runs from ``with`` exits, so Ctrl-C, SIGTERM and failures all leave no process or directory
 behind; every child also gets PDEATHSIG, so even a SIGKILL of
 this process takes them down.
@@ -20,14 +25,18 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import Any
 
 from capmaas.demo.kube import Kube
 from capmaas.demo.simthread import SimulatorThread
 from capmaas.devcluster import ControlPlane, apply_capi_crds
 from capmaas.devcluster import process as devprocess
+from capmaas.devcluster.capi import CapiManager
+from capmaas.devcluster.workload import WorkloadCluster
 from capmaas.simulator import Faults, Inventory, Timings
 
 _PR_SET_PDEATHSIG = 1
@@ -46,6 +55,7 @@ class StackOptions:
     faults: Faults | None = None
     operator_env: dict[str, str] = field(default_factory=dict)  # extra CAPMAAS_* settings for the operator
     say: Callable[[str], None] = print
+    capi_core: bool = False  # run the Cluster API core manager and a workload-cluster stand-in
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
@@ -106,6 +116,10 @@ class Stack:
         self.kube: Kube | None = None
         self.sim: SimulatorThread | None = None
         self.operator: OperatorProcess | None = None
+        self.capi: CapiManager | None = None
+        self.workload_cp: ControlPlane | None = None
+        self.workload: WorkloadCluster | None = None
+        self.timings: dict[str, float] = {}  # stage -> seconds, in start order
         self._closed = False
 
     @property
@@ -123,23 +137,49 @@ class Stack:
         def timed() -> Iterator[None]:
             t0 = time.monotonic()
             yield
-            self.opts.say(f"  {what} ({time.monotonic() - t0:.1f}s)")
+            self.timings[what] = took = time.monotonic() - t0
+            self.opts.say(f"  {what} ({took:.1f}s)")
 
         return timed()
 
     def start(self) -> Stack:
         self.opts.say(f"  working directory {self.workdir} (removed at exit)")
-        with self._step("control plane: etcd, kube-apiserver, kube-controller-manager"):
-            self.cp = ControlPlane.start(self.workdir / "controlplane")
-        with self._step("CRDs: capmaas (crds/) and Cluster API core"):
-            self._apply_crds()
-            apply_capi_crds(self.cp.kubeconfig)
+        if self.opts.capi_core:
+            with self._step("control planes: management (etcd, kube-apiserver, kube-controller-manager) "
+                            "and workload stand-in (etcd, kube-apiserver)"):  # fmt: skip
+                with ThreadPoolExecutor(1, thread_name_prefix="workload-cp") as pool:
+                    workload = pool.submit(
+                        ControlPlane.start, self.workdir / "workload", controller_manager=False
+                    )
+                    try:
+                        self.cp = ControlPlane.start(self.workdir / "controlplane")
+                    finally:
+                        self.workload_cp = workload.result()
+                self.workload = WorkloadCluster(self.workload_cp.kubeconfig)
+            # The CAPI manager (its CRDs, webhooks, readiness) starts while our CRDs are applied.
+            step = self._step("CRDs: capmaas (crds/) and Cluster API core; CAPI core manager ready")
+            with step, ThreadPoolExecutor(1, thread_name_prefix="capi") as pool:
+                capi = pool.submit(
+                    CapiManager.start, self.cp.kubeconfig, workdir=self.workdir / "cluster-api"
+                )
+                try:
+                    self._apply_crds()
+                finally:
+                    self.capi = capi.result()
+        else:
+            with self._step("control plane: etcd, kube-apiserver, kube-controller-manager"):
+                self.cp = ControlPlane.start(self.workdir / "controlplane")
+            with self._step("CRDs: capmaas (crds/) and Cluster API core"):
+                self._apply_crds()
+                apply_capi_crds(self.cp.kubeconfig)
         self.kube = Kube(self.cp.kubeconfig)
         self.kube.create_namespace(self.namespace)
         with self._step("MAAS simulator"):
             self.sim = SimulatorThread(
                 self.opts.inventory, self.opts.timings, faults=self.opts.faults
             ).start()
+            if self.workload is not None:
+                self._register_nodes(self.sim, self.workload)
         with self._step("operator: capmaas run"):
             self.operator = OperatorProcess(
                 self._operator_env(), self.namespace, self.workdir / "operator.log"
@@ -148,6 +188,20 @@ class Stack:
             time.sleep(0.3)
             self.check_operator()
         return self
+
+    @staticmethod
+    def _register_nodes(sim: SimulatorThread, workload: WorkloadCluster) -> None:
+        """The kubelet's part: a deployed MAAS machine registers its Node in the workload stand-in (after the
+        simulator thread's own bookkeeping of the deploy time)."""
+        register = workload.deploy_hook()
+        record = sim.sim.on_deployed
+
+        def on_deployed(machine: dict[str, Any]) -> object:
+            if record is not None:
+                record(machine)
+            return register(machine)
+
+        sim.sim.on_deployed = on_deployed
 
     def _apply_crds(self) -> None:
         assert self.cp is not None
@@ -201,12 +255,16 @@ class Stack:
         try:
             if self.operator is not None:
                 self.operator.stop()
+            if self.capi is not None:
+                self.capi.stop(uninstall=False)  # the control plane goes next, with everything in it
             if self.kube is not None:
                 self.kube.close()
             if self.sim is not None:
                 self.sim.stop()
             if self.cp is not None:
                 self.cp.stop()
+            if self.workload_cp is not None:
+                self.workload_cp.stop()
             shutil.rmtree(self.workdir, ignore_errors=True)
         finally:
             with contextlib.suppress(ValueError):

@@ -364,9 +364,10 @@ class CapiManager:
         return _tail(self.log, lines)
 
     # -- stopping ------------------------------------------------------------------------------------------
-    def stop(self, *, keep_workdir: bool = False) -> None:
+    def stop(self, *, keep_workdir: bool = False, uninstall: bool = True) -> None:
         """Stop the manager, delete our webhook configurations and turn the CRDs' conversion webhook off
-        again (best effort: the apiserver may already be gone at interpreter exit). Idempotent."""
+        again (best effort: the apiserver may already be gone at interpreter exit). Idempotent.
+        ``uninstall=False`` skips the clean-up of the apiserver (for a control plane about to be deleted)."""
         if self._stopped:
             return
         self._stopped = True
@@ -374,7 +375,8 @@ class CapiManager:
         if self.popen is not None:
             process.stop_group(self.popen.pid, popen=self.popen)
         with contextlib.suppress(Exception):  # teardown must not mask the test's own failure
-            self._uninstall()
+            if uninstall:
+                self._uninstall()
         if self.owns_workdir and not keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

@@ -1,0 +1,97 @@
+"""``--shards N``: N operator processes on one apiserver and one MAAS, each serving the objects of its label.
+
+Each shard is what a sharded installation runs (the chart's ``shards``): ``capmaas run --watch-filter
+cluster.x-k8s.io/watch-filter=shard-<i>`` with leader election on a Lease of its own, serving one CAPI
+Cluster whose MaasCluster and MaasMachines carry that label. The processes are started here (not by the demo
+stack, whose single operator runs without leader election and without a filter).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from capmaas.demo import manifests as M
+from capmaas.demo.capi import Capi
+from capmaas.demo.kube import CLUSTERS, MAASCLUSTERS
+from capmaas.demo.stack import OperatorProcess, _die_with_parent
+from capmaas.devcluster import process as devprocess
+
+#: CAPI's label convention for ``--watch-filter`` (the value names the shard).
+WATCH_FILTER_LABEL = "cluster.x-k8s.io/watch-filter"
+
+
+def shard_value(i: int) -> str:
+    return f"shard-{i}"
+
+
+class ShardCapi(Capi):
+    """CAPI core for one cluster whose MaasCluster carries the shard's watch-filter label (the Cluster and the
+    Machines carry it too, as a sharded installation would label a cluster's objects)."""
+
+    def __init__(self, *args: object, labels: dict[str, str]) -> None:
+        super().__init__(*args)  # type: ignore[arg-type]
+        self.labels = labels
+
+    def create_cluster(self, maas_endpoint: str, maas_api_key: str) -> None:
+        ns = self.namespace
+        self.kube.create_secret(M.identity_secret(self.identity, ns, maas_endpoint, maas_api_key))
+        cluster = M.cluster(self.cluster, ns)
+        cluster["metadata"].setdefault("labels", {}).update(self.labels)
+        self.cluster_uid = self.kube.create(CLUSTERS, cluster)["metadata"]["uid"]
+        mc = M.maascluster(self.cluster, ns, identity=self.identity, cluster_uid=self.cluster_uid)
+        mc["metadata"].setdefault("labels", {}).update(self.labels)
+        self.kube.create(MAASCLUSTERS, mc)
+
+
+@dataclass
+class ShardSettings:
+    index: int
+    watch_filter: str
+    lease: str
+
+
+class ShardOperator(OperatorProcess):
+    """``capmaas run --namespace NS --watch-filter LABEL=shard-i`` with leader election (its own Lease)."""
+
+    def __init__(self, base_env: dict[str, str], namespace: str, log: Path, shard: ShardSettings) -> None:
+        env = dict(base_env)
+        env.update(
+            POD_NAME=f"bench-shard-{shard.index}",
+            CAPMAAS_SERVER__HEALTH_PORT=str(devprocess.free_port()),
+            CAPMAAS_SERVER__METRICS_PORT=str(devprocess.free_port()),
+            CAPMAAS_LEADER_ELECTION__ENABLED="true",
+            CAPMAAS_LEADER_ELECTION__LEASE_NAME=shard.lease,
+            CAPMAAS_LEADER_ELECTION__NAMESPACE=namespace,
+            # One process per shard and no standby here: generous timings, so that a renew delayed by a
+            # saturated machine does not end the shard's only process in the middle of the measurement.
+            CAPMAAS_LEADER_ELECTION__LEASE_DURATION="60",
+            CAPMAAS_LEADER_ELECTION__RENEW_DEADLINE="45",
+            CAPMAAS_LEADER_ELECTION__RETRY_PERIOD="5",
+        )
+        super().__init__(env, namespace, log)
+        self.shard = shard
+
+    def start(self) -> ShardOperator:
+        cmd = [sys.executable, "-m", "capmaas", "run", "--namespace", self.namespace]
+        cmd += ["--watch-filter", self.shard.watch_filter]
+        with self.log.open("ab") as out:
+            self.popen = subprocess.Popen(
+                cmd,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - a SIGKILL of the benchmark takes it down too
+            )
+        return self
+
+
+def shard_settings(n: int) -> list[ShardSettings]:
+    return [
+        ShardSettings(i, f"{WATCH_FILTER_LABEL}={shard_value(i)}", f"capmaas-bench-{shard_value(i)}")
+        for i in range(n)
+    ]

@@ -1,0 +1,340 @@
+"""The operator as users run it: ``helm install`` of the chart with the image ``make image`` built, on a real
+one-node cluster (``capmaas.devcluster.node``: kube-apiserver, kube-controller-manager, kube-scheduler,
+containerd, kubelet), against the MAAS simulator.
+
+What only this proves: the image starts as uid 65532 on a read-only root filesystem, the chart's probes and
+ports match it, the operator authenticates with its own ServiceAccount token (a Pod has nothing else) and
+the chart's RBAC is enough for its whole job (a MaasCluster and three machines to Ready, then deleted and
+released in MAAS, with no 403 in its log), ``kubectl logs``/``exec`` work, and ``helm upgrade`` to a rebuilt
+image while machines provision completes the rollout without doubling or leaking a machine.
+
+Network: the node's address (and the simulator's) exists only inside the network namespace the node
+harness creates; this module's thread runs inside it while the tests run (``node.entered()``), so nothing
+here talks to anything but that namespace and loopback.
+
+Needs root, ``make node`` and ``make image`` (``make test`` runs both first). Takes about three minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capmaas.demo.capi import Capi, MachineSpec
+from capmaas.demo.kube import MAASCLUSTERS, MAASMACHINES, Kube
+from capmaas.demo.simthread import SimulatorThread
+from capmaas.devcluster import MissingToolError, apply_capi_crds, find_binary
+from capmaas.devcluster.node import NODE_IP, Node
+from capmaas.simulator import Inventory, Timings
+
+pytestmark = [pytest.mark.k8s, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "deploy" / "charts" / "capmaas"
+IMAGE_DIR = REPO / "build" / "image"
+INVENTORY = REPO / "examples" / "inventory-sample.yaml"
+RELEASE, NAMESPACE = "capmaas", "capmaas-system"
+IMAGE_REPO = "localhost/capmaas"
+TIMINGS = Timings(deploy=10.0, release=1.0)
+# For the upgrade: deploys outlast the whole rollout (new Pod started and Ready, old one terminated), so the
+# new operator takes over machines in the middle of provisioning.
+ROLL_TIMINGS = Timings(deploy=120.0, release=1.0)
+ACTIVE = {"Allocated", "Deploying", "Deployed"}
+# An apiserver denial in the operator's log (not a timestamp's milliseconds such as ",403").
+DENIED = re.compile(r"forbidden|(?<![,.:\d])\b403\b", re.IGNORECASE)
+
+
+@dataclass
+class PodCluster:
+    node: Node
+    sim: SimulatorThread
+    kube: Kube
+    helm: str
+    timings: dict[str, float]
+
+    def kubectl(
+        self, *args: str, check: bool = True, timeout: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
+        return self.node.kubectl(*args, check=check, timeout=timeout)
+
+    def run_helm(self, *args: str, timeout: float = 300.0) -> str:
+        proc = subprocess.run(
+            [self.helm, f"--kubeconfig={self.node.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        assert proc.returncode == 0, f"helm {' '.join(args)} failed:\n{proc.stderr}\n{self.describe()}"
+        return proc.stdout
+
+    def pods(self) -> list[dict[str, Any]]:
+        selector = f"app.kubernetes.io/instance={RELEASE}"
+        out = self.kubectl("get", "pods", "-n", NAMESPACE, "-l", selector, "-o", "json")
+        items: list[dict[str, Any]] = json.loads(out.stdout)["items"]
+        return items
+
+    def logs(self) -> str:
+        """Every operator container's log (current and previous instance), through the kubelet."""
+        text = []
+        for pod in self.pods():
+            name = pod["metadata"]["name"]
+            text.append(self.kubectl("logs", "-n", NAMESPACE, name, "--all-containers").stdout)
+            prev = self.kubectl("logs", "-n", NAMESPACE, name, "--previous", check=False)
+            if prev.returncode == 0:
+                text.append(prev.stdout)
+        return "\n".join(text)
+
+    def describe(self) -> str:
+        got = self.kubectl("describe", "pods", "-n", NAMESPACE, check=False)
+        events = self.kubectl("get", "events", "-n", NAMESPACE, check=False)
+        return f"{got.stdout}\n{events.stdout}"
+
+    def machines_in_maas(self) -> dict[str, dict[str, Any]]:
+        return self.sim.machine_states()
+
+
+def _wait(
+    what: str, done: Callable[[], bool], timeout: float, explain: Callable[[], str] = lambda: ""
+) -> float:
+    start = time.monotonic()
+    while not done():
+        if time.monotonic() - start > timeout:
+            pytest.fail(f"{what}: not within {timeout:.0f}s\n{explain()}")
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
+def _archive(tag: str) -> Path:
+    path = IMAGE_DIR / f"capmaas-{tag}.oci.tar"
+    if not path.is_file():
+        pytest.fail(f"{path} not found: run `make image` (make test does)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[PodCluster]:
+    try:
+        helm = str(find_binary("helm"))
+        archive = _archive("dev")
+        t0 = time.monotonic()
+        node = Node.start(images=(archive,))
+    except MissingToolError as exc:
+        pytest.fail(f"the Pod tests need the one-node cluster: {exc}")
+    timings = {"node start (Ready, images imported)": time.monotonic() - t0}
+    sim: SimulatorThread | None = None
+    kube: Kube | None = None
+    try:
+        with node.entered():
+            apply_capi_crds(node.kubeconfig)
+            sim = SimulatorThread(Inventory.from_yaml(INVENTORY), TIMINGS, host=NODE_IP).start()
+            kube = Kube(node.kubeconfig)
+            env = PodCluster(node, sim, kube, helm, timings)
+            t1 = time.monotonic()
+            env.run_helm(
+                "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
+                "--set", f"image.repository={IMAGE_REPO}", "--set", "image.tag=dev",
+                "--set", "image.pullPolicy=Never", "--set", "operator.logging.format=text",
+                "--wait", "--timeout=240s",
+            )  # fmt: skip
+            timings["helm install --wait"] = time.monotonic() - t1
+            yield env
+    finally:
+        if kube is not None:
+            kube.close()
+        if sim is not None:
+            sim.stop()
+        node.stop()
+        for name, took in timings.items():
+            print(f"tests/pod timing: {name}: {took:.1f}s")
+
+
+def test_the_operator_pod_runs_from_the_image_as_the_chart_says(cluster: PodCluster) -> None:
+    pods = cluster.pods()
+    assert pods, cluster.describe()
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        (container,) = pod["spec"]["containers"]
+        assert container["image"] == f"{IMAGE_REPO}:dev"
+        assert container["imagePullPolicy"] == "Never"
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        status = pod["status"]
+        assert status["phase"] == "Running", cluster.describe()
+        ready = {c["type"]: c["status"] for c in status["conditions"]}
+        assert ready["Ready"] == "True", cluster.describe()  # the readiness probe on the health port answers
+        assert status["containerStatuses"][0]["restartCount"] == 0, cluster.logs()
+
+        # Its only credential is the ServiceAccount token the kubelet mounted: no kubeconfig, no other token.
+        assert not any(e["name"] in {"KUBECONFIG", "KUBERNETES_TOKEN"} for e in container.get("env", []))
+        sa = pod["spec"]["serviceAccountName"]
+        assert sa != "default"
+        mounts = {m["mountPath"] for m in container["volumeMounts"]}
+        assert "/var/run/secrets/kubernetes.io/serviceaccount" in mounts
+
+        # Inside: uid/gid 65532, and the root filesystem is really read-only (EROFS, not a permission error).
+        ids = cluster.kubectl(
+            "exec", "-n", NAMESPACE, name, "--", "python", "-c", "import os; print(os.getuid(), os.getgid())"
+        )  # fmt: skip
+        assert ids.stdout.split() == ["65532", "65532"]
+        probe = (
+            "import errno, os\n"
+            "try:\n    os.open('/opt/venv/probe', os.O_CREAT | os.O_WRONLY)\n"
+            "except OSError as e:\n    print(errno.errorcode[e.errno])\n"
+        )
+        got = cluster.kubectl("exec", "-n", NAMESPACE, name, "--", "python", "-c", probe)
+        assert got.stdout.strip() == "EROFS"
+        whoami = cluster.kubectl(
+            "exec", "-n", NAMESPACE, name, "--", "python", "-c",
+            "print(open('/var/run/secrets/kubernetes.io/serviceaccount/namespace').read())",
+        )  # fmt: skip
+        assert whoami.stdout.strip() == NAMESPACE
+
+
+def _machine_specs(prefix: str) -> list[MachineSpec]:
+    return [
+        MachineSpec(f"{prefix}-cp-0", True, tags=("control-plane",)),
+        MachineSpec(f"{prefix}-worker-0", False, resource_pool="workers"),
+        MachineSpec(f"{prefix}-worker-1", False, resource_pool="workers"),
+    ]
+
+
+def _ready_maasmachines(kube: Kube, namespace: str) -> list[dict[str, Any]]:
+    return [
+        m
+        for m in kube.list(MAASMACHINES, namespace)
+        if (m.get("status") or {}).get("ready") and (m.get("spec") or {}).get("providerID")
+    ]
+
+
+def _provision(cluster: PodCluster, namespace: str, specs: list[MachineSpec]) -> Capi:
+    kube = cluster.kube
+    kube.create_namespace(namespace)
+    capi = Capi(kube, namespace, "sample")
+    capi.create_cluster(cluster.sim.url, cluster.sim.api_key)
+    capi.wait_infrastructure(120.0, check=lambda: None)
+    capi.create_machines(specs)
+    return capi
+
+
+def _finish(cluster: PodCluster, capi: Capi, specs: list[MachineSpec], timeout: float = 180.0) -> None:
+    """Wait for the MaasCluster and every MaasMachine to be Ready through the Pod."""
+    ns = capi.namespace
+    _wait(
+        f"{len(specs)} MaasMachines Ready in {ns}",
+        lambda: len(_ready_maasmachines(cluster.kube, ns)) == len(specs),
+        timeout,
+        lambda: json.dumps(cluster.kube.list(MAASMACHINES, ns), indent=1)[-3000:] + cluster.logs()[-3000:],
+    )
+
+
+def _delete(cluster: PodCluster, capi: Capi, specs: list[MachineSpec], timeout: float = 120.0) -> None:
+    ns = capi.namespace
+    names = [s.name for s in specs]
+    capi.delete_machines(names)
+    _wait(
+        f"MaasMachines of {ns} gone", lambda: not cluster.kube.list(MAASMACHINES, ns), timeout, cluster.logs
+    )
+    capi.delete_rest(names)
+    _wait(f"MaasCluster of {ns} gone", capi.finish_delete, timeout, cluster.logs)
+
+
+def _held(cluster: PodCluster) -> dict[str, dict[str, Any]]:
+    return {
+        sid: m for sid, m in cluster.machines_in_maas().items() if m["status_name"] in ACTIVE or m["owner"]
+    }
+
+
+def test_full_lifecycle_through_the_pod_with_the_charts_rbac(cluster: PodCluster) -> None:
+    specs = _machine_specs("life")
+    t0 = time.monotonic()
+    capi = _provision(cluster, "pod-life", specs)
+    _finish(cluster, capi, specs)
+    cluster.timings["lifecycle: 3 machines Ready"] = time.monotonic() - t0
+    ready = _ready_maasmachines(cluster.kube, "pod-life")
+    provider_ids = {m["spec"]["providerID"] for m in ready}
+    assert len(provider_ids) == 3
+    held = _held(cluster)
+    assert len(held) == 3, held
+    assert all(m["status_name"] == "Deployed" for m in held.values()), held
+    assert cluster.kube.get(MAASCLUSTERS, "pod-life", "sample") is not None
+
+    t1 = time.monotonic()
+    _delete(cluster, capi, specs)
+    _wait(
+        "every machine released in MAAS", lambda: not _held(cluster), 60, lambda: json.dumps(_held(cluster))
+    )
+    cluster.timings["lifecycle: deleted and released"] = time.monotonic() - t1
+
+    logs = cluster.logs()  # through the kubelet: `kubectl logs` works
+    assert "sample" in logs or "MaasMachine" in logs or "life-" in logs, logs[-2000:]
+    forbidden = [ln for ln in logs.splitlines() if DENIED.search(ln)]
+    assert not forbidden, "the chart's RBAC denied the operator something:\n" + "\n".join(forbidden[:20])
+
+
+def test_helm_upgrade_to_a_rebuilt_image_while_machines_provision(cluster: PodCluster) -> None:
+    # A rebuild of the image from the same wheels under a new tag (its own image: the tag is in a label).
+    t0 = time.monotonic()
+    subprocess.run(
+        ["bash", str(REPO / "hack" / "image.sh"), "--tag", "upgrade", "--reuse-wheels"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    cluster.timings["image rebuild (tag upgrade)"] = time.monotonic() - t0
+    cluster.node.import_image(_archive("upgrade"))
+    assert f"{IMAGE_REPO}:upgrade" in cluster.node.images()
+    before = {p["metadata"]["name"] for p in cluster.pods()}
+
+    specs = _machine_specs("roll")
+    cluster.sim.call(lambda sim: setattr(sim, "timings", ROLL_TIMINGS))
+    capi = _provision(cluster, "pod-roll", specs)
+    # Upgrade as soon as the operator has started on them: deploys take TIMINGS.deploy seconds.
+    _wait("the first machine allocated in MAAS", lambda: bool(_held(cluster)), 60, cluster.logs)
+    t1 = time.monotonic()
+    cluster.run_helm(
+        "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values",
+        "--set", "image.tag=upgrade", "--wait", "--timeout=240s",
+    )  # fmt: skip
+    cluster.kubectl("rollout", "status", "-n", NAMESPACE, f"deployment/{RELEASE}", "--timeout=120s")
+    _wait(
+        "old pods gone",
+        lambda: not (before & {p["metadata"]["name"] for p in cluster.pods()}),
+        120,
+        cluster.describe,
+    )
+    cluster.timings["helm upgrade rollout, old pods gone"] = time.monotonic() - t1
+    still_provisioning = len(_ready_maasmachines(cluster.kube, "pod-roll")) < len(specs)
+    pods = cluster.pods()
+    assert pods
+    assert all(p["spec"]["containers"][0]["image"] == f"{IMAGE_REPO}:upgrade" for p in pods)
+    _finish(cluster, capi, specs, timeout=300.0)
+    cluster.sim.call(lambda sim: setattr(sim, "timings", TIMINGS))
+    assert still_provisioning, (
+        "the upgrade finished after every machine was ready; it did not test a handover"
+    )
+
+    # Nothing doubled: exactly one MAAS machine per MaasMachine, distinct, each held once.
+    ready = _ready_maasmachines(cluster.kube, "pod-roll")
+    provider_ids = [m["spec"]["providerID"] for m in ready]
+    assert len(set(provider_ids)) == len(specs), provider_ids
+    held = _held(cluster)
+    assert len(held) == len(specs), held
+    assert set(held) == {pid.rsplit("/", 1)[-1] for pid in provider_ids}
+
+    # Nothing leaked: everything goes back.
+    _delete(cluster, capi, specs)
+    _wait(
+        "every machine released in MAAS", lambda: not _held(cluster), 60, lambda: json.dumps(_held(cluster))
+    )
+    logs = cluster.logs()
+    forbidden = [ln for ln in logs.splitlines() if DENIED.search(ln)]
+    assert not forbidden, "\n".join(forbidden[:20])

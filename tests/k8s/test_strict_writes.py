@@ -57,8 +57,7 @@ async def test_strict_refuses_a_mistyped_status_key(
             await strict.merge_patch(
                 API, "maasmachines", namespace, "m1", {"status": {"machineStat": "Deployed"}}, status=True
             )
-        assert 400 <= info.value.status < 500
-        assert "machineStat" in str(info.value)
+        assert info.value.status == 422  # "strict decoding error: unknown field" (the message is cut short)
         new = await strict.merge_patch(
             API, "maasmachines", namespace, "m1", {"status": {"machineState": "Deployed"}}, status=True
         )

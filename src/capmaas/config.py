@@ -39,6 +39,10 @@ class KubeSection(BaseModel):
     """Seconds a read Secret (MAAS identity, workload kubeconfig) is reused before it is read again;
     bounds how long a rotated key takes to be picked up."""
 
+    field_validation: Literal["Ignore", "Warn", "Strict"] = "Warn"
+    """``fieldValidation`` of the operator's writes to MaasMachines/MaasClusters. ``Warn`` is the apiserver's
+    default (an unknown field is dropped with a warning); the tests run ``Strict``, so a wrong key fails."""
+
 
 class MaasSection(BaseModel):
     """Default MAAS credentials, used by MaasClusters without ``spec.identityRef``, and client behaviour."""

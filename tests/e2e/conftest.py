@@ -173,6 +173,7 @@ def provider_stack(
         CAPMAAS_MACHINE__RETRY_MAX_DELAY="3",
         CAPMAAS_MACHINE__NODE_RETRY="1",
         CAPMAAS_KUBE__SECRET_CACHE_TTL="1",
+        CAPMAAS_KUBE__FIELD_VALIDATION="Strict",  # a wrong key in any write fails the test
     )
     started = time.monotonic()
     sim.start()

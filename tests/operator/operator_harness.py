@@ -222,6 +222,7 @@ def operator_env(kube: ControlPlane) -> dict[str, str]:
         CAPMAAS_MACHINE__RETRY_BASE_DELAY="0.5",
         CAPMAAS_MACHINE__RETRY_MAX_DELAY="3",
         CAPMAAS_KUBE__SECRET_CACHE_TTL="1",
+        CAPMAAS_KUBE__FIELD_VALIDATION="Strict",  # a wrong key in any write fails the test
     )
     return env
 

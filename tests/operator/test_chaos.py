@@ -13,7 +13,7 @@ the operator's concurrent requests is not deterministic, so the seed fixes the p
 and moments, waves), not the exact history. ``CAPMAAS_CHAOS_SEED`` runs another plan.
 
 What it found (fixed, with focused tests): a replacement interrupted after the release let the MaasMachine
-take its old machine - by then another MaasMachine's - for its own (``reconcilers/machine_replace.py``); a
+take its old machine - by then another MaasMachine's - for its own (``reconcilers/baremetal.py``); a
 MaasCluster whose Cluster was deleted first waited for the resync interval to finish deleting.
 """
 

@@ -65,6 +65,7 @@ MACHINE_BROKEN_REASON = "MachineBroken"  # the allocated machine turned Broken
 MACHINE_NOT_FOUND_REASON = "MachineNotFound"  # spec.systemID no longer exists in MAAS
 MACHINE_POWERED_OFF_REASON = "MachinePoweredOff"  # Deployed but MAAS reports power off
 RETRIES_EXHAUSTED_REASON = "RetriesExhausted"  # allocate/deploy failed too often; needs a person
+INVALID_SPEC_REASON = "InvalidSpec"  # the spec does not parse into the API model (an older CRD)
 MAAS_UNREACHABLE_REASON = "MaasUnreachable"  # connection refused / timed out / 5xx from the MAAS region
 INVALID_CREDENTIALS_REASON = "InvalidCredentials"  # identity Secret malformed or rejected (401/403)
 IDENTITY_SECRET_NOT_FOUND_REASON = "IdentitySecretNotFound"  # identityRef names a Secret that does not exist

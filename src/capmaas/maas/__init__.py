@@ -15,6 +15,7 @@ from capmaas.maas._allowlist import EndpointAllowList
 from capmaas.maas._auth import Credentials
 from capmaas.maas._client import MaasClient, normalize_base_url
 from capmaas.maas._http import Limits, RetryPolicy
+from capmaas.maas._transports import AiohttpTransport, ssl_context
 from capmaas.maas.errors import (
     ApiError,
     BadRequestError,
@@ -28,10 +29,10 @@ from capmaas.maas.errors import (
     NoMachineAvailableError,
     NotFoundError,
     RequestInfo,
+    RequestTimeoutError,
     ResponseParseError,
     ResponseTooLargeError,
     ServiceUnavailableError,
-    TimeoutError,
     TransportError,
     UnauthorizedError,
 )
@@ -66,6 +67,7 @@ from capmaas.maas.models import (
 )
 
 __all__ = [
+    "AiohttpTransport",
     "AllocateConstraints",
     "ApiError",
     "BadRequestError",
@@ -96,6 +98,7 @@ __all__ = [
     "PoolRef",
     "PowerState",
     "RequestInfo",
+    "RequestTimeoutError",
     "ResourcePool",
     "ResponseParseError",
     "ResponseTooLargeError",
@@ -105,7 +108,6 @@ __all__ = [
     "Subnet",
     "Tag",
     "TagUpdateResult",
-    "TimeoutError",
     "TransportError",
     "UnauthorizedError",
     "User",
@@ -117,4 +119,5 @@ __all__ = [
     "Zone",
     "ZoneRef",
     "normalize_base_url",
+    "ssl_context",
 ]

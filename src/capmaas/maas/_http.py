@@ -19,6 +19,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
@@ -26,6 +27,7 @@ from urllib.parse import quote, urlencode
 import httpx
 import pydantic
 
+from capmaas import backoff as _backoff
 from capmaas.maas import _auth, errors
 
 __all__ = ["FormFields", "Http", "Limits", "OnResponse", "RetryPolicy", "Sleep"]
@@ -57,19 +59,21 @@ _TRANSPORT_FAILURES: tuple[type[Exception], ...] = (httpx.HTTPError, OSError)
 class RetryPolicy:
     """How often and how long to retry.
 
-    ``max_retries`` extra attempts after the first; transport failures wait ``base_delay * 2**n`` seconds,
-    capped at ``max_delay``; a ``Retry-After`` is honoured but capped at ``max_retry_after`` seconds, so a
-    misbehaving server cannot park a reconciler for an hour.
+    ``max_retries`` extra attempts after the first; transport failures wait up to ``base_delay * 2**n``
+    seconds (full jitter), capped at ``max_delay``; a ``Retry-After`` is honoured but capped at
+    ``max_retry_after`` seconds, so a misbehaving server cannot park a reconciler for an hour.
     """
 
     max_retries: int = 3
     base_delay: float = 0.5
     max_delay: float = 10.0
     max_retry_after: float = 30.0
+    #: The jitter's draw in [0, 1] (a test pins it).
+    jitter: Callable[[], float] = random.random
 
     def backoff(self, attempt: int) -> float:
-        """Delay before retry number ``attempt`` (0-based) after a transport failure."""
-        return float(min(self.max_delay, self.base_delay * (2**attempt)))
+        """Delay before retry number ``attempt`` (0-based) after a transport failure (full jitter)."""
+        return _backoff.full_jitter(attempt, base=self.base_delay, cap=self.max_delay, rand=self.jitter)
 
 
 MIB = 1024 * 1024
@@ -267,11 +271,11 @@ class Http:
     def _transport_error(self, exc: Exception, info: errors.RequestInfo) -> errors.MaasError:
         detail = self._credentials.redact(errors.cap_body(str(exc) or type(exc).__name__, 256))
         if isinstance(exc, TimeoutError) and not str(exc):  # the overall deadline of the attempt
-            return errors.TimeoutError(
+            return errors.RequestTimeoutError(
                 f"timed out: {info}: no complete answer within {self._limits.deadline:g}s", request=info
             )
         if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
-            return errors.TimeoutError(f"timed out: {info}: {detail}", request=info)
+            return errors.RequestTimeoutError(f"timed out: {info}: {detail}", request=info)
         if isinstance(exc, httpx.DecodingError):
             return errors.ResponseParseError(f"undecodable answer to {info}: {detail}", request=info)
         return errors.TransportError(

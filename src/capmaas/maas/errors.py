@@ -12,7 +12,7 @@ transport::
     ├── InvalidBaseUrlError (also ValueError)  the base URL is not http(s)://host[:port]/path
     │   └── EndpointNotAllowedError            its host is outside the operator's endpoint allow-list
     ├── TransportError                         no HTTP answer: connection refused/reset, TLS, protocol
-    │   └── TimeoutError                       no answer in time
+    │   └── RequestTimeoutError                no answer in time
     ├── ResponseParseError                     an answer we could not read (bad JSON, wrong shape)
     │   └── ResponseTooLargeError              an answer larger than the client's byte cap
     └── ApiError(status, body, request)        MAAS answered with an error status
@@ -53,10 +53,10 @@ __all__ = [
     "NoMachineAvailableError",
     "NotFoundError",
     "RequestInfo",
+    "RequestTimeoutError",
     "ResponseParseError",
     "ResponseTooLargeError",
     "ServiceUnavailableError",
-    "TimeoutError",
     "TransportError",
     "UnauthorizedError",
     "cap_body",
@@ -117,7 +117,7 @@ class TransportError(MaasError):
         return f"{type(self).__name__}({str(self)!r}, request={self.request!s})"
 
 
-class TimeoutError(TransportError):  # shadows the builtin inside this module only, by design
+class RequestTimeoutError(TransportError):
     """The request timed out (connect, read, write or pool)."""
 
 

@@ -7,8 +7,8 @@ logic runs in :mod:`capmaas.operator.workers` → :mod:`capmaas.reconcilers`.
 kopf's own finalizer and progress/diff-base storage are not used (no change handlers, daemons or timers), but
 the progress storage is still pointed at our annotation prefix so nothing ever lands under
 ``kopf.zalando.org``, and the diff-base storage is :class:`NoDiffBase`: kopf builds a deep-copied "essence"
-of every watched body for change detection even when no handler could use it (a measurable share of the CPU
-at 1,000 machines). kopf's
+of every watched body for change detection even when no handler could use it (its cost:
+docs/benchmarks/README.md). kopf's
 finalizer name is deliberately *not* one of ours: kopf removes its finalizer from objects that have no handler
 requiring it, which would strip ``maasmachine.infrastructure.cluster.x-k8s.io`` (see workers.py).
 """
@@ -28,6 +28,7 @@ import kopf
 
 from capmaas import maas
 from capmaas.config import OperatorConfig
+from capmaas.gateway import MaasConnections
 from capmaas.operator.kube import KubeAdapter, Store, object_key
 from capmaas.operator.kubehttp import KubeHttp, KubeHttpError, load_configuration
 from capmaas.operator.leader import (
@@ -40,12 +41,11 @@ from capmaas.operator.leader import (
 from capmaas.operator.metrics import Metrics
 from capmaas.operator.templates import register as register_templates
 from capmaas.operator.workers import Reconcile, Workers
-from capmaas.reconcilers.aiotransport import transport_for
 from capmaas.reconcilers.cluster import ClusterReconciler
-from capmaas.reconcilers.maasgw import MaasConnections
+from capmaas.reconcilers.keys import ANNOTATION_PREFIX, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL
 from capmaas.reconcilers.machine import MachineReconciler, MachineSettings
 from capmaas.reconcilers.ports import Body, EventType, MaasCredentials, NodePatchResult
-from capmaas.reconcilers.scope import ANNOTATION_PREFIX, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, Requeue
+from capmaas.reconcilers.scope import Requeue
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,10 @@ class NotLeaderError(httpx.ConnectError):
 class FencedKubeHttp(KubeHttp):
     """:class:`KubeHttp` that sends no write unless ``fence()`` says this process holds the Lease."""
 
-    def __init__(self, cfg: Any, *, fence: Fence, connections: int) -> None:
-        super().__init__(cfg, connections=connections)
+    def __init__(
+        self, cfg: Any, *, fence: Fence, connections: int, field_validation: str | None = None
+    ) -> None:
+        super().__init__(cfg, connections=connections, field_validation=field_validation)
         self._fence = fence
 
     async def request(
@@ -224,8 +226,10 @@ def build_runtime(
         return maas.MaasClient(
             c.endpoint,
             api_key=c.api_key,
-            # aiohttp: a third of httpx's CPU (see aiotransport)
-            transport=FencedTransport(transport_for(c, insecure=insecure), fence),
+            transport=FencedTransport(
+                maas.AiohttpTransport(ssl_context=maas.ssl_context(ca_data=c.ca_data, insecure=insecure)),
+                fence,
+            ),
             ca_data=c.ca_data,
             insecure=insecure,
             timeout=config.maas.request_timeout,
@@ -380,8 +384,11 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
                 for mkey in rt.store.cluster_members(ns, str(ref.get("name"))):
                     rt.machines.wake(mkey)
 
-    @kopf.on.event(CAPI, "machines", registry=registry)
-    async def machine_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+    # CAPI Machines and Clusters feed the caches from *index* handlers: kopf runs those before any other
+    # handler and holds every other handler (of every resource) until the initial listings are indexed, so no
+    # MaasMachine pass runs against a half-filled cache at start-up (it would wait for an owner that is
+    # there). Index handlers are not called for deletions: the on.event handlers below take those.
+    def machine_seen(type: str | None, body: kopf.Body) -> None:
         ns, name = _meta(body)
         if type == "DELETED":
             rt.store.delete("machines", ns, name)
@@ -391,8 +398,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         if ref.get("name"):
             rt.machines.wake(object_key("maasmachines", ns, str(ref["name"])))
 
-    @kopf.on.event(CAPI, "clusters", registry=registry)
-    async def cluster_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+    def cluster_seen(type: str | None, body: kopf.Body) -> None:
         ns, name = _meta(body)
         if type == "DELETED":
             rt.store.delete("clusters", ns, name)
@@ -403,6 +409,24 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             rt.clusters.wake(mc)
         for mkey in rt.store.cluster_members(ns, name):
             rt.machines.wake(mkey)
+
+    @kopf.index(CAPI, "machines", registry=registry)
+    async def machine_index(body: kopf.Body, **_: Any) -> None:
+        machine_seen(None, body)
+
+    @kopf.index(CAPI, "clusters", registry=registry)
+    async def cluster_index(body: kopf.Body, **_: Any) -> None:
+        cluster_seen(None, body)
+
+    @kopf.on.event(CAPI, "machines", registry=registry)
+    async def machine_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if type == "DELETED":
+            machine_seen(type, body)
+
+    @kopf.on.event(CAPI, "clusters", registry=registry)
+    async def cluster_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if type == "DELETED":
+            cluster_seen(type, body)
 
     @kopf.on.probe(id="machines", registry=registry)
     async def probe_machines(**_: Any) -> int:
@@ -435,7 +459,9 @@ async def run_operator(config: OperatorConfig, *, stop_flag: asyncio.Event | Non
     if config.leader_election.enabled:
         elector = LeaderElector(KubeHttp(kube_cfg, connections=2, timeout=5.0), lease_settings(config))
     fence = elector.is_leader if elector else always
-    http = FencedKubeHttp(kube_cfg, fence=fence, connections=KUBE_CONNECTIONS)
+    http = FencedKubeHttp(
+        kube_cfg, fence=fence, connections=KUBE_CONNECTIONS, field_validation=config.kube.field_validation
+    )
     rt = build_runtime(config, http, fence=fence, active=elector is None)
     if elector is not None:
         rt.release = elector.release

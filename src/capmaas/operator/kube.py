@@ -31,15 +31,14 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import kopf
-
 from capmaas.api import conditions as C
+from capmaas.operator.events import EventRecorder
 from capmaas.operator.kubeconfig import KubeconfigRejected, WorkloadKubeconfig, parse_kubeconfig
 from capmaas.operator.kubehttp import KubeHttp, KubeHttpError, Retries, Target
 from capmaas.operator.ttlcache import TtlLru
 from capmaas.reconcilers.errors import TransientError
+from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL
 from capmaas.reconcilers.ports import Body, EventType, NodePatchResult, ObjectPlural
-from capmaas.reconcilers.scope import CLUSTER_NAME_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -209,12 +208,14 @@ class KubeAdapter:
         )
         self._closing: set[asyncio.Task[None]] = set()
         self.writes = 0
+        self.events = EventRecorder(http)
 
     async def aclose(self) -> None:
         self._workload.clear()
         self._secrets.clear()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
+        await self.events.drain()
         await self._http.aclose()
 
     def _close_workload(self, workload: _Workload) -> None:
@@ -358,10 +359,7 @@ class KubeAdapter:
         return NodePatchResult.PATCHED, provider_id
 
     def emit_event(self, obj: Body, type: EventType, reason: str, message: str) -> None:
-        try:
-            kopf.event(dict(obj), type=type, reason=reason, message=message[:1000])  # type: ignore[arg-type]
-        except LookupError:  # outside kopf's context (unit use): log only
-            log.info("event %s %s: %s", type, reason, message)
+        self.events.post(obj, type, reason, message)
 
 
 def _completes(body: Mapping[str, Any]) -> bool:

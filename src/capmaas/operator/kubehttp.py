@@ -173,8 +173,10 @@ class KubeHttp:
         connections: int = 16,
         timeout: float = 30.0,
         retries: Retries | None = None,
+        field_validation: str | None = None,
     ) -> None:
         target = cfg if isinstance(cfg, Target) else config_target(cfg)
+        self._field_validation = f"?fieldValidation={field_validation}" if field_validation else ""
         self._base = target.base_url.rstrip("/")
         self._ssl: ssl.SSLContext | bool = target.tls
         self._authorization = target.authorization
@@ -265,7 +267,7 @@ class KubeHttp:
         """Merge-patch ``api`` (``group/version``) object ``plural/name`` (``status``: its subresource;
         ``done``: the write that completes the object's work, first in the queue)."""
         path = f"/apis/{api}/namespaces/{quote(namespace)}/{plural}/{quote(name)}"
-        path += "/status" if status else ""
+        path += ("/status" if status else "") + self._field_validation
         priority = -1 if status and done else 0 if status else 1
         return await self.request("PATCH", path, body=body, content_type=MERGE, priority=priority)
 

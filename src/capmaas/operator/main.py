@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _no_sniffio_lookups() -> None:
     """httpcore runs ``import sniffio`` on every request; when sniffio is not installed, every one of those
-    failed imports walks ``sys.path`` (5 % of the operator's CPU at 1,000 machines). A ``None`` entry in
+    failed imports walks ``sys.path`` (its cost: docs/benchmarks/README.md). A ``None`` entry in
     ``sys.modules`` makes the import fail at once, which httpcore takes as "asyncio" as before."""
     if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
         sys.modules["sniffio"] = None  # type: ignore[assignment]

@@ -8,8 +8,9 @@ from the object's own watch events, from its owner Machine/Cluster's events (whi
 our object), and from the MAAS poller when a machine it watches changes.
 
 This is the ONE place where reconcile outcomes become scheduling: success → its ``Requeue.after`` (or the
-resync interval), :class:`TransientError` → its delay (or exponential backoff), :class:`TerminalError` → wait
-for a change, anything unexpected → logged with its traceback and retried with backoff (never a crash loop).
+resync interval), :class:`TransientError` → its delay (or exponential backoff with full jitter),
+:class:`TerminalError` → wait for a change, anything unexpected → logged with its traceback and retried with
+backoff (never a crash loop).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 
+from capmaas import backoff
 from capmaas.operator.kube import Store
 from capmaas.reconcilers.errors import TerminalError, TransientError
 from capmaas.reconcilers.ports import Body
@@ -103,7 +105,7 @@ class Workers:
                     raise  # we are being cancelled ourselves (a timeout around stop()): do not swallow it
 
     def _delay(self, failures: int) -> float:
-        return float(min(self._max, self._base * 2 ** max(0, failures - 1)))
+        return backoff.full_jitter(failures - 1, base=self._base, cap=self._max)
 
     async def _loop(self, key: str) -> None:
         failures = 0

@@ -18,9 +18,23 @@ import hashlib
 from collections.abc import Sequence
 
 from capmaas.api import conditions as C
+from capmaas.api.v1beta1 import (
+    APIEndpoint,
+    ClusterNetworkStatus,
+    FailureDomain,
+    MaasClusterSpec,
+    MaasClusterStatus,
+)
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers.credentials import connect, maas_failure
 from capmaas.reconcilers.errors import ReconcileError
+from capmaas.reconcilers.keys import (
+    CLUSTER_FINALIZER,
+    CONTROL_PLANE_LABEL,
+    CUSTOM_DNS_ANNOTATION,
+    DELETE_FOR_MOVE_ANNOTATION,
+    MANAGED_BY_ANNOTATION,
+)
 from capmaas.reconcilers.ports import (
     MAASCLUSTER,
     Body,
@@ -30,18 +44,8 @@ from capmaas.reconcilers.ports import (
     MaasCredentials,
     MaasPort,
 )
-from capmaas.reconcilers.scope import (
-    CONTROL_PLANE_LABEL,
-    DELETE_FOR_MOVE_ANNOTATION,
-    MANAGED_BY_ANNOTATION,
-    ObjectScope,
-    Requeue,
-    is_paused,
-    owner_ref,
-)
+from capmaas.reconcilers.scope import ConditionStatus, ObjectScope, Requeue, is_paused, owner_ref
 
-FINALIZER = "maascluster.infrastructure.cluster.x-k8s.io"
-CUSTOM_DNS_ANNOTATION = "spectrocloud.com/custom-dns-provided"
 DEFAULT_API_PORT = 6443
 RUNNING_STATES = frozenset({"Deployed", "Deploying"})
 #: Seconds between looks (at the watch cache, no API call) of a deleting MaasCluster for its MaasMachines.
@@ -51,12 +55,36 @@ DELETE_RECHECK_SECONDS = 5.0
 class ClusterScope(ObjectScope):
     """The MaasCluster plus its owner Cluster (from the cache)."""
 
+    spec_type = MaasClusterSpec
+    status_type = MaasClusterStatus
+
     cluster: Body | None = None
+    #: Why the MaasCluster is not ready yet, as (reason, message); Ready says it until it is ready.
+    blocked: tuple[str, str] | None = None
 
     @property
     def cluster_name(self) -> str:
         ref = owner_ref(self.body, "Cluster")
         return str(ref.get("name")) if ref else self.name
+
+    @property
+    def want(self) -> MaasClusterSpec:
+        """The spec, typed."""
+        spec = self._typed_spec()
+        assert isinstance(spec, MaasClusterSpec)
+        return spec
+
+    def block(self, reason: str, message: str) -> None:
+        """Not ready yet, for this reason (ignored once ready: readiness is never taken back)."""
+        self.blocked = (reason, message)
+
+    def summary(self) -> tuple[bool | ConditionStatus, str, str] | None:
+        """A deletion's step; else ready (``status.ready``, never reset), or why not."""
+        if self.deletion is not None:
+            return (False, *self.deletion)
+        if self.ready:
+            return None if self.deleting else (True, C.READY_REASON, "")
+        return None if self.blocked is None else (False, *self.blocked)
 
 
 def dns_name(cluster_name: str, uid: str, domain: str) -> str:
@@ -106,15 +134,13 @@ class ClusterReconciler:
                 return await self._delete(scope)
             return await self._normal(scope)
         except ReconcileError as exc:
-            if not scope.status.get("ready"):
-                scope.set_condition(C.READY_CONDITION, False, exc.reason, exc.message)
+            scope.block(exc.reason, exc.message)
             raise
         finally:
             await scope.close()
 
     def _wait(self, scope: ClusterScope, reason: str, message: str) -> Requeue:
-        if not scope.status.get("ready"):
-            scope.set_condition(C.READY_CONDITION, False, reason, message)
+        scope.block(reason, message)
         return Requeue()
 
     def _load(self, scope: ClusterScope) -> bool:
@@ -144,19 +170,17 @@ class ClusterReconciler:
         scope.set_paused_condition(paused, why)
         if paused:
             return Requeue()
-        scope.add_finalizer(FINALIZER)
+        scope.add_finalizer(CLUSTER_FINALIZER)
         port = await self._connect(scope)
         await self._failure_domains(scope, port)
         endpoint = await self._endpoint(scope, port)
         if endpoint is None:
             return Requeue()
-        scope.status["ready"] = True
-        scope.status["initialization"] = {"provisioned": True}
-        scope.set_condition(C.READY_CONDITION, True, C.READY_REASON, "")
+        scope.set_status(ready=True, initialization={"provisioned": True})
         return Requeue()
 
     async def _failure_domains(self, scope: ClusterScope, port: MaasPort) -> None:
-        names: Sequence[str] = scope.spec.get("failureDomains") or ()
+        names: Sequence[str] = scope.want.failure_domains or ()
         reason = C.FAILURE_DOMAINS_FROM_SPEC_REASON
         if not names:
             try:
@@ -164,16 +188,16 @@ class ClusterReconciler:
             except maas_errors.MaasError as exc:
                 raise maas_failure(exc, None, "listing zones") from exc
             reason = C.FAILURE_DOMAINS_FROM_MAAS_REASON
-        scope.status["failureDomains"] = [{"name": n, "controlPlane": True} for n in names]
+        scope.set_status(failure_domains=[FailureDomain(name=n, control_plane=True) for n in names])
         scope.set_condition(C.FAILURE_DOMAINS_DISCOVERED_CONDITION, True, reason, ", ".join(names))
 
     async def _endpoint(self, scope: ClusterScope, port: MaasPort) -> str | None:
         assert scope.cluster is not None
-        cep = scope.spec.get("controlPlaneEndpoint") or {}
-        host = str(cep.get("host") or "")
-        domain = str(scope.spec.get("dnsDomain") or "")
-        network = (scope.cluster.get("spec") or {}).get("clusterNetwork") or {}
-        api_port = int(cep.get("port") or network.get("apiServerPort") or DEFAULT_API_PORT)
+        cep = scope.want.control_plane_endpoint
+        host = cep.host if cep else ""
+        domain = scope.want.dns_domain or ""
+        network = (scope.cluster.get("spec") or {}).get("clusterNetwork") or {}  # the CAPI Cluster's
+        api_port = int((cep.port if cep else None) or network.get("apiServerPort") or DEFAULT_API_PORT)
         custom = CUSTOM_DNS_ANNOTATION in scope.annotations or (
             host and not is_managed_name(host, scope.cluster_name, domain)
         )
@@ -185,7 +209,7 @@ class ClusterReconciler:
                     f"{CUSTOM_DNS_ANNOTATION} is set but spec.controlPlaneEndpoint.host is empty",
                 )
                 return None
-            scope.set_spec(controlPlaneEndpoint={"host": host, "port": api_port})
+            scope.set_spec(control_plane_endpoint=APIEndpoint(host=host, port=api_port))
             scope.set_condition(C.DNS_READY_CONDITION, True, C.CUSTOM_ENDPOINT_REASON, host)
             return host
         fqdn = host or dns_name(scope.cluster_name, scope.uid, domain)
@@ -210,8 +234,8 @@ class ClusterReconciler:
             err = maas_failure(exc, None, f"DNS record {fqdn}", reason=C.DNS_UPDATE_FAILED_REASON)
             scope.set_condition(C.DNS_READY_CONDITION, False, C.DNS_UPDATE_FAILED_REASON, err.message)
             raise err from exc
-        scope.set_spec(controlPlaneEndpoint={"host": fqdn, "port": api_port})
-        scope.status["network"] = {"dnsName": fqdn}
+        scope.set_spec(control_plane_endpoint=APIEndpoint(host=fqdn, port=api_port))
+        scope.set_status(network=ClusterNetworkStatus(dns_name=fqdn))
         if ips:
             scope.set_condition(C.DNS_READY_CONDITION, True, C.DNS_RECORD_READY_REASON, " ".join(sorted(ips)))
         else:
@@ -224,10 +248,10 @@ class ClusterReconciler:
         return fqdn
 
     async def _delete(self, scope: ClusterScope) -> Requeue:
-        if FINALIZER not in scope.finalizers:
+        if CLUSTER_FINALIZER not in scope.finalizers:
             return Requeue()
         if DELETE_FOR_MOVE_ANNOTATION in scope.annotations:
-            scope.remove_finalizer(FINALIZER)
+            scope.remove_finalizer(CLUSTER_FINALIZER)
             return Requeue()
         self._load(scope)
         paused, why = is_paused(scope.body, scope.cluster)
@@ -236,15 +260,14 @@ class ClusterReconciler:
             return Requeue()
         left = self.kube.list_maasmachines(scope.namespace, scope.cluster_name)
         if left:
-            scope.set_condition(
-                C.READY_CONDITION, False, C.DELETING_REASON, f"waiting for {len(left)} MaasMachines to go"
-            )
+            scope.set_deletion(C.DELETING_REASON, f"waiting for {len(left)} MaasMachines to go")
             # Look again soon rather than only when woken: the wake-up for "a MaasMachine went away" finds the
             # MaasCluster through the Cluster, which may already be gone (deleted first, or a namespace
             # deletion), and then this MaasCluster would sit until the resync interval (minutes).
             return Requeue(DELETE_RECHECK_SECONDS)
-        host = str((scope.spec.get("controlPlaneEndpoint") or {}).get("host") or "")
-        domain = str(scope.spec.get("dnsDomain") or "")
+        cep = scope.want.control_plane_endpoint
+        host = cep.host if cep else ""
+        domain = scope.want.dns_domain or ""
         managed = (
             host
             and CUSTOM_DNS_ANNOTATION not in scope.annotations
@@ -260,5 +283,5 @@ class ClusterReconciler:
                 self._dns.pop(scope.uid, None)
             except maas_errors.MaasError as exc:
                 raise maas_failure(exc, None, f"deleting DNS record {host}") from exc
-        scope.remove_finalizer(FINALIZER)
+        scope.remove_finalizer(CLUSTER_FINALIZER)
         return Requeue()

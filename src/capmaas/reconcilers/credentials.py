@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from capmaas.api import conditions as C
+from capmaas.api.v1beta1 import IdentityRef, MaasClusterSpec
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.ports import Body, KubePort, MaasConnector, MaasCredentials, MaasPort
+from capmaas.reconcilers.scope import wire_name
 
+IDENTITY_REF = wire_name(MaasClusterSpec, "identity_ref")
 ENDPOINT_KEYS = ("MAAS_ENDPOINT", "endpoint")
 API_KEY_KEYS = ("MAAS_API_KEY", "api-key")
 CA_KEYS = ("MAAS_CA_CERT", "ca.crt", "ca-cert")
@@ -40,8 +43,8 @@ async def resolve_credentials(
 ) -> MaasCredentials:
     """The credentials a MaasCluster's machines use; TransientError (with a clear reason) when unusable."""
     ns = maascluster.get("metadata", {}).get("namespace", "")
-    ref = (maascluster.get("spec") or {}).get("identityRef")
-    if not ref:
+    raw = (maascluster.get("spec") or {}).get(IDENTITY_REF)
+    if not raw:
         if default is None:
             raise TransientError(
                 C.INVALID_CREDENTIALS_REASON,
@@ -49,7 +52,7 @@ async def resolve_credentials(
                 delay=CREDENTIALS_RETRY,
             )
         return default
-    name = str(ref.get("name", ""))
+    name = IdentityRef.model_validate(raw).name
     source = f"Secret {ns}/{name}"
     data = await kube.get_secret(ns, name)
     if data is None:

@@ -22,16 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capmaas import maas, placement
-from capmaas.reconcilers.lxd_port import VmHostPort
-from capmaas.reconcilers.ports import Body
-from capmaas.reconcilers.scope import CONTROL_PLANE_LABEL
+from capmaas.reconcilers.keys import CONTROL_PLANE_LABEL, HOST_ID_ANNOTATION
+from capmaas.reconcilers.ports import Body, VmHostPort
 
 #: Tags that take a VM host out of placement (the Go provider's maintenance/no-schedule convention).
 MAINTENANCE_TAGS = frozenset({"maintenance", "noschedule", "no-schedule", "capmaas-maintenance"})
 #: MAAS's own default when a compose names no storage: ``root:8(local)``.
 DEFAULT_DISK_GB = 8
-#: Annotation (under capmaas's prefix) with the id of the VM host a machine was placed on.
-HOST_ID_ANNOTATION = "lxd-host-id"
 
 
 def is_maintenance(tags: Iterable[str]) -> bool:

@@ -1,5 +1,5 @@
 """The ports the reconcilers do I/O through (style rule 13): ``typing.Protocol``s, implemented by the operator
-(Kubernetes) and by :mod:`capmaas.reconcilers.maasgw` (MAAS), replaced by small fakes in unit tests.
+(Kubernetes) and by :mod:`capmaas.gateway` (MAAS), replaced by small fakes in unit tests.
 
 Why ports: the reconcilers hold the domain rules (when to allocate, when to give up, what the status says) and
 must be testable without kopf or an apiserver. Reads that the operator serves from its watch caches (owner
@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from capmaas import maas
-from capmaas.reconcilers.lxd_port import VmHostPort
 
 #: A Kubernetes object as the apiserver returns it (apiVersion, kind, metadata, spec, status).
 Body = Mapping[str, Any]
@@ -101,6 +100,32 @@ class DnsRecord:
     id: int
     fqdn: str
     ips: frozenset[str]
+
+
+class VmHostPort(Protocol):
+    """VM hosts (pods) and composed machines of one MAAS endpoint and identity (the LXD provisioner's part of
+    :class:`MaasPort`). Every answer that describes a machine is folded into the shared poller's snapshot, so
+    the reconcile that follows needs no GET of its own."""
+
+    async def list_vm_hosts(self) -> Sequence[maas.VmHost]:
+        """``GET vm-hosts/``: every host with its total/used figures (410 on MAAS 4.0)."""
+        ...
+
+    async def host_machines(self, system_ids: Sequence[str]) -> dict[str, maas.Machine]:
+        """The machines behind VM hosts: from the poller's snapshot where it has them, else one list call."""
+        ...
+
+    async def compose(self, host_id: int, request: maas.ComposeRequest) -> maas.ComposedMachine:
+        """``POST vm-hosts/{id}/?op=compose``; the new machine is fetched into the snapshot by the poller."""
+        ...
+
+    async def find_by_hostname(self, hostname: str) -> Sequence[maas.Machine]:
+        """Machines with exactly this hostname (the crash-recovery lookup of a composed VM)."""
+        ...
+
+    async def delete_machine(self, system_id: str) -> bool:
+        """``DELETE machines/{id}/`` (a composed VM is decomposed); False when MAAS no longer knows it."""
+        ...
 
 
 class MaasPort(VmHostPort, Protocol):

@@ -9,25 +9,34 @@ would write, and every write would wake another reconcile).
 
 The one deliberate exception is :meth:`ObjectScope.flush`: right after MAAS allocates a machine, its system ID
 must reach ``spec`` before anything else can fail (that is what makes allocation crash-safe).
+
+Reconcilers read and write the object through the ``capmaas.api`` models, never through raw keys: ``want`` is
+the spec parsed into its model, ``set_spec``/``set_status`` take the models' Python field names and write
+their wire names (an unknown name raises at once, so a mistyped key fails a test instead of being pruned by
+the apiserver without a word).
+
+The Ready condition is never set by a reconcile step: :meth:`ObjectScope.summary` derives it from the other
+conditions and intents when the scope is written (as CAPI's ``conditions.SetSummary`` and CAPA's scope patch
+do), so it cannot disagree with them.
 """
 
 from __future__ import annotations
 
 import copy
 import datetime
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from capmaas.api import conditions as C
-from capmaas.reconcilers.ports import Body, EventType, KubePort, ObjectPlural
+import pydantic
 
-ANNOTATION_PREFIX = "capmaas.infrastructure.cluster.x-k8s.io/"
-PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
-MANAGED_BY_ANNOTATION = "cluster.x-k8s.io/managed-by"
-DELETE_FOR_MOVE_ANNOTATION = "clusterctl.cluster.x-k8s.io/delete-for-move"
-CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
-CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"
+from capmaas.api import conditions as C
+from capmaas.api.schema import K8sModel
+from capmaas.api.v1beta1 import MaasMachineSpec, MaasMachineStatus
+from capmaas.reconcilers.errors import TerminalError
+from capmaas.reconcilers.keys import ANNOTATION_PREFIX, CLUSTER_NAME_LABEL, PAUSED_ANNOTATION
+from capmaas.reconcilers.ports import Body, EventType, KubePort, ObjectPlural
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 
@@ -37,6 +46,29 @@ class Requeue:
     """A successful reconcile's wish: run again after ``after`` seconds (None: when something wakes it)."""
 
     after: float | None = None
+
+
+@functools.cache
+def wire_names(model: type[K8sModel]) -> dict[str, str]:
+    """Python field name → wire name (camelCase alias) of an API model."""
+    return {name: f.alias or name for name, f in model.model_fields.items()}
+
+
+def wire_name(model: type[K8sModel], field: str) -> str:
+    """The wire name of ``model.field``; ValueError for a field the model does not have."""
+    try:
+        return wire_names(model)[field]
+    except KeyError:
+        raise ValueError(f"{model.__name__} has no field {field!r}") from None
+
+
+def to_wire(value: Any) -> Any:
+    """A value as it goes into a patch (models in their wire form)."""
+    if isinstance(value, K8sModel):
+        return value.to_k8s()
+    if isinstance(value, list | tuple):
+        return [to_wire(v) for v in value]
+    return value
 
 
 def utcnow() -> datetime.datetime:
@@ -64,6 +96,10 @@ def is_paused(obj: Body, cluster: Body | None) -> tuple[bool, str]:
 
 class ObjectScope:
     """Common part of :class:`MachineScope` and :class:`ClusterScope`."""
+
+    #: The API models of the object's spec and status (subclasses name theirs).
+    spec_type: type[K8sModel] = K8sModel
+    status_type: type[K8sModel] = K8sModel
 
     def __init__(
         self,
@@ -93,6 +129,9 @@ class ObjectScope:
         self._annotation_patch: dict[str, str | None] = {}
         self._events: list[tuple[EventType, str, str]] = []
         self.gone = False
+        #: What a deletion is waiting for, as (reason, message): Ready says it while the object is deleted.
+        self.deletion: tuple[str, str] | None = None
+        self._want: K8sModel | None = None
 
     @property
     def key(self) -> str:
@@ -115,11 +154,47 @@ class ObjectScope:
             else:
                 self.annotations[full] = value
 
+    def _typed_spec(self) -> K8sModel:
+        """The spec parsed into :attr:`spec_type` (once per pass; :meth:`set_spec` keeps it current)."""
+        if self._want is None:
+            try:
+                self._want = self.spec_type.model_validate(self.spec)
+            except pydantic.ValidationError as exc:
+                # The apiserver validates with the schema generated from the same model, so only a CRD older
+                # than this operator gets here: say so, do not retry in a loop.
+                raise TerminalError(
+                    C.INVALID_SPEC_REASON, f"spec does not match this operator's API: {exc}"
+                ) from exc
+        return self._want
+
     def set_spec(self, **fields: Any) -> None:
-        for k, v in fields.items():
-            if self.spec.get(k) != v:
-                self.spec[k] = v
-                self._spec_patch[k] = v
+        """Change spec fields, by the model's Python names (``system_id=...``); None removes one."""
+        for name, value in fields.items():
+            key = wire_name(self.spec_type, name)
+            wire = to_wire(value)
+            if self._want is not None:
+                setattr(self._want, name, value)
+            if self.spec.get(key) != wire:
+                self.spec[key] = wire
+                self._spec_patch[key] = wire
+
+    def set_status(self, **fields: Any) -> None:
+        """Change status fields, by the model's Python names (``machine_state=...``); None removes one."""
+        for name, value in fields.items():
+            key = wire_name(self.status_type, name)
+            if value is None:
+                self.status.pop(key, None)
+            else:
+                self.status[key] = to_wire(value)
+
+    def status_value(self, field: str) -> Any:
+        """A status field, by the model's Python name (its wire form, as stored)."""
+        return self.status.get(wire_name(self.status_type, field))
+
+    @property
+    def ready(self) -> bool:
+        """``status.ready``."""
+        return bool(self.status_value("ready"))
 
     def add_finalizer(self, name: str) -> None:
         if name not in self.finalizers:
@@ -142,6 +217,11 @@ class ObjectScope:
     def set_condition(
         self, type_: str, status: bool | ConditionStatus, reason: str, message: str = ""
     ) -> None:
+        if type_ == C.READY_CONDITION:
+            raise ValueError("Ready is the summary of the other conditions (see ObjectScope.summary)")
+        self._put_condition(type_, status, reason, message)
+
+    def _put_condition(self, type_: str, status: bool | ConditionStatus, reason: str, message: str) -> None:
         value: str = ("True" if status else "False") if isinstance(status, bool) else status
         conds: list[dict[str, Any]] = [dict(c) for c in self.status.get("conditions") or ()]
         for c in conds:
@@ -163,6 +243,20 @@ class ObjectScope:
             )
         conds.sort(key=lambda c: (c["type"] != C.READY_CONDITION, c["type"]))
         self.status["conditions"] = conds
+
+    def set_deletion(self, reason: str, message: str) -> None:
+        """The deletion's current step (Ready says it, False, until the object is gone)."""
+        self.deletion = (reason, message)
+
+    def summary(self) -> tuple[bool | ConditionStatus, str, str] | None:
+        """Ready as (status, reason, message), derived from the rest of the scope; None leaves it as it is.
+        Each scope kind says how; computed once, when the scope is written."""
+        return None
+
+    def _summarise(self) -> None:
+        ready = self.summary()
+        if ready is not None:
+            self._put_condition(C.READY_CONDITION, *ready)
 
     def set_paused_condition(self, paused: bool, message: str) -> None:
         if paused:
@@ -232,6 +326,7 @@ class ObjectScope:
         Spec before status: a reader that acts on status (CAPI copies ``spec.controlPlaneEndpoint`` once the
         MaasCluster says provisioned) must find the spec already there. The exception is a finalizer being
         removed: that write may delete the object, so status goes first then."""
+        self._summarise()
         try:
             if not set(self._orig_finalizers) - set(self.finalizers):
                 await self.flush()
@@ -251,3 +346,62 @@ class ObjectScope:
             for type_, reason, message in self._events:
                 self.kube.emit_event(self.body, type_, reason, message)
             self._events.clear()
+
+
+class MachineScope(ObjectScope):
+    """The MaasMachine plus its owner Machine, the Cluster and the MaasCluster (from the caches)."""
+
+    spec_type = MaasMachineSpec
+    status_type = MaasMachineStatus
+
+    machine: Body | None = None
+    cluster: Body | None = None
+    maascluster: Body | None = None
+    #: ``deploy-started`` was written with the allocation in this pass (the deploy follows at once).
+    deploy_stamped: bool = False
+
+    @property
+    def cluster_name(self) -> str | None:
+        if self.machine is not None:
+            name = (self.machine.get("spec") or {}).get("clusterName")
+            if name:
+                return str(name)
+        return self.labels.get(CLUSTER_NAME_LABEL)
+
+    @property
+    def want(self) -> MaasMachineSpec:
+        """The spec, typed."""
+        spec = self._typed_spec()
+        assert isinstance(spec, MaasMachineSpec)
+        return spec
+
+    @property
+    def attempts(self) -> int:
+        """``status.attempts``: MAAS machines (or VMs) tried so far."""
+        return int(self.status_value("attempts") or 0)
+
+    @property
+    def hostname(self) -> str | None:
+        """``status.hostname``: the machine's MAAS hostname (the future Node name)."""
+        value = self.status_value("hostname")
+        return str(value) if value else None
+
+    def summary(self) -> tuple[bool | ConditionStatus, str, str] | None:
+        """Deleting: the deletion's step. Otherwise MachineProvisioned: True is Ready; anything else says the
+        current step, in the same words."""
+        if self.deleting:
+            return None if self.deletion is None else (False, *self.deletion)
+        provisioned = self.condition(C.MACHINE_PROVISIONED_CONDITION)
+        if provisioned is None:
+            return None
+        if provisioned.get("status") == "True":
+            return True, C.READY_REASON, ""
+        status: ConditionStatus = "Unknown" if provisioned.get("status") == "Unknown" else "False"
+        return status, str(provisioned.get("reason") or ""), str(provisioned.get("message") or "")
+
+    def wait(self, reason: str, message: str) -> None:
+        """Not provisioned yet, for an outside reason: both conditions say which. A provisioned machine stays
+        so: an owner missing from the cache or a failed MAAS call says nothing about it (no stale message)."""
+        provisioned = (self.condition(C.MACHINE_PROVISIONED_CONDITION) or {}).get("status") == "True"
+        if not (self.ready and provisioned):
+            self.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, reason, message)

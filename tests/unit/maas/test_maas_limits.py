@@ -25,7 +25,7 @@ from capmaas.maas import (
     ResponseParseError,
     ResponseTooLargeError,
 )
-from capmaas.maas import TimeoutError as MaasTimeoutError
+from capmaas.maas import RequestTimeoutError as MaasTimeoutError
 
 
 async def no_sleep(_: float) -> None:

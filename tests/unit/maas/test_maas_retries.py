@@ -12,11 +12,11 @@ from capmaas.maas import (
     ConflictError,
     MaasClient,
     NoMachineAvailableError,
+    RequestTimeoutError,
     RetryPolicy,
     ServiceUnavailableError,
     TransportError,
 )
-from capmaas.maas import TimeoutError as MaasTimeoutError
 
 
 async def test_503_with_retry_after_is_retried_then_succeeds(
@@ -106,8 +106,19 @@ async def test_retry_after_is_capped(fake: FakeMaas) -> None:
 
 
 def test_backoff_grows_and_is_bounded() -> None:
-    policy = RetryPolicy(base_delay=0.5, max_delay=3.0)
+    """The jitter's largest draw gives the ceiling: doubling from ``base_delay``, capped at ``max_delay``."""
+    policy = RetryPolicy(base_delay=0.5, max_delay=3.0, jitter=lambda: 1.0)
     assert [policy.backoff(n) for n in range(5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+
+
+def test_backoff_has_full_jitter() -> None:
+    """A delay anywhere in [0, ceiling], so a burst of failed requests does not retry in step."""
+    assert RetryPolicy(base_delay=0.5, max_delay=3.0, jitter=lambda: 0.25).backoff(2) == 0.5
+    policy = RetryPolicy(base_delay=0.5, max_delay=3.0)
+    draws = [policy.backoff(3) for _ in range(200)]
+    assert all(0.0 <= d <= 3.0 for d in draws)
+    assert len(set(draws)) > 100
+    assert min(draws) < 1.0 < 2.0 < max(draws)
 
 
 class Flaky:
@@ -129,8 +140,9 @@ async def _run(flaky: Flaky, method: str, max_retries: int = 3) -> tuple[list[fl
     async def sleep(seconds: float) -> None:
         sleeps.append(seconds)
 
+    policy = RetryPolicy(max_retries=max_retries, jitter=lambda: 1.0)  # the ceiling: delays are exact
     async with MaasClient(
-        URL, api_key=API_KEY, transport=httpx.MockTransport(flaky), max_retries=max_retries, sleep=sleep
+        URL, api_key=API_KEY, transport=httpx.MockTransport(flaky), retry=policy, sleep=sleep
     ) as maas:
         if method == "GET":
             result: object = await maas.machines.get("abc123")
@@ -228,7 +240,7 @@ async def test_bare_connection_reset_on_post_is_a_transport_error_not_retried() 
     flaky = Flaky(ConnectionResetError("simulated dropped connection"), 1, ok(machine(status=10)))
     with pytest.raises(TransportError, match="ConnectionResetError: simulated dropped connection") as info:
         await _run(flaky, "POST")
-    assert not isinstance(info.value, MaasTimeoutError)
+    assert not isinstance(info.value, RequestTimeoutError)
     assert isinstance(info.value.__cause__, ConnectionResetError)
     assert flaky.calls == 1
 
@@ -242,7 +254,7 @@ async def test_bare_connection_refused_is_retried_even_for_post() -> None:
 
 async def test_bare_timeout_is_the_timeout_error() -> None:
     flaky = Flaky(TimeoutError("no answer"), 100, ok(machine()))
-    with pytest.raises(MaasTimeoutError):
+    with pytest.raises(RequestTimeoutError):
         await _run(flaky, "GET", max_retries=1)
     assert flaky.calls == 2
 

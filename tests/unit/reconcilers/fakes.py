@@ -1,17 +1,81 @@
 """A small in-memory stand-in for *our own* Kubernetes port (not for Kubernetes itself).
 
 Used only where the apiserver is beside the point: the reconcilers' domain rules against the real simulator.
-Patches are applied as JSON merge patches with a resourceVersion bump, like the apiserver does.
+Patches are applied as JSON merge patches with a resourceVersion bump, like the apiserver does, and checked
+like the apiserver's ``fieldValidation=Strict``: a field the MaasMachine/MaasCluster models do not have (a
+mistyped key), or a value of the wrong type, fails the write (the apiserver would prune the one silently by
+default and refuse the other).
 """
 
 from __future__ import annotations
 
 import copy
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pydantic
+
+from capmaas.api.v1beta1 import MaasCluster, MaasMachine
+from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL
 from capmaas.reconcilers.ports import Body, EventType, NodePatchResult, ObjectPlural
-from capmaas.reconcilers.scope import CLUSTER_NAME_LABEL
+
+MODELS: dict[str, type[pydantic.BaseModel]] = {"maasmachines": MaasMachine, "maasclusters": MaasCluster}
+
+
+class StrictFieldError(Exception):
+    """What the apiserver answers a ``fieldValidation=Strict`` write with an unknown field (HTTP 400/422)."""
+
+
+def _model_in(annotation: Any) -> type[pydantic.BaseModel] | None:
+    """The pydantic model inside ``X | None``, ``list[X]``, ``Annotated[X, ...]``, if any."""
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType, list, typing.Annotated):
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def unknown_fields(model: type[pydantic.BaseModel], data: Any, path: str) -> list[str]:
+    """Keys in ``data`` (recursively) that ``model`` has no field for, by wire name."""
+    if isinstance(data, list):
+        return [u for i, item in enumerate(data) for u in unknown_fields(model, item, f"{path}[{i}]")]
+    if not isinstance(data, Mapping):
+        return []
+    fields = {f.alias or name: f for name, f in model.model_fields.items()}
+    out: list[str] = []
+    for key, value in data.items():
+        field = fields.get(key)
+        if field is None:
+            out.append(f"{path}.{key}")
+            continue
+        sub = _model_in(field.annotation)
+        if sub is not None and value is not None:
+            out += unknown_fields(sub, value, f"{path}.{key}")
+    return out
+
+
+def check_strict(plural: str, patch: Mapping[str, Any], merged: Mapping[str, Any]) -> None:
+    model = MODELS.get(plural)
+    if model is None:
+        return
+    fields = model.model_fields
+    unknown: list[str] = []
+    for part in ("spec", "status"):
+        sub = _model_in(fields[part].annotation)
+        assert sub is not None
+        unknown += unknown_fields(sub, patch.get(part) or {}, part)
+        try:
+            sub.model_validate(merged.get(part) or {})
+        except pydantic.ValidationError as exc:
+            if part == "status" or "spec" in patch:
+                raise StrictFieldError(f"{plural}: invalid {part} after the patch: {exc}") from exc
+    if unknown:
+        raise StrictFieldError(f'{plural}: strict decoding error: unknown field "{", ".join(unknown)}"')
 
 
 def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
@@ -90,7 +154,10 @@ class FakeKube:
         else:
             patch.pop("status", None)
             patch.get("metadata", {}).pop("resourceVersion", None)
-        merge(obj, patch)
+        merged = merge(copy.deepcopy(obj), patch)
+        check_strict(plural, patch, merged)
+        obj.clear()
+        obj.update(merged)
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
         if obj["metadata"].get("deletionTimestamp") and not obj["metadata"].get("finalizers"):

@@ -13,8 +13,8 @@ import pytest
 from fakes import FakeKube
 
 from capmaas import demo, maas
+from capmaas.gateway import MaasConnections
 from capmaas.reconcilers.cluster import ClusterReconciler
-from capmaas.reconcilers.maasgw import MaasConnections
 from capmaas.reconcilers.machine import MachineReconciler, MachineSettings
 from capmaas.reconcilers.ports import MaasCredentials
 from capmaas.reconcilers.scope import Requeue

@@ -8,7 +8,8 @@ from reconciler_env import Env
 
 from capmaas import demo
 from capmaas.api import conditions as C
-from capmaas.reconcilers.cluster import DELETE_RECHECK_SECONDS, FINALIZER
+from capmaas.reconcilers.cluster import DELETE_RECHECK_SECONDS
+from capmaas.reconcilers.keys import CLUSTER_FINALIZER as FINALIZER
 
 
 def dns(env: Env) -> dict[str, list[str]]:

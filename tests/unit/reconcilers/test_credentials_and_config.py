@@ -77,7 +77,7 @@ async def test_bad_keys_become_invalid_credentials_without_the_key_in_the_messag
 
 async def test_unreachable_maas_is_maas_unreachable() -> None:
     from capmaas import maas
-    from capmaas.reconcilers.maasgw import MaasConnections
+    from capmaas.gateway import MaasConnections
 
     conns = MaasConnections(
         client_factory=lambda c: maas.MaasClient(c.endpoint, api_key=c.api_key, max_retries=0, timeout=2),
@@ -131,7 +131,7 @@ def test_config_defaults_without_anything(monkeypatch: pytest.MonkeyPatch) -> No
 
 async def test_tls_failure_is_reported_as_unreachable_with_the_endpoint(env: Env) -> None:
     from capmaas import maas
-    from capmaas.reconcilers.maasgw import MaasConnections
+    from capmaas.gateway import MaasConnections
     from capmaas.simulator import serve
 
     conns = MaasConnections(

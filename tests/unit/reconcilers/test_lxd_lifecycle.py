@@ -12,10 +12,9 @@ from reconciler_env import Env, make_env
 from capmaas import maas
 from capmaas.api import conditions as C
 from capmaas.reconcilers.errors import TerminalError, TransientError
-from capmaas.reconcilers.lxd import COMPOSING
+from capmaas.reconcilers.keys import ANNOTATION_PREFIX, COMPOSING
+from capmaas.reconcilers.keys import MACHINE_FINALIZER as FINALIZER
 from capmaas.reconcilers.lxd_placer import vm_hostname
-from capmaas.reconcilers.machine import FINALIZER
-from capmaas.reconcilers.scope import ANNOTATION_PREFIX
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
 
 
@@ -189,9 +188,9 @@ async def test_all_full_waits_with_the_reason_and_proceeds_when_capacity_frees()
             assert "1 host in az1 lacks 2 free cores" in c["message"], c["message"]
             assert "waiting for capacity" in c["message"]
         assert "systemID" not in b["spec"]
-        assert len(env.machines.lxd.book(env.creds.endpoint)) == 0  # waiting, not holding
+        assert len(env.machines.lxd.placer.book(env.creds.endpoint)) == 0  # waiting, not holding
         await session.delete_machine(fillers[1].system_id)
-        env.machines.lxd.invalidate(env.creds.endpoint)
+        env.machines.lxd.placer.invalidate(env.creds.endpoint)
         await env.drive(["cp0"], ready)
         assert env.kube.get("maasmachines", "cp0")["status"]["failureDomain"] == "az2"
     finally:
@@ -202,7 +201,7 @@ async def test_over_commit_503_on_a_stale_listing_retries_on_another_host(lenv: 
     env = lenv
     await env.cluster()
     session = await env.connections.connect(env.creds)
-    placer = env.machines.lxd
+    placer = env.machines.lxd.placer
     placer.max_age = 3600.0
     hosts = {h.name: h for h in await session.list_vm_hosts()}
     # A small VM makes lxd-az1-0 the best fit in the listing the operator caches...
@@ -225,7 +224,7 @@ async def test_pinned_full_host_503_is_reported_and_host_gone_is_replaced(lenv: 
     env = lenv
     await env.cluster()
     session = await env.connections.connect(env.creds)
-    placer = env.machines.lxd
+    placer = env.machines.lxd.placer
     placer.max_age = 3600.0
     listing = await placer.listing(env.creds.endpoint, session)
     full = next(h for h in listing.hosts.values() if h.name == "lxd-az2-0")

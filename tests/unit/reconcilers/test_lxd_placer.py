@@ -9,7 +9,7 @@ from reconciler_env import make_env
 
 from capmaas import maas, placement
 from capmaas.reconcilers import lxd_placer
-from capmaas.reconcilers.scope import ANNOTATION_PREFIX
+from capmaas.reconcilers.keys import ANNOTATION_PREFIX
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
 
 

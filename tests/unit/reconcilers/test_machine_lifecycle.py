@@ -9,7 +9,7 @@ from reconciler_env import Env
 
 from capmaas.api import conditions as C
 from capmaas.reconcilers.errors import TransientError
-from capmaas.reconcilers.machine import FINALIZER
+from capmaas.reconcilers.keys import MACHINE_FINALIZER as FINALIZER
 
 
 def ready(b: dict[str, Any]) -> bool:

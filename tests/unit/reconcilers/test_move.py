@@ -18,8 +18,7 @@ import pytest
 from reconciler_env import Env, make_env
 from test_lxd_lifecycle import add_lxd, lxd_sim
 
-from capmaas.reconcilers.lxd import AGENT_NAME
-from capmaas.reconcilers.scope import ANNOTATION_PREFIX
+from capmaas.reconcilers.keys import AGENT_NAME, ANNOTATION_PREFIX
 from capmaas.simulator import Simulator
 
 

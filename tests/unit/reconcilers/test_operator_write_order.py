@@ -64,7 +64,9 @@ async def server() -> AsyncIterator[tuple[Apiserver, str]]:
 
 def adapter(url: str, connections: int) -> KubeAdapter:
     cfg = kubernetes.client.Configuration(host=url)
-    return KubeAdapter(Store(), KubeHttp(cfg, connections=connections), secret_ttl=30.0)
+    return KubeAdapter(
+        Store(), KubeHttp(cfg, connections=connections, field_validation="Strict"), secret_ttl=30.0
+    )
 
 
 async def test_completing_status_write_overtakes_starting_writes(server: tuple[Apiserver, str]) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from reconciler_env import Env, make_env
 
-from capmaas.reconcilers.machine import FINALIZER
+from capmaas.reconcilers.keys import MACHINE_FINALIZER as FINALIZER
 from capmaas.reconcilers.ports import Body, ObjectPlural
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
 

@@ -1,16 +1,16 @@
-"""An httpx transport that sends over aiohttp: the MAAS client's requests at a third of the CPU.
+"""An httpx transport that sends over aiohttp: the MAAS client's requests at a fraction of httpcore's CPU.
 
-Why: the operator's MAAS client is an ``httpx.AsyncClient``; measured against the simulator with 16 requests
-in flight, its default transport (httpcore on anyio) cost about 7 ms of CPU per request and this one about
-2 ms (same client, auth, parsing; only the transport differs), and in the benchmark the MAAS client's HTTP
-was a quarter of the operator's CPU. aiohttp is what kopf is built on, so it is installed with the operator.
+Why: the operator's MAAS client is an ``httpx.AsyncClient``, and with httpx's default transport (httpcore on
+anyio) its HTTP was a large share of the operator's CPU (figures: docs/benchmarks/README.md). aiohttp is
+what kopf is built on, so it is installed with the operator.
 
 httpx's transport interface is public; the client keeps its auth, retries, error mapping and metrics. What the
-transport owes it: TLS as the client would have verified it (:func:`ssl_context`, built from the same
-credentials), the per-request timeouts httpx puts in ``request.extensions["timeout"]``, failures as the
-``httpx`` exceptions the client maps (connect failures as :class:`httpx.ConnectError`, so a POST that never
-left is retried and one that may have left is not), and the body as a stream: the client counts the bytes as
-they arrive and stops reading past its cap (a 400 MiB answer from a tenant's endpoint is never held whole).
+transport owes it: TLS as the client would have verified it (an :class:`ssl.SSLContext`, see
+:func:`ssl_context`), the per-request timeouts httpx puts in ``request.extensions["timeout"]``, failures as
+the ``httpx`` exceptions the client maps (connect failures as :class:`httpx.ConnectError`, so a POST that
+never left is retried and one that may have left is not), and the body as a stream: the client counts the
+bytes as they arrive and stops reading past its cap (a 400 MiB answer from a tenant's endpoint is never held
+whole).
 """
 
 from __future__ import annotations
@@ -22,17 +22,18 @@ from typing import Any
 import aiohttp
 import httpx
 
-from capmaas.reconcilers.ports import MaasCredentials
+__all__ = ["AiohttpTransport", "ssl_context"]
 
 
-def ssl_context(credentials: MaasCredentials, *, insecure: bool = False) -> ssl.SSLContext | bool:
-    """What the transport verifies MAAS's certificate against: the system store plus the CA bundle of the
-    credentials, or nothing at all when told so (the client logs that switch when it is built)."""
-    if insecure or credentials.insecure:
-        return False
+def ssl_context(*, ca_data: str | None = None, insecure: bool = False) -> ssl.SSLContext:
+    """What a transport verifies MAAS's certificate against: the system store plus ``ca_data`` (PEM), or
+    nothing at all with ``insecure`` (the client logs that switch when it is built with ``insecure=True``)."""
     context = ssl.create_default_context()
-    if credentials.ca_data:
-        context.load_verify_locations(cadata=credentials.ca_data)
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif ca_data:
+        context.load_verify_locations(cadata=ca_data)
     return context
 
 
@@ -60,10 +61,11 @@ class _Body(httpx.AsyncByteStream):
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
-    """One pooled aiohttp session (made on first use, inside the running event loop)."""
+    """One pooled aiohttp session (made on first use, inside the running event loop), TLS as ``ssl_context``
+    says."""
 
-    def __init__(self, *, verify: ssl.SSLContext | bool, connections: int = 32) -> None:
-        self._verify = verify
+    def __init__(self, *, ssl_context: ssl.SSLContext, connections: int = 32) -> None:
+        self._verify = ssl_context
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
 
@@ -113,8 +115,3 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         if self._session is not None:
             await self._session.close()
             self._session = None
-
-
-def transport_for(credentials: MaasCredentials, *, insecure: bool = False) -> AiohttpTransport:
-    """The transport for a MAAS client of ``credentials`` (TLS as :func:`ssl_context` says)."""
-    return AiohttpTransport(verify=ssl_context(credentials, insecure=insecure))

@@ -1,4 +1,5 @@
-"""The aiohttp transport under the real MAAS client, against the simulator on a real loopback socket."""
+"""Connecting (credentials check, pool) over the aiohttp transport, against the simulator on a loopback
+socket: failures become the conditions a person can act on. The transport's own tests: tests/unit/maas."""
 
 from __future__ import annotations
 
@@ -10,36 +11,18 @@ from test_credentials_and_config import mc
 
 from capmaas import maas
 from capmaas.api import conditions as C
-from capmaas.maas import errors as maas_errors
-from capmaas.reconcilers.aiotransport import transport_for
+from capmaas.gateway import MaasConnections
 from capmaas.reconcilers.credentials import connect
 from capmaas.reconcilers.errors import TransientError
-from capmaas.reconcilers.maasgw import MaasConnections
 from capmaas.reconcilers.ports import MaasCredentials
 from capmaas.simulator import Simulator, serve
 
 
 def client(c: MaasCredentials, **kwargs: Any) -> maas.MaasClient:
-    return maas.MaasClient(c.endpoint, api_key=c.api_key, transport=transport_for(c), **kwargs)
-
-
-async def test_a_machine_lifecycle_through_the_transport(sim: Simulator) -> None:
-    async with serve(sim, host="127.0.0.1", port=0) as url:
-        c = client(MaasCredentials(endpoint=url, api_key=sim.api_key), max_retries=0)
-        try:
-            assert (await c.whoami()).username
-            m = await c.machines.allocate(maas.AllocateConstraints(zone="az2"), agent_name="u1", comment="t")
-            assert m.zone.name == "az2"
-            deployed = await c.machines.deploy(m.system_id, user_data=b"#cloud-config\n", comment="t")
-            assert deployed.status == maas.NodeStatus.DEPLOYING
-            assert [x.system_id for x in await c.machines.list(agent_name="u1")] == [m.system_id]
-            await c.machines.release(m.system_id, comment="t")
-            with pytest.raises(maas_errors.NotFoundError):  # a 404 still reaches the client as one
-                await c.machines.get("nosuch")
-        finally:
-            await c.aclose()
-    requests = {(method, op) for (method, _, op) in sim.counters}
-    assert {("POST", "allocate"), ("POST", "deploy"), ("POST", "release"), ("GET", None)} <= requests
+    context = maas.ssl_context(ca_data=c.ca_data, insecure=c.insecure)
+    return maas.MaasClient(
+        c.endpoint, api_key=c.api_key, transport=maas.AiohttpTransport(ssl_context=context), **kwargs
+    )
 
 
 async def test_a_wrong_key_is_still_invalid_credentials(sim: Simulator) -> None:

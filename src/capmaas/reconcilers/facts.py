@@ -1,6 +1,6 @@
-"""Pure facts about a bare-metal MaasMachine: user-data format, image, providerID, addresses, CAPI fields.
+"""Pure facts about a MaasMachine and its relatives: user-data format, image, addresses, CAPI fields.
 
-No I/O here; :mod:`capmaas.reconcilers.machine` (and the LXD path) call these.
+No I/O here; the lifecycle and both provisioners call these.
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ from capmaas import maas
 from capmaas.reconcilers.ports import Body
 
 __all__ = [
-    "_bootstrap_secret",
-    "_infra_provisioned",
     "addresses",
+    "bootstrap_secret",
     "describe",
     "detect_format",
     "distro_series",
-    "provider_id",
+    "infra_provisioned",
 ]
 
 
@@ -46,10 +45,6 @@ def distro_series(image: str | None) -> str | None:
     return image if "/" in image else f"custom/{image}"
 
 
-def provider_id(zone: str, system_id: str) -> str:
-    return f"maas://{zone}/{system_id}"
-
-
 def addresses(m: maas.Machine) -> list[dict[str, str]]:
     """InternalDNS = the future Node name (CSR approval needs it), Hostname, each IP as Internal/External."""
     out = [{"type": "Hostname", "address": m.hostname}, {"type": "InternalDNS", "address": m.hostname}]
@@ -65,13 +60,13 @@ def describe(c: maas.AllocateConstraints) -> str:
     return ", ".join(parts) or "(no constraints)"
 
 
-def _infra_provisioned(cluster: Body) -> bool:
+def infra_provisioned(cluster: Body) -> bool:
     status = cluster.get("status") or {}
     init = status.get("initialization") or {}
     return bool(init.get("infrastructureProvisioned") or status.get("infrastructureReady"))
 
 
-def _bootstrap_secret(machine: Body) -> str | None:
+def bootstrap_secret(machine: Body) -> str | None:
     spec: Mapping[str, Any] = machine.get("spec") or {}
     name = (spec.get("bootstrap") or {}).get("dataSecretName")
     return str(name) if name else None

@@ -1,0 +1,199 @@
+"""The shared machine poller of one MAAS session: see :mod:`capmaas.gateway` for why it exists.
+
+Polling is adaptive *per machine*: every ``fast`` interval only the machines in a transitional state
+(deploying, releasing, erasing, commissioning) or not yet seen are listed, and never more often (a burst of
+writes kicks the poller, but must not make it list a growing set back to back); all watched machines are
+listed every ``idle`` interval (that is what notices a Deployed machine powered off or broken). Listing the
+steady machines every fast interval too would cost O(machines) JSON per second (see docs/benchmarks). A
+change wakes exactly the object that registered the machine (``wake(key)``), so status follows MAAS within
+about one fast interval without any per-machine request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from capmaas import maas
+from capmaas.maas import errors as maas_errors
+
+log = logging.getLogger(__name__)
+
+#: States in which MAAS will change the machine by itself soon: machines in one are polled every fast
+#: interval. Not ALLOCATED: MAAS leaves an allocated machine alone until we deploy it (and the deploy's answer
+#: is folded in at once); a thousand machines waiting for their deploy must not make every poll list them.
+TRANSITIONAL = frozenset(
+    {
+        maas.NodeStatus.DEPLOYING,
+        maas.NodeStatus.RELEASING,
+        maas.NodeStatus.DISK_ERASING,
+        maas.NodeStatus.COMMISSIONING,
+        maas.NodeStatus.TESTING,
+    }
+)
+
+Wake = Callable[[str], None]
+
+
+def _fingerprint(m: maas.Machine) -> tuple[object, ...]:
+    """The fields whose change matters to a reconcile (a change wakes the owner)."""
+    return (m.status, m.power_state, m.ip_addresses, m.hostname, m.owner, m.zone.name)
+
+
+class MachinePoller:
+    """Polls the watched system IDs of one session; see the module docstring."""
+
+    def __init__(
+        self,
+        client: maas.MaasClient,
+        *,
+        fast: float,
+        idle: float,
+        batch_size: int,
+        wake: Wake,
+    ) -> None:
+        self._client = client
+        self._fast = fast
+        self._idle = idle
+        self._batch = max(1, batch_size)
+        self._wake = wake
+        self._watched: dict[str, str] = {}  # system_id -> owner key
+        self._snap: dict[str, maas.Machine] = {}
+        self._gone: set[str] = set()
+        self._kick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.last_error: maas_errors.MaasError | None = None
+        self.polls = 0
+        self._seq = 0  # bumped by every put(); a poll older than a put must not overwrite what it put
+        self._written: dict[str, int] = {}
+        self._last_full = 0.0  # monotonic time of the last poll of every watched machine
+
+    # --- registration ------------------------------------------------------------------------------------
+    def watch(self, system_id: str, key: str) -> None:
+        if self._watched.get(system_id) != key:
+            self._watched[system_id] = key
+            if system_id not in self._snap:
+                self._kick.set()  # a machine we know nothing about (e.g. after a restart): poll soon
+
+    def unwatch(self, system_id: str) -> None:
+        self._watched.pop(system_id, None)
+        self._written.pop(system_id, None)
+        self._snap.pop(system_id, None)
+        self._gone.discard(system_id)
+
+    def forget_key(self, key: str) -> None:
+        for sid in [s for s, k in self._watched.items() if k == key]:
+            self.unwatch(sid)
+
+    @property
+    def watched(self) -> int:
+        return len(self._watched)
+
+    def snapshot(self, system_id: str) -> maas.Machine | None:
+        return self._snap.get(system_id)
+
+    def is_gone(self, system_id: str) -> bool:
+        return system_id in self._gone
+
+    def mark_gone(self, system_id: str) -> None:
+        """MAAS answered a write on ``system_id`` with 404: it is gone, without waiting for the next poll."""
+        self._gone.add(system_id)
+
+    def put(self, machine: maas.Machine) -> None:
+        """Fold a write response into the snapshot; switches to fast polling if it is transitional."""
+        self._seq += 1
+        self._written[machine.system_id] = self._seq
+        self._snap[machine.system_id] = machine
+        self._gone.discard(machine.system_id)
+        if machine.status in TRANSITIONAL:
+            self._kick.set()
+
+    def kick(self) -> None:
+        self._kick.set()
+
+    # --- the loop ----------------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="capmaas-poller")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def _hot(self, system_id: str) -> bool:
+        """Polled every fast interval: not seen yet, or MAAS is about to change it by itself."""
+        m = self._snap.get(system_id)
+        return m is None or m.status in TRANSITIONAL
+
+    def _interval(self) -> float:
+        if self.last_error is not None:
+            return min(self._idle, max(self._fast, 5.0))
+        if any(self._hot(sid) for sid in self._watched):
+            return self._fast
+        return max(self._fast, self._idle - (time.monotonic() - self._last_full))
+
+    async def _run(self) -> None:
+        last = -self._fast
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._interval()):
+                    await self._kick.wait()
+            self._kick.clear()
+            if not self._watched:
+                continue
+            # A coalescing pause, at least until one fast interval after the last poll: many objects
+            # registering or writing at once share one list call.
+            await asyncio.sleep(max(min(0.05, self._fast), last + self._fast - time.monotonic()))
+            last = time.monotonic()
+            full = self.last_error is not None or time.monotonic() - self._last_full >= self._idle
+            try:
+                await self.poll_once(full=full)
+            except Exception:  # the poller must outlive any surprise; reconciles fall back to their resync
+                log.exception("MAAS poll failed unexpectedly")
+
+    async def poll_once(self, *, full: bool = True) -> None:
+        """One round of list calls over every watched system ID (``full=False``: only the hot ones, see the
+        module docstring). Also used directly by tests."""
+        if full:
+            ids = list(self._watched)
+            self._last_full = time.monotonic()
+        else:
+            ids = [sid for sid in self._watched if self._hot(sid)]
+            if not ids:
+                return
+        started = self._seq
+        found: dict[str, maas.Machine] = {}
+        try:
+            for start in range(0, len(ids), self._batch):
+                chunk = ids[start : start + self._batch]
+                for m in await self._client.machines.list(ids=chunk):
+                    found[m.system_id] = m
+        except maas_errors.MaasError as exc:
+            if self.last_error is None:
+                log.warning("MAAS poll failed: %s", type(exc).__name__)
+            self.last_error = exc
+            return
+        self.polls += 1
+        self.last_error = None
+        for sid in ids:
+            key = self._watched.get(sid)
+            if key is None or self._written.get(sid, 0) > started:
+                continue  # unwatched meanwhile, or a write answered after this poll was sent: newer
+            new = found.get(sid)
+            old = self._snap.get(sid)
+            if new is None:
+                if sid not in self._gone:
+                    self._gone.add(sid)
+                    self._snap.pop(sid, None)
+                    self._wake(key)
+                continue
+            self._gone.discard(sid)
+            self._snap[sid] = new
+            if old is None or _fingerprint(old) != _fingerprint(new):
+                self._wake(key)

@@ -1,0 +1,195 @@
+"""One MAAS session: the pooled client and the shared poller of one (endpoint, identity), as the
+:class:`~capmaas.reconcilers.ports.MaasPort` the reconcilers use."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+
+from capmaas import maas
+from capmaas.gateway.poller import MachinePoller
+from capmaas.maas import errors as maas_errors
+from capmaas.reconcilers.ports import DnsRecord, MaasCredentials
+
+
+class MaasSession:
+    """A :class:`~capmaas.reconcilers.ports.MaasPort`: pooled client + shared poller for one identity.
+
+    Writes (allocate, deploy, release, power on) go straight to MAAS and their responses are folded into the
+    poller's snapshot, so a reconcile right after a write sees the new state without another read."""
+
+    ZONES_TTL = 300.0
+
+    def __init__(
+        self,
+        credentials: MaasCredentials,
+        client: maas.MaasClient,
+        poller: MachinePoller,
+        *,
+        max_concurrent_writes: int = 16,
+    ) -> None:
+        self.credentials = credentials
+        self.client = client
+        self.poller = poller
+        # Writes queue here rather than in the HTTP connection pool: a burst of a thousand new machines must
+        # not time out waiting for a connection (and must leave connections free for the shared poll).
+        self._writes = asyncio.Semaphore(max(1, max_concurrent_writes))
+        self._zones: tuple[float, tuple[str, ...]] | None = None
+        self.last_used = time.monotonic()
+
+    @property
+    def endpoint(self) -> str:
+        return self.credentials.endpoint
+
+    def watch(self, system_id: str, key: str) -> None:
+        self.poller.watch(system_id, key)
+
+    def unwatch(self, system_id: str) -> None:
+        self.poller.unwatch(system_id)
+
+    def snapshot(self, system_id: str) -> maas.Machine | None:
+        return self.poller.snapshot(system_id)
+
+    def is_gone(self, system_id: str) -> bool:
+        return self.poller.is_gone(system_id)
+
+    async def find_by_agent(self, agent_name: str) -> Sequence[maas.Machine]:
+        async with self._writes:
+            machines = await self.client.machines.list(agent_name=agent_name)
+        for m in machines:
+            self.poller.put(m)
+        return machines
+
+    async def allocate(
+        self, constraints: maas.AllocateConstraints, *, agent_name: str, comment: str
+    ) -> maas.Machine:
+        async with self._writes:
+            m = await self.client.machines.allocate(constraints, agent_name=agent_name, comment=comment)
+        self.poller.put(m)
+        return m
+
+    async def deploy(
+        self,
+        system_id: str,
+        *,
+        user_data: bytes,
+        distro_series: str | None,
+        hwe_kernel: str | None,
+        ephemeral_deploy: bool,
+        comment: str,
+        register_vmhost: bool = False,
+    ) -> maas.Machine:
+        async with self._writes:
+            m = await self.client.machines.deploy(
+                system_id,
+                user_data=user_data,
+                distro_series=distro_series,
+                hwe_kernel=hwe_kernel,
+                ephemeral_deploy=ephemeral_deploy,
+                comment=comment,
+                register_vmhost=register_vmhost,
+            )
+        self.poller.put(m)
+        return m
+
+    async def release(
+        self, system_id: str, *, erase: bool, secure_erase: bool, quick_erase: bool, comment: str
+    ) -> maas.Machine | None:
+        try:
+            async with self._writes:
+                m = await self.client.machines.release(
+                    system_id,
+                    erase=erase,
+                    secure_erase=secure_erase,
+                    quick_erase=quick_erase,
+                    comment=comment,
+                )
+        except maas_errors.NotFoundError:
+            self.poller.mark_gone(system_id)
+            return None
+        self.poller.put(m)
+        return m
+
+    async def mark_broken(self, system_id: str, *, comment: str) -> None:
+        async with self._writes:
+            await self.client.machines.mark_broken(system_id, comment=comment)
+        self.poller.kick()
+
+    async def power_on(self, system_id: str, *, comment: str) -> None:
+        async with self._writes:
+            await self.client.machines.power_on(system_id, comment=comment)
+        self.poller.kick()
+
+    async def zones(self) -> Sequence[str]:
+        now = time.monotonic()
+        if self._zones is not None and now - self._zones[0] < self.ZONES_TTL:
+            return self._zones[1]
+        names = tuple(sorted(z.name for z in await self.client.zones.list()))
+        self._zones = (now, names)
+        return names
+
+    async def dns_find(self, fqdn: str) -> DnsRecord | None:
+        for r in await self.client.dns_resources.list(fqdn=fqdn):
+            if r.fqdn == fqdn:
+                return _record(r)
+        return None
+
+    async def dns_create(self, fqdn: str, ips: frozenset[str]) -> DnsRecord:
+        return _record(await self.client.dns_resources.create(fqdn, sorted(ips)))
+
+    async def dns_update(self, record_id: int, ips: frozenset[str]) -> None:
+        await self.client.dns_resources.update(record_id, sorted(ips))
+
+    async def dns_delete(self, record_id: int) -> None:
+        with contextlib.suppress(maas_errors.NotFoundError):
+            await self.client.dns_resources.delete(record_id)
+
+    # --- VM hosts (the LXD provisioner's part of the port) ----------------------------------------------
+    async def list_vm_hosts(self) -> Sequence[maas.VmHost]:
+        return await self.client.vm_hosts.list()
+
+    async def host_machines(self, system_ids: Sequence[str]) -> dict[str, maas.Machine]:
+        found: dict[str, maas.Machine] = {}
+        missing: list[str] = []
+        for sid in dict.fromkeys(system_ids):
+            m = self.poller.snapshot(sid)
+            if m is not None:
+                found[sid] = m
+            else:
+                missing.append(sid)
+        if missing:
+            for m in await self.client.machines.list(ids=missing):
+                found[m.system_id] = m
+        return found
+
+    async def compose(self, host_id: int, request: maas.ComposeRequest) -> maas.ComposedMachine:
+        return await self.client.vm_hosts.compose(host_id, request)
+
+    async def find_by_hostname(self, hostname: str) -> Sequence[maas.Machine]:
+        machines = [
+            m for m in await self.client.machines.list(hostnames=[hostname]) if m.hostname == hostname
+        ]
+        for m in machines:
+            self.poller.put(m)
+        return machines
+
+    async def delete_machine(self, system_id: str) -> bool:
+        try:
+            await self.client.machines.delete(system_id)
+        except maas_errors.NotFoundError:
+            return False
+        finally:
+            # Drop the stale snapshot; a watcher that re-registers gets the machine polled (and, once MAAS has
+            # finished decomposing, reported gone).
+            self.poller.unwatch(system_id)
+        return True
+
+    async def aclose(self) -> None:
+        await self.poller.stop()
+        await self.client.aclose()
+
+
+def _record(r: maas.DnsResource) -> DnsRecord:
+    return DnsRecord(id=r.id, fqdn=r.fqdn, ips=frozenset(a.ip for a in r.ip_addresses if a.ip))

@@ -1,0 +1,355 @@
+"""Bare-metal MaasMachines (``provisioningMode: bare-metal``): allocate (idempotent, zone-spread) → the shared
+lifecycle → release; mark-broken for a machine that failed to deploy.
+
+Crash safety of allocation (no machine is ever allocated twice or leaked):
+
+1. Before ``allocate`` the annotation ``…/allocating`` is written (a Kubernetes write, no MAAS request).
+2. ``allocate`` passes the MaasMachine UID as MAAS ``agent_name``.
+3. The returned system ID goes to ``spec.systemID``/``spec.providerID`` at once (the annotation goes away).
+
+A pass that finds ``…/allocating`` but no system ID (a crash between 1 and 3) looks the UID up in MAAS and
+adopts what it finds instead of allocating again; without the annotation no allocation can have happened, so
+the happy path spends no lookup request.
+
+Giving a machine back (failed, broken, timed out, gone) is crash-safe too. A released machine is back in
+MAAS's pool at once, and another MaasMachine's allocate can take it within milliseconds. Should this process
+die (or the spec write fail) after the release but before ``spec.systemID`` is cleared, the next pass would
+find the old system ID and see that machine Allocated or Deployed - for its new holder, under the same MAAS
+user - and take it for its own: two MaasMachines on one machine, and deleting this one would release the
+other's. MAAS's machine JSON does not show ``agent_name``, so the shared poller's snapshot cannot tell. Hence
+the system ID being given back is written down first (``…/replacing``: one metadata patch, only on this rare
+path) and cleared together with the system ID; a pass that finds it asks MAAS for the machines held under our
+UID before it touches that machine again.
+
+Deletion releases the machine and waits for the shared poller to see it released; it hands off (nothing sent
+to MAAS) while clusterctl moves the object or the cluster is paused (see :mod:`capmaas.reconcilers.machine`).
+"""
+
+from __future__ import annotations
+
+from capmaas import maas, placement
+from capmaas.api import conditions as C
+from capmaas.api.v1beta1 import (
+    PROVISIONING_MODE_BARE_METAL,
+    MaasClusterStatus,
+    MaasMachineSpec,
+    ReleaseOptions,
+)
+from capmaas.maas import errors as maas_errors
+from capmaas.reconcilers import facts
+from capmaas.reconcilers.credentials import maas_failure
+from capmaas.reconcilers.errors import TerminalError, TransientError
+from capmaas.reconcilers.keys import (
+    AGENT_NAME,
+    ALLOCATING,
+    BARE_METAL_SCHEME,
+    DEPLOY_STARTED,
+    FAILURES,
+    REPLACING,
+    provider_id,
+)
+from capmaas.reconcilers.lifecycle import SHARED_STATES, Lifecycle
+from capmaas.reconcilers.ports import MaasPort
+from capmaas.reconcilers.scope import MachineScope, Requeue, wire_name
+from capmaas.reconcilers.spread import ZoneSpread
+
+_FAILURE_DOMAIN = wire_name(MaasMachineSpec, "failure_domain")  # read off sibling bodies (cache, not parsed)
+#: MAAS power type of composed LXD VMs: a bare-metal allocate never takes one (they are Ready between
+#: commissioning and their own allocate).
+LXD_POWER_TYPE = "lxd"
+RELEASED = frozenset({maas.NodeStatus.READY, maas.NodeStatus.NEW, maas.NodeStatus.BROKEN})
+IN_PROGRESS = frozenset({maas.NodeStatus.RELEASING, maas.NodeStatus.DISK_ERASING})
+_NOT_OURS = frozenset(
+    {maas.NodeStatus.READY, maas.NodeStatus.NEW, maas.NodeStatus.RELEASING, maas.NodeStatus.DISK_ERASING}
+)
+
+
+def agent_name(scope: MachineScope) -> str:
+    """The MAAS ``agent_name`` this MaasMachine allocates under: its UID, kept in the ``…/agent-name``
+    annotation from the first allocation on. ``clusterctl move`` recreates the object with a new UID but keeps
+    its annotations, so the moved object still finds what it allocated (an earlier allocate whose answer was
+    lost, or a machine an interrupted replacement had not yet given back)."""
+    return scope.annotation(AGENT_NAME) or scope.uid
+
+
+class BareMetal:
+    """The :class:`~capmaas.reconcilers.lifecycle.Provisioner` of whole MAAS machines."""
+
+    mode = PROVISIONING_MODE_BARE_METAL
+    kept = "MAAS machine"
+
+    def __init__(self, life: Lifecycle) -> None:
+        self.life = life
+        self.spread = ZoneSpread(life.clock)
+
+    def provider_id(self, zone: str, system_id: str) -> str:
+        return provider_id(BARE_METAL_SCHEME, zone, system_id)
+
+    def describe(self, system_id: str) -> str:
+        return system_id
+
+    def refusal(self, exc: maas_errors.MaasError) -> str:
+        return f"{exc}"
+
+    def deploying(self, scope: MachineScope, system_id: str) -> None:
+        return None
+
+    def deployed(self, scope: MachineScope, m: maas.Machine) -> None:
+        return None
+
+    # --- acquire -----------------------------------------------------------------------------------------
+    async def acquire(self, scope: MachineScope, port: MaasPort) -> str | Requeue:
+        sid = scope.want.system_id
+        if sid and scope.annotation(REPLACING) == sid:  # a replacement of sid was under way
+            if await self._still_ours(scope, port, sid) is None:
+                self._forget(scope, port, sid)
+                msg = f"{sid} was given back before the last pass ended; allocating another"
+                scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.MACHINE_NOT_FOUND_REASON, msg)
+                await scope.flush()
+                return Requeue(0.0)
+            scope.set_annotation(REPLACING, None)  # still ours: decide again below
+        if not sid:
+            sid = await self._allocate(scope, port)
+        return str(sid)
+
+    async def _allocate(self, scope: MachineScope, port: MaasPort) -> str:
+        life = self.life
+        agent = agent_name(scope)
+        if scope.annotation(ALLOCATING):
+            try:
+                found = await port.find_by_agent(agent)
+            except maas_errors.MaasError as exc:
+                raise maas_failure(exc, None, "looking up an earlier allocation") from exc
+            if found:
+                m = found[0]
+                scope.event(
+                    "Normal", "MachineAdopted", f"adopted MAAS machine {m.system_id} allocated earlier"
+                )
+                self._record(scope, m)
+                await scope.flush()
+                return m.system_id
+        attempts = scope.attempts
+        if attempts >= life.settings.max_deploy_attempts:
+            raise TerminalError(
+                C.RETRIES_EXHAUSTED_REASON, f"{attempts} MAAS machines tried; delete the Machine to try again"
+            )
+        constraints, chosen_zone = self._constraints(scope)
+        scope.set_annotation(ALLOCATING, str(int(life.clock())))
+        scope.set_annotation(AGENT_NAME, agent)  # same patch: survives a move with the allocate in doubt
+        await scope.flush()
+        started = life.clock()
+        try:
+            if chosen_zone:
+                m, constraints = await self.spread.allocate(
+                    port, constraints, agent_name=agent, comment=f"capmaas {scope.key}"
+                )
+            else:
+                m = await port.allocate(constraints, agent_name=agent, comment=f"capmaas {scope.key}")
+        except maas_errors.NoMachineAvailableError as exc:
+            scope.set_annotation(ALLOCATING, None)
+            failures = int(scope.annotation(FAILURES) or 0) + 1
+            scope.set_annotation(FAILURES, str(failures))
+            raise TransientError(
+                C.NO_MACHINE_AVAILABLE_REASON,
+                f"no Ready MAAS machine matches {facts.describe(constraints)}",
+                delay=life.backoff(failures - 1),
+            ) from exc
+        except maas_errors.MaasError as exc:
+            # The allocate may or may not have happened: keep the annotation, so the next pass looks first.
+            raise maas_failure(exc, None, "allocating") from exc
+        life.recorder.allocation_duration(life.clock() - started)
+        scope.set_status(attempts=attempts + 1)
+        self._record(scope, m)
+        if m.status == maas.NodeStatus.ALLOCATED:
+            # The deploy follows in this pass: stamping it now saves a metadata patch per machine (the deploy
+            # timeout then also counts the few milliseconds of the deploy request).
+            scope.set_annotation(DEPLOY_STARTED, str(life.clock()))
+            scope.deploy_stamped = True
+        scope.event(
+            "Normal", "MachineAllocated", f"allocated MAAS machine {m.system_id} in zone {m.zone.name}"
+        )
+        await scope.flush()
+        return m.system_id
+
+    def _record(self, scope: MachineScope, m: maas.Machine) -> None:
+        scope.set_spec(system_id=m.system_id, provider_id=self.provider_id(m.zone.name, m.system_id))
+        scope.set_spec(failure_domain=m.zone.name)
+        scope.set_annotation(ALLOCATING, None)
+        scope.set_annotation(DEPLOY_STARTED, None)
+        scope.set_annotation(FAILURES, None)  # allocation backoff: over
+
+    def _constraints(self, scope: MachineScope) -> tuple[maas.AllocateConstraints, bool]:
+        spec = scope.want
+        machine_spec = (scope.machine or {}).get("spec") or {}  # the CAPI Machine's
+        zone = spec.failure_domain or machine_spec.get("failureDomain")
+        chosen = False
+        if not zone and scope.maascluster is not None:
+            cluster_status = MaasClusterStatus.model_validate(scope.maascluster.get("status") or {})
+            domains = [d.name for d in cluster_status.failure_domains or () if d.name]
+            now = self.life.clock()
+            wet = [d for d in domains if not self.spread.is_dry(d, now)]
+            if wet:
+                domains = wet
+            if domains:
+                counts: dict[str, int] = {}
+                for sibling in self.life.kube.list_maasmachines(scope.namespace, scope.cluster_name or ""):
+                    uid = str(sibling.get("metadata", {}).get("uid", ""))
+                    z = (sibling.get("spec") or {}).get(_FAILURE_DOMAIN) or self.spread.chosen_zone(uid)
+                    if z and uid != scope.uid:
+                        counts[z] = counts.get(z, 0) + 1
+                zone = placement.choose_zone(counts, domains, machine=scope.name)
+                self.spread.remember_choice(scope.uid, zone)
+                chosen = True
+        storage = f"root:{spec.min_disk_size}" if spec.min_disk_size else None
+        return (
+            maas.AllocateConstraints(
+                cpu_count=spec.min_cpu,
+                mem=spec.min_memory,
+                tags=tuple(spec.tags or ()),
+                zone=zone,
+                pool=spec.resource_pool,
+                storage=storage,
+                not_pod_type=(LXD_POWER_TYPE,),
+            ),
+            chosen,
+        )
+
+    # --- following MAAS ----------------------------------------------------------------------------------
+    async def unseen(self, scope: MachineScope, port: MaasPort, system_id: str) -> Requeue:
+        if port.is_gone(system_id):
+            return await self.give_back(scope, port, system_id, C.MACHINE_NOT_FOUND_REASON, "gone from MAAS")
+        scope.set_condition(
+            C.MACHINE_PROVISIONED_CONDITION,
+            False,
+            C.MACHINE_ALLOCATED_REASON,
+            f"{system_id}: waiting for MAAS",
+        )
+        return Requeue()
+
+    async def follow(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue | None:
+        S = maas.NodeStatus
+        scope.set_status(provisioning_mode=self.mode)
+        if m.status in SHARED_STATES:
+            return None
+        if m.status == S.FAILED_DEPLOYMENT:
+            why = m.error_description or "Failed deployment"
+            return await self.give_back(scope, port, m.system_id, C.DEPLOYMENT_FAILED_REASON, why)
+        if m.status == S.BROKEN:
+            why = m.error_description or "Broken"
+            return await self.give_back(scope, port, m.system_id, C.MACHINE_BROKEN_REASON, why)
+        if m.status in _NOT_OURS or m.owner is None:
+            # Released behind our back: it is no longer ours. Allocate another.
+            return await self.give_back(
+                scope, port, m.system_id, C.MACHINE_NOT_FOUND_REASON, "released in MAAS"
+            )
+        return None
+
+    # --- giving back -------------------------------------------------------------------------------------
+    async def give_back(
+        self, scope: MachineScope, port: MaasPort, system_id: str, reason: str, why: str
+    ) -> Requeue:
+        """Release this machine (mark it broken if it failed to deploy); the next pass allocates another."""
+        sid = system_id
+        attempts = scope.attempts or 1
+        scope.event("Warning", reason, f"MAAS machine {sid}: {why}; releasing it (attempt {attempts})")
+        if scope.annotation(REPLACING) != sid:
+            scope.set_annotation(REPLACING, sid)
+            await scope.flush()
+        m = port.snapshot(sid)
+        try:
+            if m is not None and m.owner is not None and m.status != maas.NodeStatus.READY:
+                if reason in (C.DEPLOYMENT_FAILED_REASON, C.DEPLOYMENT_TIMED_OUT_REASON):
+                    # mark_broken releases it *and* keeps it out of the pool, so it is not handed to us again.
+                    await port.mark_broken(sid, comment=f"capmaas {scope.key}: {reason}")
+                else:
+                    await port.release(
+                        sid, erase=False, secure_erase=False, quick_erase=False, comment=reason
+                    )
+        except maas_errors.NotFoundError:
+            pass
+        except maas_errors.MaasError as exc:
+            raise maas_failure(exc, None, f"releasing failed machine {sid}") from exc
+        self._forget(scope, port, sid)
+        if attempts >= self.life.settings.max_deploy_attempts:
+            await scope.flush()
+            raise TerminalError(C.RETRIES_EXHAUSTED_REASON, f"{attempts} MAAS machines tried; last: {why}")
+        scope.set_condition(
+            C.MACHINE_PROVISIONED_CONDITION, False, reason, f"{sid}: {why}; allocating another"
+        )
+        await scope.flush()
+        return Requeue(0.0)
+
+    def _forget(self, scope: MachineScope, port: MaasPort, sid: str) -> None:
+        """Drop ``sid`` from the MaasMachine (written with the next flush) and from the poller."""
+        port.unwatch(sid)
+        scope.set_spec(system_id=None, provider_id=None)
+        scope.set_annotation(DEPLOY_STARTED, None)
+        scope.set_annotation(REPLACING, None)
+        if not scope.ready:
+            scope.set_status(addresses=None)
+
+    async def _still_ours(self, scope: MachineScope, port: MaasPort, sid: str) -> maas.Machine | None:
+        """After an interrupted replacement: the machine if MAAS still holds it under our agent name, else
+        None (given back already, and maybe someone else's by now: not to be touched)."""
+        try:
+            found = await port.find_by_agent(agent_name(scope))
+        except maas_errors.MaasError as exc:
+            raise maas_failure(exc, None, "checking an interrupted replacement") from exc
+        return next((m for m in found if m.system_id == sid), None)
+
+    # --- delete ------------------------------------------------------------------------------------------
+    async def delete(self, scope: MachineScope, port: MaasPort) -> Requeue:
+        """Release the machine, wait for MAAS (the shared poller) to confirm, then finish."""
+        sid = scope.want.system_id
+        if not sid and scope.annotation(ALLOCATING):
+            try:
+                found = await port.find_by_agent(scope.uid)
+            except maas_errors.MaasError as exc:
+                raise maas_failure(exc, None, "looking up an earlier allocation") from exc
+            if found:
+                sid = found[0].system_id
+                scope.set_spec(system_id=sid)
+            scope.set_annotation(ALLOCATING, None)
+            await scope.flush()
+        if not sid:
+            return self.life.finished(scope)
+        if scope.annotation(REPLACING) == sid:
+            if await self._still_ours(scope, port, sid) is None:
+                port.unwatch(
+                    sid
+                )  # given back before the last pass ended (maybe someone else's now): not ours
+                return self.life.finished(scope)
+            scope.set_annotation(REPLACING, None)
+        port.watch(sid, scope.key)
+        m = port.snapshot(sid)
+        if m is None and not port.is_gone(sid):
+            scope.set_deletion(C.DELETING_REASON, f"{sid}: waiting for MAAS state")
+            return Requeue()
+        if m is None or m.status in RELEASED or (m.owner is None and m.status not in IN_PROGRESS):
+            port.unwatch(sid)
+            scope.event("Normal", "MachineReleased", f"MAAS machine {sid} released")
+            return self.life.finished(scope)
+        scope.set_status(machine_state=m.status_name or m.status.name)
+        if m.status in IN_PROGRESS:
+            scope.set_deletion(C.RELEASING_REASON, f"{sid}: {m.status_name}")
+            return Requeue()
+        opts = scope.want.release_options or ReleaseOptions()
+        try:
+            await port.release(
+                sid,
+                erase=bool(opts.erase),
+                secure_erase=bool(opts.secure_erase),
+                quick_erase=bool(opts.quick_erase),
+                comment=f"capmaas {scope.key} deleted",
+            )
+        except maas_errors.NotFoundError:
+            return self.life.finished(scope)
+        except maas_errors.ConflictError as exc:
+            scope.set_deletion(C.RELEASING_REASON, f"{sid}: release refused: {exc}")
+            return Requeue(30.0)
+        except maas_errors.MaasError as exc:
+            raise maas_failure(exc, None, f"releasing {sid}") from exc
+        # No Event for the request itself: the condition says it, and MachineReleased follows when MAAS
+        # confirms (one Event fewer per machine lifecycle).
+        scope.set_deletion(C.RELEASING_REASON, f"{sid}: release requested")
+        return Requeue()

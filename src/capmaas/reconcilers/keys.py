@@ -1,0 +1,53 @@
+"""Every annotation, label and finalizer name the reconcilers share, and the providerID scheme: one definition
+each, in a module that imports nothing (constants left in an orchestrator are the usual cause of import
+cycles).
+
+Condition types and reasons are part of the API and live in :mod:`capmaas.api.conditions`.
+
+Annotations of our own are written under :data:`ANNOTATION_PREFIX`; the short names below are what
+``ObjectScope.annotation``/``set_annotation`` take.
+"""
+
+from __future__ import annotations
+
+# --- finalizers ------------------------------------------------------------------------------------------
+MACHINE_FINALIZER = "maasmachine.infrastructure.cluster.x-k8s.io"
+CLUSTER_FINALIZER = "maascluster.infrastructure.cluster.x-k8s.io"
+
+# --- Cluster API's own names -----------------------------------------------------------------------------
+PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
+MANAGED_BY_ANNOTATION = "cluster.x-k8s.io/managed-by"
+DELETE_FOR_MOVE_ANNOTATION = "clusterctl.cluster.x-k8s.io/delete-for-move"
+CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
+CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"
+#: The Go provider's: the control-plane endpoint is given, capmaas manages no DNS record for it.
+CUSTOM_DNS_ANNOTATION = "spectrocloud.com/custom-dns-provided"
+
+# --- our annotations (short names, under ANNOTATION_PREFIX) ----------------------------------------------
+ANNOTATION_PREFIX = "capmaas.infrastructure.cluster.x-k8s.io/"
+#: Written before a bare-metal ``allocate``: a pass that finds it without a system ID looks the UID up first.
+ALLOCATING = "allocating"
+#: When the deploy was requested (epoch seconds): the deploy timeout counts from it.
+DEPLOY_STARTED = "deploy-started"
+#: Consecutive allocation failures (no machine available): the allocation backoff's count.
+FAILURES = "failures"
+#: The MAAS ``agent_name`` the machine is held under: the UID at allocation. A ``clusterctl move`` recreates
+#: the MaasMachine with a new UID but keeps its annotations, so this is how the target still knows it is ours.
+AGENT_NAME = "agent-name"
+#: The system ID being given back (see :mod:`capmaas.reconcilers.baremetal`).
+REPLACING = "replacing"
+#: Written before an LXD compose (the VM host's id): a pass that finds it without a system ID looks the VM up.
+COMPOSING = "composing"
+#: When the delete of an LXD VM was last requested (epoch seconds).
+DECOMPOSING = "decomposing"
+#: The id of the VM host an LXD machine was placed on.
+HOST_ID_ANNOTATION = "lxd-host-id"
+
+# --- providerIDs -----------------------------------------------------------------------------------------
+BARE_METAL_SCHEME = "maas"
+LXD_SCHEME = "maas-lxd"
+
+
+def provider_id(scheme: str, zone: str, system_id: str) -> str:
+    """``<scheme>://<zone>/<system ID>``: ``maas://`` for a bare-metal machine, ``maas-lxd://`` for a VM."""
+    return f"{scheme}://{zone}/{system_id}"

@@ -1,0 +1,298 @@
+"""One machine lifecycle, whatever provisions the machine: the steps a bare-metal machine and an LXD VM share.
+
+A :class:`Provisioner` (:mod:`~capmaas.reconcilers.baremetal`, :mod:`~capmaas.reconcilers.lxd`) gets a MAAS
+machine that is ours (``acquire``), handles the states only its mode has (``follow``), gives a failed one back
+(``give_back``) and deletes (``delete``). Everything else happens here, once: deploying with the bootstrap
+data, the deploy timeout, Deployed (powered on, addresses, Ready), the workload Node's providerID, and the
+end of a deletion. Each provisioner keeps its own state; this module keeps the shared memory (power-on
+requests, Nodes already patched) and the settings.
+
+Everything after acquisition reads machine state from the shared poller behind the
+:class:`~capmaas.reconcilers.ports.MaasPort`, never with a GET of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from capmaas import backoff, maas
+from capmaas.api import conditions as C
+from capmaas.maas import errors as maas_errors
+from capmaas.reconcilers import facts
+from capmaas.reconcilers.credentials import maas_failure
+from capmaas.reconcilers.errors import TransientError
+from capmaas.reconcilers.keys import DEPLOY_STARTED, FAILURES, MACHINE_FINALIZER
+from capmaas.reconcilers.ports import KubePort, MaasPort, NodePatchResult, Recorder
+from capmaas.reconcilers.scope import MachineScope, Requeue
+
+#: MAAS states the shared lifecycle handles; a provisioner's ``follow`` handles the others first.
+SHARED_STATES = frozenset({maas.NodeStatus.ALLOCATED, maas.NodeStatus.DEPLOYING, maas.NodeStatus.DEPLOYED})
+
+
+@dataclass(frozen=True)
+class MachineSettings:
+    """Tunables (from :class:`capmaas.config.MachineSection`); seconds unless stated."""
+
+    deploy_timeout: float = 3600.0
+    max_deploy_attempts: int = 3
+    retry_base: float = 5.0
+    retry_max: float = 300.0
+    power_on_retry: float = 60.0
+    node_retry: float = 30.0
+
+
+class Provisioner(Protocol):
+    """How one ``provisioningMode`` gets, keeps and gives back a MAAS machine (CAPA's machine service)."""
+
+    @property
+    def mode(self) -> str:
+        """The ``spec.provisioningMode`` this provisioner serves."""
+        ...
+
+    @property
+    def kept(self) -> str:
+        """What lives on in MAAS when clusterctl moves the object away ("MAAS machine", "VM")."""
+        ...
+
+    def provider_id(self, zone: str, system_id: str) -> str:
+        """The machine's ``spec.providerID`` (and the workload Node's)."""
+        ...
+
+    async def acquire(self, scope: MachineScope, port: MaasPort) -> str | Requeue:
+        """The system ID of the MAAS machine that is ours (allocating, composing or adopting one), or the end
+        of this pass."""
+        ...
+
+    async def unseen(self, scope: MachineScope, port: MaasPort, system_id: str) -> Requeue:
+        """The poller has no state for ``system_id`` yet (or reports it gone)."""
+        ...
+
+    async def follow(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue | None:
+        """The mode's own status fields and states; None hands ``m`` to the shared lifecycle."""
+        ...
+
+    def deploying(self, scope: MachineScope, system_id: str) -> None:
+        """The mode's conditions while MAAS deploys (MachineProvisioned is the lifecycle's)."""
+        ...
+
+    def deployed(self, scope: MachineScope, m: maas.Machine) -> None:
+        """The mode's conditions once MAAS reports Deployed."""
+        ...
+
+    def describe(self, system_id: str) -> str:
+        """How messages name the machine ("xyz", "VM xyz")."""
+        ...
+
+    def refusal(self, exc: maas_errors.MaasError) -> str:
+        """MAAS's refusal of a deploy, as the reason to give the machine back."""
+        ...
+
+    async def give_back(
+        self, scope: MachineScope, port: MaasPort, system_id: str, reason: str, why: str
+    ) -> Requeue:
+        """Give this machine up (released, broken or decomposed); the next pass acquires another."""
+        ...
+
+    async def delete(self, scope: MachineScope, port: MaasPort) -> Requeue:
+        """Give everything of ours back to MAAS; :meth:`Lifecycle.finished` once MAAS confirms."""
+        ...
+
+
+class Lifecycle:
+    """The shared steps, with the soft memory they need (rebuilt after a restart at one request's cost)."""
+
+    def __init__(
+        self,
+        kube: KubePort,
+        *,
+        settings: MachineSettings,
+        recorder: Recorder,
+        clock: Callable[[], float],
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.recorder = recorder
+        self.clock = clock
+        self._power_on_sent: dict[str, float] = {}
+        self._node_done: set[str] = set()
+
+    def backoff(self, attempt: int, *, cap: float | None = None) -> float:
+        """The delay before retry ``attempt`` (0-based) of a reconcile step (full jitter)."""
+        s = self.settings
+        return backoff.full_jitter(
+            attempt, base=s.retry_base, cap=s.retry_max if cap is None else min(cap, s.retry_max)
+        )
+
+    # --- normal ------------------------------------------------------------------------------------------
+    async def run(self, p: Provisioner, scope: MachineScope, port: MaasPort) -> Requeue:
+        """One pass of a MaasMachine whose owner, cluster and bootstrap data are in place."""
+        got = await p.acquire(scope, port)
+        if isinstance(got, Requeue):
+            return got
+        sid = got
+        port.watch(sid, scope.key)
+        m = port.snapshot(sid)
+        if m is None:
+            return await p.unseen(scope, port, sid)
+        scope.set_status(
+            machine_state=m.status_name or m.status.name,
+            machine_powered=m.power_state == maas.PowerState.ON,
+            hostname=m.hostname,
+            failure_domain=m.zone.name,
+        )
+        done = await p.follow(scope, port, m)
+        if done is not None:
+            return done
+        return await self.follow(p, scope, port, m)
+
+    async def follow(self, p: Provisioner, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue:
+        """Allocated → deploy; Deploying → wait (give it back after the deploy timeout); Deployed → Ready."""
+        S = maas.NodeStatus
+        if m.status == S.ALLOCATED:
+            return await self.deploy(p, scope, port, m)
+        if m.status == S.DEPLOYING:
+            started = float(scope.annotation(DEPLOY_STARTED) or self.clock())
+            timeout = self.settings.deploy_timeout
+            if self.clock() - started > timeout:
+                return await p.give_back(
+                    scope, port, m.system_id, C.DEPLOYMENT_TIMED_OUT_REASON,
+                    f"still Deploying after {int(timeout)}s",
+                )  # fmt: skip
+            self._deploying(p, scope, m.system_id)
+            return Requeue(max(1.0, started + timeout - self.clock()))
+        if m.status == S.DEPLOYED:
+            p.deployed(scope, m)
+            return await self.deployed(scope, port, m)
+        scope.set_condition(
+            C.MACHINE_PROVISIONED_CONDITION,
+            "Unknown",
+            C.MACHINE_DEPLOYING_REASON,
+            f"MAAS state {m.status_name}",
+        )
+        return Requeue(self.settings.retry_base * 6)
+
+    def _deploying(self, p: Provisioner, scope: MachineScope, sid: str) -> None:
+        p.deploying(scope, sid)
+        scope.set_condition(
+            C.MACHINE_PROVISIONED_CONDITION, False, C.MACHINE_DEPLOYING_REASON, f"{sid} deploying"
+        )
+
+    async def deploy(self, p: Provisioner, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue:
+        """Deploy ``m`` with the Machine's bootstrap data (read fresh, once)."""
+        assert scope.machine is not None
+        secret_name = facts.bootstrap_secret(scope.machine)
+        if not secret_name:
+            scope.wait(C.WAITING_FOR_BOOTSTRAP_DATA_REASON, "Machine.spec.bootstrap.dataSecretName not set")
+            return Requeue()
+        data = await self.kube.read_secret_fresh(scope.namespace, secret_name)
+        if data is None or not data.get("value"):
+            raise TransientError(
+                C.WAITING_FOR_BOOTSTRAP_DATA_REASON,
+                f"bootstrap Secret {secret_name} is missing or has no 'value'",
+                delay=10,
+            )
+        fmt = facts.detect_format(data)
+        spec = scope.want
+        try:
+            new = await port.deploy(
+                m.system_id,
+                user_data=data["value"],
+                distro_series=facts.distro_series(spec.image),
+                hwe_kernel=spec.hwe_kernel,
+                ephemeral_deploy=bool(spec.deploy_in_memory),
+                comment=f"capmaas {scope.key}",
+                register_vmhost=bool(spec.register_vm_host),
+            )
+        except maas_errors.ConflictError as exc:
+            raise TransientError(C.MACHINE_DEPLOYING_REASON, f"deploy refused: {exc}", delay=5) from exc
+        except maas_errors.BadRequestError as exc:
+            return await p.give_back(scope, port, m.system_id, C.DEPLOYMENT_FAILED_REASON, p.refusal(exc))
+        except maas_errors.MaasError as exc:
+            raise maas_failure(exc, None, f"deploying {p.describe(m.system_id)}") from exc
+        if not scope.deploy_stamped:
+            scope.set_annotation(DEPLOY_STARTED, str(self.clock()))
+        scope.set_annotation(FAILURES, None)
+        deploying = f"deploying {p.describe(m.system_id)} with {fmt} user data"
+        allocated = scope.take_event("MachineAllocated")  # same pass: one Event says both
+        scope.event("Normal", "MachineDeploying", f"{allocated}; {deploying}" if allocated else deploying)
+        self._deploying(p, scope, m.system_id)
+        scope.set_status(machine_state=new.status_name or new.status.name)
+        return Requeue(self.settings.deploy_timeout)
+
+    async def deployed(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue:
+        """Deployed and powered on: provisioned (Ready), then the Node step. Powered off: power it on."""
+        if m.power_state != maas.PowerState.ON:
+            reason, msg = (
+                C.MACHINE_POWERED_OFF_REASON,
+                f"{m.system_id} is Deployed but powered {m.power_state}",
+            )
+            scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, reason, msg)
+            last = self._power_on_sent.get(m.system_id, 0.0)
+            if self.clock() - last >= self.settings.power_on_retry:
+                try:
+                    await port.power_on(
+                        m.system_id, comment=f"capmaas {scope.key}: powered off while deployed"
+                    )
+                except maas_errors.MaasError as exc:
+                    raise maas_failure(exc, None, "powering on") from exc
+                self._power_on_sent[m.system_id] = self.clock()
+                scope.event("Warning", "MachinePoweredOff", f"{msg}; power on requested")
+            return Requeue(self.settings.power_on_retry)
+        self._power_on_sent.pop(m.system_id, None)
+        if not scope.ready:
+            started = scope.annotation(DEPLOY_STARTED)
+            if started:
+                self.recorder.deploy_duration(self.clock() - float(started))
+            scope.event(
+                "Normal", "MachineDeployed", f"{m.system_id} ({m.hostname}) is deployed and powered on"
+            )
+        scope.set_status(ready=True, initialization={"provisioned": True}, addresses=facts.addresses(m))
+        scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, True, C.PROVISIONED_REASON, "")
+        # Ready is written now, before the Node step: that step reads the kubeconfig Secret (a queued GET
+        # behind every starting machine's writes in a burst) and may dial a slow workload apiserver, and
+        # CAPI is waiting on Ready, not on the Node's providerID (readiness lag). close() may run again.
+        await scope.close()
+        return await self.node(scope)
+
+    async def node(self, scope: MachineScope) -> Requeue:
+        """Put our providerID on the workload Node (no cloud provider does it on bare metal)."""
+        pid = scope.want.provider_id or ""
+        done_key = f"{scope.uid}/{pid}"
+        name = scope.cluster_name
+        hostname = scope.hostname
+        if done_key in self._node_done or not name or not hostname:
+            return Requeue()
+        secret = await self.kube.get_secret(scope.namespace, f"{name}-kubeconfig")
+        if secret is None or not secret.get("value"):
+            return Requeue(self.settings.node_retry * 2)
+        result, current = await self.kube.set_node_provider_id(secret["value"], hostname, pid)
+        if result is NodePatchResult.REJECTED:  # a tenant's kubeconfig we will not use: say which field
+            scope.set_condition(C.NODE_PROVIDER_ID_CONDITION, False, C.KUBECONFIG_REJECTED_REASON, current)
+            return Requeue(self.settings.node_retry * 2)
+        if result in (NodePatchResult.PATCHED, NodePatchResult.ALREADY_SET):
+            self._node_done.add(done_key)
+            if scope.condition(C.NODE_PROVIDER_ID_CONDITION) is not None:
+                scope.set_condition(C.NODE_PROVIDER_ID_CONDITION, True, C.NODE_PROVIDER_ID_SET_REASON, "")
+            if result is NodePatchResult.PATCHED:
+                scope.event("Normal", "NodeProviderIDSet", f"Node {hostname} providerID={pid}")
+            return Requeue()
+        if result is NodePatchResult.CONFLICT:
+            self._node_done.add(done_key)
+            # Never overwritten (the apiserver would refuse anyway): another provider or a person owns it.
+            scope.event(
+                "Warning",
+                "NodeProviderIDConflict",
+                f"Node {hostname} already has providerID {current}, not ours ({pid}); "
+                "left unchanged: check that this Node is the MAAS machine",
+            )
+            return Requeue()
+        return Requeue(self.settings.node_retry)
+
+    # --- delete ------------------------------------------------------------------------------------------
+    def finished(self, scope: MachineScope) -> Requeue:
+        """Nothing of ours is left in MAAS: drop the finalizer (the object goes) and its phase metric."""
+        scope.remove_finalizer(MACHINE_FINALIZER)
+        self.recorder.machine_phase(scope.key, None)
+        return Requeue()

@@ -338,3 +338,37 @@ def test_helm_upgrade_to_a_rebuilt_image_while_machines_provision(cluster: PodCl
     logs = cluster.logs()
     forbidden = [ln for ln in logs.splitlines() if DENIED.search(ln)]
     assert not forbidden, "\n".join(forbidden[:20])
+
+
+def _lease_holder(cluster: PodCluster) -> str:
+    got = cluster.kubectl("get", "lease", "-n", NAMESPACE, f"{RELEASE}-leader", "-o", "json", check=False)
+    if got.returncode != 0:
+        return ""
+    return str(json.loads(got.stdout).get("spec", {}).get("holderIdentity") or "")
+
+
+def test_killing_the_leader_pod_hands_over_to_the_standby(cluster: PodCluster) -> None:
+    """The chart's two replicas with leader election: the standby takes the Lease when the leader's Pod is
+    killed (no grace), and the operator keeps working through it."""
+    pods = {p["metadata"]["name"] for p in cluster.pods()}
+    assert len(pods) == 2, cluster.describe()
+    _wait("a leader", lambda: bool(_lease_holder(cluster)), 60, cluster.describe)
+    holder = _lease_holder(cluster)
+    (leader,) = [p for p in pods if holder.startswith(p + "_")]
+    t0 = time.monotonic()
+    cluster.kubectl("delete", "pod", "-n", NAMESPACE, leader, "--grace-period=0", "--force", "--wait=false")
+    (standby,) = pods - {leader}
+    _wait(
+        "the standby holds the Lease",
+        lambda: _lease_holder(cluster).startswith(standby + "_"),
+        120,
+        lambda: _lease_holder(cluster) + "\n" + cluster.logs()[-3000:],
+    )
+    cluster.timings["leader killed -> standby leads"] = time.monotonic() - t0
+
+    specs = _machine_specs("ha")[:1]
+    capi = _provision(cluster, "pod-ha", specs)
+    _finish(cluster, capi, specs)
+    assert len(_held(cluster)) == 1
+    _delete(cluster, capi, specs)
+    _wait("released in MAAS", lambda: not _held(cluster), 60, lambda: json.dumps(_held(cluster)))

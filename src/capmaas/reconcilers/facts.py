@@ -19,7 +19,6 @@ __all__ = [
     "detect_format",
     "distro_series",
     "infra_provisioned",
-    "powered",
 ]
 
 
@@ -44,16 +43,6 @@ def distro_series(image: str | None) -> str | None:
     if not image:
         return None
     return image if "/" in image else f"custom/{image}"
-
-
-def powered(m: maas.Machine) -> bool | None:
-    """``status.machinePowered``: True/False when MAAS reports on/off; None when it does not know
-    (``unknown``: a ``manual`` machine, whose power MAAS never queries; ``error``: the query failed)."""
-    if m.power_state == maas.PowerState.ON:
-        return True
-    if m.power_state == maas.PowerState.OFF:
-        return False
-    return None
 
 
 def addresses(m: maas.Machine) -> list[dict[str, str]]:

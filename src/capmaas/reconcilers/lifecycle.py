@@ -138,7 +138,7 @@ class Lifecycle:
             return await p.unseen(scope, port, sid)
         scope.set_status(
             machine_state=m.status_name or m.status.name,
-            machine_powered=facts.powered(m),
+            machine_powered=m.power_state == maas.PowerState.ON,
             hostname=m.hostname,
             failure_domain=m.zone.name,
         )
@@ -222,11 +222,8 @@ class Lifecycle:
         return Requeue(self.settings.deploy_timeout)
 
     async def deployed(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue:
-        """Deployed and not reported off: provisioned (Ready), then the Node step. Powered off: power it on.
-
-        ``unknown`` and ``error`` are not ``off``: MAAS never queries a ``manual`` machine's power, so it
-        stays ``unknown`` through deploy and power_on; a failed power query says nothing about the machine."""
-        if m.power_state == maas.PowerState.OFF:
+        """Deployed and powered on: provisioned (Ready), then the Node step. Powered off: power it on."""
+        if m.power_state != maas.PowerState.ON:
             reason, msg = (
                 C.MACHINE_POWERED_OFF_REASON,
                 f"{m.system_id} is Deployed but powered {m.power_state}",
@@ -248,8 +245,9 @@ class Lifecycle:
             started = scope.annotation(DEPLOY_STARTED)
             if started:
                 self.recorder.deploy_duration(self.clock() - float(started))
-            msg = f"{m.system_id} ({m.hostname}) is deployed and powered {m.power_state}"
-            scope.event("Normal", "MachineDeployed", msg)
+            scope.event(
+                "Normal", "MachineDeployed", f"{m.system_id} ({m.hostname}) is deployed and powered on"
+            )
         scope.set_status(ready=True, initialization={"provisioned": True}, addresses=facts.addresses(m))
         scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, True, C.PROVISIONED_REASON, "")
         # Ready is written now, before the Node step: that step reads the kubeconfig Secret (a queued GET

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capmaas import maas, placement
+from capmaas.api.v1beta1 import LXDConfig, LXDStorage, MaasMachineSpec
 from capmaas.reconcilers.keys import CONTROL_PLANE_LABEL, HOST_ID_ANNOTATION
 from capmaas.reconcilers.ports import Body, VmHostPort
 
@@ -215,43 +216,26 @@ def existing_placements(
 
 
 def vm_request(
-    body: Body, spec: Mapping[str, Any], machine: Body | None, cluster_key: str
+    body: Body, spec: MaasMachineSpec, machine: Body | None, cluster_key: str
 ) -> placement.VMRequest:
-    """The VM to place, from the MaasMachine spec (cores = minCPU, memory = minMemory, disk from lxdConfig or
-    minDiskSize) and the failure domain of the spec or the owner Machine."""
-    lxd: Mapping[str, Any] = spec.get("lxdConfig") or {}
-    storage: Mapping[str, Any] = lxd.get("storage") or {}
+    """The VM to place, from the canonical MaasMachine spec (cores = minCPU, memory = minMemory, disk from
+    lxdConfig or minDiskSize) and the failure domain of the spec or the owner Machine."""
+    lxd = spec.lxd_config or LXDConfig()
+    storage = lxd.storage or LXDStorage()
     machine_spec: Mapping[str, Any] = (machine or {}).get("spec") or {}
-    disk = storage.get("size") or spec.get("minDiskSize") or DEFAULT_DISK_GB
+    disk = storage.size_gb or spec.min_disk_size or DEFAULT_DISK_GB
     meta = body.get("metadata", {})
     return placement.VMRequest(
         cluster=cluster_key,
         machine=str(meta.get("name", "")),
         role=role_of(body),
-        cores=int(spec.get("minCPU") or 1),
-        memory_mib=int(spec.get("minMemory") or 2048),
-        disk_gb=int(disk),
-        storage_pool=storage.get("pool") or None,
-        zone=spec.get("failureDomain") or machine_spec.get("failureDomain") or None,
-        resource_pool=spec.get("resourcePool") or None,
-        tags=frozenset(spec.get("tags") or ()),
-        pinned_host=lxd.get("vmHost") or None,
+        cores=spec.min_cpu,
+        memory_mib=spec.min_memory,
+        disk_gb=disk,
+        storage_pool=storage.pool or None,
+        zone=spec.failure_domain or machine_spec.get("failureDomain") or None,
+        resource_pool=spec.resource_pool or None,
+        tags=frozenset(spec.tags or ()),
+        pinned_host=lxd.vm_host or None,
         key=str(meta.get("uid", "")),
     )
-
-
-def interfaces(spec: Mapping[str, Any]) -> str | None:
-    """The compose ``interfaces`` map for a static IP: ``eth0:subnet_cidr=<cidr>,ip=<address>``.
-
-    MAAS 3.7's compose has no bridge or profile parameter: LXD picks the bridge from the host's network on
-    that subnet, so ``bridge``/``devices`` are only honoured as far as the subnet implies them.
-    """
-    net: Mapping[str, Any] = (spec.get("lxdConfig") or {}).get("network") or {}
-    static: Mapping[str, Any] = net.get("staticIP") or {}
-    if not static.get("address"):
-        return None
-    parts = []
-    if static.get("subnet"):
-        parts.append(f"subnet_cidr={static['subnet']}")
-    parts.append(f"ip={static['address']}")
-    return f"{static.get('interface') or 'eth0'}:{','.join(parts)}"

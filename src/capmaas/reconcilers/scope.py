@@ -158,13 +158,17 @@ class ObjectScope:
         """The spec parsed into :attr:`spec_type` (once per pass; :meth:`set_spec` keeps it current)."""
         if self._want is None:
             try:
-                self._want = self.spec_type.model_validate(self.spec)
+                typed = self.spec_type.model_validate(self.spec)
             except pydantic.ValidationError as exc:
                 # The apiserver validates with the schema generated from the same model, so only a CRD older
                 # than this operator gets here: say so, do not retry in a loop.
                 raise TerminalError(
                     C.INVALID_SPEC_REASON, f"spec does not match this operator's API: {exc}"
                 ) from exc
+            # Readers get the canonical form (the Go provider's spelling and unit sizes folded into ours), so
+            # every reconciler does the same thing whichever spelling the user wrote.
+            canonical = getattr(typed, "canonical", None)
+            self._want = canonical() if callable(canonical) else typed
         return self._want
 
     def set_spec(self, **fields: Any) -> None:

@@ -371,3 +371,41 @@ async def test_bare_metal_allocate_never_takes_a_commissioned_vm_waiting_for_its
     await env.drive(["cp0"], ready)
     assert env.kube.get("maasmachines", "cp0")["spec"]["systemID"] == vm
     assert env.sim.check_invariants() == []
+
+
+async def test_storage_size_with_units_composes_a_vm_of_that_size(lenv: Env) -> None:
+    """``lxdConfig.storage.size: "20G"`` (the CRD accepts units) is a 20 GB disk, not a ValueError loop."""
+    env = lenv
+    await env.cluster()
+    add_lxd(env, "w0", lxd={"storage": {"size": "20G", "pool": "default"}})
+    env.kube.get("maasmachines", "w0")["spec"]["minDiskSize"] = 10  # the 20 GB comes from storage.size
+    await env.drive(["w0"], ready)
+    b = env.kube.get("maasmachines", "w0")
+    st = b["status"]
+    assert st["provisioningMode"] == "lxd"
+    assert st["vmResourceUsage"]["allocatedDisk"] == 20
+    assert used(env.sim)[st["lxdHost"]] == (2, 4096, 20 * 10**9)  # bytes on the host
+    assert env.sim.machine(b["spec"]["systemID"])["pod"]["name"] == st["lxdHost"]
+    assert cond(b, C.READY_CONDITION)["status"] == "True"
+    await delete_all(env, ["w0"])
+
+
+async def test_go_provider_spelling_composes_an_lxd_vm(lenv: Env) -> None:
+    """``spec.lxd.enabled: true`` with ``vmConfig`` (the Go provider's form, no provisioningMode) is an LXD
+    VM: disk from vmConfig.diskSize, NIC on the vmConfig.network subnet, a maas-lxd:// providerID."""
+    env = lenv
+    await env.cluster()
+    env.machine("w0")
+    body = env.kube.get("maasmachines", "w0")
+    assert "provisioningMode" not in body["spec"]
+    body["spec"].update(lxd={"enabled": True, "vmConfig": {"diskSize": 25, "network": "lxd"}}, minDiskSize=10)
+    await env.drive(["w0"], ready)
+    b = env.kube.get("maasmachines", "w0")
+    sid, st = b["spec"]["systemID"], b["status"]
+    assert st["provisioningMode"] == "lxd"
+    assert b["spec"]["providerID"] == f"maas-lxd://{st['failureDomain']}/{sid}"
+    assert st["vmResourceUsage"]["allocatedDisk"] == 25
+    vm = env.sim.machine(sid)
+    assert vm["pod"]["name"] == st["lxdHost"]
+    assert vm["ip_addresses"][0].startswith("10.30.0."), vm["ip_addresses"]
+    await delete_all(env, ["w0"])

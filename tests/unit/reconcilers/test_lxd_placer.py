@@ -8,6 +8,7 @@ from collections import Counter
 from reconciler_env import make_env
 
 from capmaas import maas, placement
+from capmaas.api.v1beta1 import LXDNetwork, MaasMachineSpec
 from capmaas.reconcilers import lxd_placer
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
@@ -72,11 +73,11 @@ def test_hostname_is_stable_per_uid_and_a_dns_label() -> None:
 
 
 def test_interfaces_map_for_a_static_ip() -> None:
-    spec = {"lxdConfig": {"network": {"staticIP": {"address": "10.0.0.5", "subnet": "10.0.0.0/24"}}}}
-    assert lxd_placer.interfaces(spec) == "eth0:subnet_cidr=10.0.0.0/24,ip=10.0.0.5"
-    spec["lxdConfig"]["network"]["staticIP"]["interface"] = "ens3"
-    assert lxd_placer.interfaces(spec).startswith("ens3:")  # type: ignore[union-attr]
-    assert lxd_placer.interfaces({"lxdConfig": {"network": {"bridge": "br0"}}}) is None
+    net = LXDNetwork.model_validate({"staticIP": {"address": "10.0.0.5", "subnet": "10.0.0.0/24"}})
+    assert net.compose_interfaces() == "eth0:subnet_cidr=10.0.0.0/24,ip=10.0.0.5"
+    net = LXDNetwork.model_validate({"staticIP": {"address": "10.0.0.5", "interface": "ens3"}})
+    assert (net.compose_interfaces() or "").startswith("ens3:")
+    assert LXDNetwork().compose_interfaces() is None
 
 
 def test_request_and_existing_placements_from_the_objects() -> None:
@@ -85,7 +86,10 @@ def test_request_and_existing_placements_from_the_objects() -> None:
         "spec": {"minCPU": 4, "minMemory": 8192, "minDiskSize": 40, "tags": ["lxd"], "resourcePool": "vms",
                  "lxdConfig": {"storage": {"size": 60, "pool": "fast"}, "vmHost": "lxd-1"}},
     }  # fmt: skip
-    req = lxd_placer.vm_request(body, body["spec"], {"spec": {"failureDomain": "az3"}}, "ns/c1")
+    spec = MaasMachineSpec.model_validate(
+        {**body["spec"], "image": "ubuntu/jammy", "provisioningMode": "lxd"}
+    )
+    req = lxd_placer.vm_request(body, spec.canonical(), {"spec": {"failureDomain": "az3"}}, "ns/c1")
     assert (req.cores, req.memory_mib, req.disk_gb, req.storage_pool) == (4, 8192, 60, "fast")
     assert (req.zone, req.resource_pool, req.pinned_host, req.key) == ("az3", "vms", "lxd-1", "u0")
     assert req.role is placement.Role.CONTROL_PLANE

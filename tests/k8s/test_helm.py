@@ -163,8 +163,16 @@ def test_rbac_is_least_privilege_cluster_wide(helm: Helm) -> None:
     for kind in ("maasclusters", "maasmachines"):
         assert verbs_for(rules, "infrastructure.cluster.x-k8s.io", kind) == {"get", "list", "watch", "patch"}
         assert verbs_for(rules, "infrastructure.cluster.x-k8s.io", f"{kind}/status") == {"patch"}
-    for kind in ("maasmachinetemplates", "maasclustertemplates"):
-        assert not verbs_for(rules, "infrastructure.cluster.x-k8s.io", kind)
+    # MaasMachineTemplates: watched to publish status.capacity (autoscaler scale-from-zero), never created or
+    # deleted; MaasClusterTemplates: nothing.
+    assert verbs_for(rules, "infrastructure.cluster.x-k8s.io", "maasmachinetemplates") == {
+        "get",
+        "list",
+        "watch",
+        "patch",
+    }
+    assert verbs_for(rules, "infrastructure.cluster.x-k8s.io", "maasmachinetemplates/status") == {"patch"}
+    assert not verbs_for(rules, "infrastructure.cluster.x-k8s.io", "maasclustertemplates")
     assert not verbs_for(rules, "infrastructure.cluster.x-k8s.io", "maasmachines") & {"create", "delete"}
     cluster = rules_of(docs, "-cluster")
     assert verbs_for(cluster, "apiextensions.k8s.io", "customresourcedefinitions") == {"list", "watch"}
@@ -371,7 +379,9 @@ def test_install_upgrade_uninstall(helm: Helm, kube: ControlPlane, kubectl: Any,
         assert can("watch", "secrets", "-A") == "no"
         assert can("update", "maasmachines.infrastructure.cluster.x-k8s.io", "-n", namespace) == "no"
         assert can("patch", "maasmachines.infrastructure.cluster.x-k8s.io", "-n", namespace) == "yes"
-        assert can("get", "maasmachinetemplates.infrastructure.cluster.x-k8s.io", "-n", namespace) == "no"
+        assert can("watch", "maasmachinetemplates.infrastructure.cluster.x-k8s.io", "-A") == "yes"
+        assert can("delete", "maasmachinetemplates.infrastructure.cluster.x-k8s.io", "-n", namespace) == "no"
+        assert can("get", "maasclustertemplates.infrastructure.cluster.x-k8s.io", "-n", namespace) == "no"
         assert can("patch", "machines.cluster.x-k8s.io", "-n", namespace) == "no"
         assert can("create", "maasmachines.infrastructure.cluster.x-k8s.io", "-n", namespace) == "no"
         lease = f"leases.coordination.k8s.io/{full}-leader"

@@ -23,9 +23,14 @@ UID before it touches that machine again.
 
 Deletion releases the machine and waits for the shared poller to see it released; it hands off (nothing sent
 to MAAS) while clusterctl moves the object or the cluster is paused (see :mod:`capmaas.reconcilers.machine`).
+Before the release, MAAS must show the machine held under this object's agent name (``spec.systemID`` is
+just a field someone wrote): otherwise the reference is forgotten with a Warning Event and nothing is sent.
+Every other machine held under that agent name (a second allocate after a lost answer) is released too.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from capmaas import maas, placement
 from capmaas.api import conditions as C
@@ -121,13 +126,7 @@ class BareMetal:
             except maas_errors.MaasError as exc:
                 raise maas_failure(exc, None, "looking up an earlier allocation") from exc
             if found:
-                m = found[0]
-                scope.event(
-                    "Normal", "MachineAdopted", f"adopted MAAS machine {m.system_id} allocated earlier"
-                )
-                self._record(scope, m)
-                await scope.flush()
-                return m.system_id
+                return await self._adopt(scope, port, found)
         attempts = scope.attempts
         if attempts >= life.settings.max_deploy_attempts:
             raise TerminalError(
@@ -170,6 +169,50 @@ class BareMetal:
         )
         await scope.flush()
         return m.system_id
+
+    async def _adopt(self, scope: MachineScope, port: MaasPort, found: Sequence[maas.Machine]) -> str:
+        """Adopt what an earlier allocate (whose answer was lost) left under our agent name. A lost answer
+        can leave *several* machines there (the first allocate reached MAAS after the client gave up, then a
+        second one was sent): keep one, release the rest (before the spec write, so none is leaked)."""
+        keep, *extra = sorted(found, key=lambda m: m.system_id)
+        await self._release_extra(scope, port, extra, ReleaseOptions())
+        scope.event("Normal", "MachineAdopted", f"adopted MAAS machine {keep.system_id} allocated earlier")
+        self._record(scope, keep)
+        await scope.flush()
+        return keep.system_id
+
+    async def _release_extra(
+        self, scope: MachineScope, port: MaasPort, extra: Sequence[maas.Machine], opts: ReleaseOptions
+    ) -> None:
+        """Release machines held under our agent name that the MaasMachine does not record (a second allocate
+        after a lost answer), with a Warning Event each."""
+        for x in extra:
+            if x.status in RELEASED or x.status in IN_PROGRESS:
+                continue
+            try:
+                await port.release(
+                    x.system_id,
+                    erase=bool(opts.erase),
+                    secure_erase=bool(opts.secure_erase),
+                    quick_erase=bool(opts.quick_erase),
+                    comment=f"capmaas {scope.key}: second machine under one agent name",
+                )
+            except maas_errors.NotFoundError:
+                continue
+            except maas_errors.MaasError as exc:
+                raise maas_failure(exc, None, f"releasing extra machine {x.system_id}") from exc
+            scope.event(
+                "Warning",
+                "ExtraMachineReleased",
+                f"MAAS machine {x.system_id} was also held under this MaasMachine's agent name; released it",
+            )
+
+    async def _held(self, scope: MachineScope, port: MaasPort, doing: str) -> Sequence[maas.Machine]:
+        """The machines MAAS shows held under this object's agent name (the ownership test)."""
+        try:
+            return await port.find_by_agent(agent_name(scope))
+        except maas_errors.MaasError as exc:
+            raise maas_failure(exc, None, doing) from exc
 
     def _record(self, scope: MachineScope, m: maas.Machine) -> None:
         scope.set_spec(system_id=m.system_id, provider_id=self.provider_id(m.zone.name, m.system_id))
@@ -251,16 +294,18 @@ class BareMetal:
         """Release this machine (mark it broken if it failed to deploy); the next pass allocates another."""
         sid = system_id
         attempts = scope.attempts or 1
-        scope.event("Warning", reason, f"MAAS machine {sid}: {why}; releasing it (attempt {attempts})")
+        broken = reason in (C.DEPLOYMENT_FAILED_REASON, C.DEPLOYMENT_TIMED_OUT_REASON)
+        done = "marking it broken" if broken else "releasing it"
+        scope.event("Warning", reason, f"MAAS machine {sid}: {why}; {done} (attempt {attempts})")
         if scope.annotation(REPLACING) != sid:
             scope.set_annotation(REPLACING, sid)
             await scope.flush()
         m = port.snapshot(sid)
         try:
             if m is not None and m.owner is not None and m.status != maas.NodeStatus.READY:
-                if reason in (C.DEPLOYMENT_FAILED_REASON, C.DEPLOYMENT_TIMED_OUT_REASON):
+                if broken:
                     # mark_broken releases it *and* keeps it out of the pool, so it is not handed to us again.
-                    await port.mark_broken(sid, comment=f"capmaas {scope.key}: {reason}")
+                    await port.mark_broken(sid, comment=f"capmaas {scope.key}: {reason}: {why}")
                 else:
                     await port.release(
                         sid, erase=False, secure_erase=False, quick_erase=False, comment=reason
@@ -302,12 +347,9 @@ class BareMetal:
         """Release the machine, wait for MAAS (the shared poller) to confirm, then finish."""
         sid = scope.want.system_id
         if not sid and scope.annotation(ALLOCATING):
-            try:
-                found = await port.find_by_agent(scope.uid)
-            except maas_errors.MaasError as exc:
-                raise maas_failure(exc, None, "looking up an earlier allocation") from exc
-            if found:
-                sid = found[0].system_id
+            found = await self._held(scope, port, "looking up an earlier allocation")
+            if found:  # the rest (if several) are released below, before this one
+                sid = sorted(found, key=lambda m: m.system_id)[0].system_id
                 scope.set_spec(system_id=sid)
             scope.set_annotation(ALLOCATING, None)
             await scope.flush()
@@ -334,6 +376,19 @@ class BareMetal:
             scope.set_deletion(C.RELEASING_REASON, f"{sid}: {m.status_name}")
             return Requeue()
         opts = scope.want.release_options or ReleaseOptions()
+        # The ownership test, once, right before the only MAAS write of a deletion: spec.systemID is just a
+        # field of an object someone created; MAAS must show the machine held under this object's agent name.
+        held = await self._held(scope, port, f"checking who holds {sid}")
+        if sid not in {m.system_id for m in held}:
+            port.unwatch(sid)
+            scope.event(
+                "Warning",
+                "MachineNotOurs",
+                f"MAAS machine {sid} is not held under this MaasMachine's agent name; "
+                "forgetting it, nothing released",
+            )
+            return self.life.finished(scope)
+        await self._release_extra(scope, port, [m for m in held if m.system_id != sid], opts)
         try:
             await port.release(
                 sid,

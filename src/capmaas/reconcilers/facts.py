@@ -5,20 +5,25 @@ No I/O here; the lifecycle and both provisioners call these.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from capmaas import maas
+from capmaas.api.v1beta1 import MaasMachineSpec
 from capmaas.reconcilers.ports import Body
 
 __all__ = [
     "addresses",
     "bootstrap_secret",
+    "deploy_inputs",
     "describe",
     "detect_format",
     "distro_series",
     "infra_provisioned",
+    "powered",
+    "refusal_text",
 ]
 
 
@@ -43,6 +48,16 @@ def distro_series(image: str | None) -> str | None:
     if not image:
         return None
     return image if "/" in image else f"custom/{image}"
+
+
+def powered(m: maas.Machine) -> bool | None:
+    """``status.machinePowered``: True/False when MAAS reports on/off; None when it does not know
+    (``unknown``: a ``manual`` machine, whose power MAAS never queries; ``error``: the query failed)."""
+    if m.power_state == maas.PowerState.ON:
+        return True
+    if m.power_state == maas.PowerState.OFF:
+        return False
+    return None
 
 
 def addresses(m: maas.Machine) -> list[dict[str, str]]:
@@ -70,3 +85,22 @@ def bootstrap_secret(machine: Body) -> str | None:
     spec: Mapping[str, Any] = machine.get("spec") or {}
     name = (spec.get("bootstrap") or {}).get("dataSecretName")
     return str(name) if name else None
+
+
+def deploy_inputs(spec: MaasMachineSpec, machine: Body | None) -> str:
+    """A digest of what a deploy request sends that MAAS may refuse: image, kernel, deploy mode, the
+    bootstrap Secret's name. A change of any of them is a new request worth a machine."""
+    parts = [
+        spec.image or "",
+        spec.hwe_kernel or "",
+        str(bool(spec.deploy_in_memory)),
+        str(bool(spec.register_vm_host)),
+        (bootstrap_secret(machine) if machine is not None else None) or "",
+    ]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def refusal_text(field_errors: Mapping[str, tuple[str, ...]], limit: int = 300) -> str:
+    """MAAS's 400 form errors as ``field: message; ...``, cut to ``limit`` characters (a condition's text)."""
+    text = "; ".join(f"{k}: {' '.join(v)}" for k, v in field_errors.items())
+    return text if len(text) <= limit else f"{text[:limit]}…"

@@ -34,6 +34,9 @@ FAILURES = "failures"
 #: The MAAS ``agent_name`` the machine is held under: the UID at allocation. A ``clusterctl move`` recreates
 #: the MaasMachine with a new UID but keeps its annotations, so this is how the target still knows it is ours.
 AGENT_NAME = "agent-name"
+#: MAAS refused our deploy request (image, kernel, user data): a digest of the deploy inputs it refused. No
+#: machine is allocated while they are unchanged (:meth:`capmaas.reconcilers.lifecycle.Lifecycle.refused`).
+DEPLOY_REFUSED = "deploy-refused"
 #: The system ID being given back (see :mod:`capmaas.reconcilers.baremetal`).
 REPLACING = "replacing"
 #: Written before an LXD compose (the VM host's id): a pass that finds it without a system ID looks the VM up.

@@ -23,12 +23,18 @@ from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import facts
 from capmaas.reconcilers.credentials import maas_failure
 from capmaas.reconcilers.errors import TransientError
-from capmaas.reconcilers.keys import DEPLOY_STARTED, FAILURES, MACHINE_FINALIZER
+from capmaas.reconcilers.keys import DEPLOY_REFUSED, DEPLOY_STARTED, FAILURES, MACHINE_FINALIZER
 from capmaas.reconcilers.ports import KubePort, MaasPort, NodePatchResult, Recorder
 from capmaas.reconcilers.scope import MachineScope, Requeue
 
 #: MAAS states the shared lifecycle handles; a provisioner's ``follow`` handles the others first.
 SHARED_STATES = frozenset({maas.NodeStatus.ALLOCATED, maas.NodeStatus.DEPLOYING, maas.NodeStatus.DEPLOYED})
+#: Deploy form errors about the machine, not our request ("Node must be configured to use a network"): that
+#: machine is marked broken and another one tried. Any other field names our request (image, kernel, user
+#: data): no machine would take it.
+MACHINE_REFUSAL_FIELDS = frozenset({"network"})
+#: Form fields whose refusal is a wrong image or kernel (reason InvalidImage).
+IMAGE_FIELDS = frozenset({"distro_series", "hwe_kernel", "osystem"})
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,11 @@ class Lifecycle:
     # --- normal ------------------------------------------------------------------------------------------
     async def run(self, p: Provisioner, scope: MachineScope, port: MaasPort) -> Requeue:
         """One pass of a MaasMachine whose owner, cluster and bootstrap data are in place."""
+        refused = scope.annotation(DEPLOY_REFUSED)
+        if refused and not scope.want.system_id:
+            if refused == facts.deploy_inputs(scope.want, scope.machine):
+                return Requeue()  # the condition says why; a spec change wakes this object
+            scope.set_annotation(DEPLOY_REFUSED, None)
         got = await p.acquire(scope, port)
         if isinstance(got, Requeue):
             return got
@@ -138,7 +149,7 @@ class Lifecycle:
             return await p.unseen(scope, port, sid)
         scope.set_status(
             machine_state=m.status_name or m.status.name,
-            machine_powered=m.power_state == maas.PowerState.ON,
+            machine_powered=facts.powered(m),
             hostname=m.hostname,
             failure_domain=m.zone.name,
         )
@@ -208,7 +219,7 @@ class Lifecycle:
         except maas_errors.ConflictError as exc:
             raise TransientError(C.MACHINE_DEPLOYING_REASON, f"deploy refused: {exc}", delay=5) from exc
         except maas_errors.BadRequestError as exc:
-            return await p.give_back(scope, port, m.system_id, C.DEPLOYMENT_FAILED_REASON, p.refusal(exc))
+            return await self.refused(p, scope, port, m.system_id, exc)
         except maas_errors.MaasError as exc:
             raise maas_failure(exc, None, f"deploying {p.describe(m.system_id)}") from exc
         if not scope.deploy_stamped:
@@ -221,9 +232,37 @@ class Lifecycle:
         scope.set_status(machine_state=new.status_name or new.status.name)
         return Requeue(self.settings.deploy_timeout)
 
+    async def refused(
+        self, p: Provisioner, scope: MachineScope, port: MaasPort, sid: str, exc: maas_errors.BadRequestError
+    ) -> Requeue:
+        """MAAS answered the deploy with 400. A refusal of the machine (no network link) gives it back
+        broken and tries another; a refusal of our request (image, kernel, user data) releases the machine,
+        says MAAS's words in a condition and tries no other machine until the deploy inputs change."""
+        fields = exc.field_errors
+        text = facts.refusal_text(fields) if fields else p.refusal(exc)
+        if not fields or set(fields) <= MACHINE_REFUSAL_FIELDS:
+            why = f"MAAS refused to deploy it: {text}"
+            return await p.give_back(scope, port, sid, C.DEPLOYMENT_FAILED_REASON, why)
+        reason = C.INVALID_IMAGE_REASON if IMAGE_FIELDS & set(fields) else C.DEPLOY_REQUEST_REFUSED_REASON
+        scope.set_status(attempts=max(0, scope.attempts - 1))  # not the machine's failure
+        await p.give_back(scope, port, sid, reason, f"MAAS refused the deploy request: {text}")
+        scope.take_event(reason)  # the Event below says it all
+        msg = (
+            f"MAAS refused the deploy request: {text}; released {p.describe(sid)} (not marked broken); "
+            "no other machine is tried until the MaasMachine's image, kernel or bootstrap data changes"
+        )
+        scope.set_annotation(DEPLOY_REFUSED, facts.deploy_inputs(scope.want, scope.machine))
+        scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, reason, msg)
+        scope.event("Warning", reason, msg)
+        await scope.flush()
+        return Requeue()
+
     async def deployed(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue:
-        """Deployed and powered on: provisioned (Ready), then the Node step. Powered off: power it on."""
-        if m.power_state != maas.PowerState.ON:
+        """Deployed and not reported off: provisioned (Ready), then the Node step. Powered off: power it on.
+
+        ``unknown`` and ``error`` are not ``off``: MAAS never queries a ``manual`` machine's power, so it
+        stays ``unknown`` through deploy and power_on; a failed power query says nothing about the machine."""
+        if m.power_state == maas.PowerState.OFF:
             reason, msg = (
                 C.MACHINE_POWERED_OFF_REASON,
                 f"{m.system_id} is Deployed but powered {m.power_state}",
@@ -245,9 +284,8 @@ class Lifecycle:
             started = scope.annotation(DEPLOY_STARTED)
             if started:
                 self.recorder.deploy_duration(self.clock() - float(started))
-            scope.event(
-                "Normal", "MachineDeployed", f"{m.system_id} ({m.hostname}) is deployed and powered on"
-            )
+            msg = f"{m.system_id} ({m.hostname}) is deployed and powered {m.power_state}"
+            scope.event("Normal", "MachineDeployed", msg)
         scope.set_status(ready=True, initialization={"provisioned": True}, addresses=facts.addresses(m))
         scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, True, C.PROVISIONED_REASON, "")
         # Ready is written now, before the Node step: that step reads the kubeconfig Secret (a queued GET

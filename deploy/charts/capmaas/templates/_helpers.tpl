@@ -64,12 +64,13 @@ cluster.x-k8s.io/provider: infrastructure-maas
 {{/* Rules for namespaced resources; a Role in operator.namespace, or a ClusterRole when it is empty. */}}
 {{- define "capmaas.namespacedRules" -}}
 {{- /* Only what the code calls: kopf watches MaasClusters/MaasMachines, KubeHttp merge-patches them and their
-status (never update), GETs Secrets by name (never lists or watches them). Templates are CAPI's business. */}}
+status (never update), GETs Secrets by name (never lists or watches them). MaasMachineTemplates are watched only
+to publish status.capacity (operator/templates.py, through kopf's patch); MaasClusterTemplates are CAPI's business. */}}
 - apiGroups: [infrastructure.cluster.x-k8s.io]
-  resources: [maasclusters, maasmachines]
+  resources: [maasclusters, maasmachines, maasmachinetemplates]
   verbs: [get, list, watch, patch]
 - apiGroups: [infrastructure.cluster.x-k8s.io]
-  resources: [maasclusters/status, maasmachines/status]
+  resources: [maasclusters/status, maasmachines/status, maasmachinetemplates/status]
   verbs: [patch]
 - apiGroups: [cluster.x-k8s.io]
   resources: [clusters, machines]

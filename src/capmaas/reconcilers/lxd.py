@@ -21,8 +21,9 @@ places again (up to :data:`MAX_COMPOSE_TRIES` hosts per pass); MAAS 4.0's 410 is
 nothing fitting is a wait whose condition message says, per zone, why each host was skipped.
 
 Deleting the MaasMachine deletes its VM in MAAS (which decomposes it) and waits until MAAS (the shared poller)
-no longer lists it. The reservation of a machine deleted mid-placement is dropped first, so its capacity is
-free for others at once.
+no longer lists it; only a VM MAAS shows held under this object's agent name, or not yet allocated and named
+for this object: any other ``spec.systemID`` is forgotten with a Warning Event, nothing deleted. The
+reservation of a machine deleted mid-placement is dropped first, so its capacity is free for others at once.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from capmaas.reconcilers.lxd_placer import (
     Listing,
     LxdPlacer,
     existing_placements,
+    interfaces,
     vm_hostname,
     vm_request,
 )
@@ -74,12 +76,6 @@ _FAILED = frozenset(
 def _project(scope: MachineScope) -> str:
     lxd = scope.want.lxd_config
     return (lxd.project if lxd else None) or "default"
-
-
-def _interfaces(scope: MachineScope) -> str | None:
-    """The compose ``interfaces`` map of the canonical spec's ``lxdConfig.network`` (None: the host's)."""
-    lxd = scope.want.lxd_config
-    return lxd.network.compose_interfaces() if lxd and lxd.network else None
 
 
 def _gone_error(exc: maas_errors.MaasError, endpoint: str) -> TerminalError:
@@ -190,7 +186,7 @@ class Lxd:
                 C.RETRIES_EXHAUSTED_REASON, f"{attempts} VMs tried; delete the Machine to try again"
             )
         book = self.placer.book(port.endpoint)
-        request = vm_request(scope.body, scope.want, scope.machine, f"{scope.namespace}/{scope.cluster_name}")
+        request = vm_request(scope.body, scope.spec, scope.machine, f"{scope.namespace}/{scope.cluster_name}")
         refused: dict[int, str] = {}
         fresh = False
         for _ in range(MAX_COMPOSE_TRIES):
@@ -260,7 +256,7 @@ class Lxd:
             cores=p.cores,
             memory=p.memory_mib,
             storage=f"root:{p.disk_gb}({p.storage_pool})",
-            interfaces=_interfaces(scope),
+            interfaces=interfaces(scope.spec),
             hostname=hostname,
             zone=host.zone.id if host.zone else None,
             pool=host.pool.id if host.pool else None,
@@ -367,6 +363,26 @@ class Lxd:
                 return True
         return False
 
+    async def _owns(self, scope: MachineScope, port: MaasPort, sid: str) -> bool:
+        """The ownership test before decomposing ``sid`` (``spec.systemID`` is just a field someone wrote):
+        MAAS holds it under our agent name, or it is not allocated yet and carries the hostname composed for
+        this object (:func:`lxd_placer.vm_hostname`)."""
+        if (scope.uid, sid) in self.placer.allocated:
+            return True
+        recorded = scope.annotation(AGENT_NAME)
+        for agent in dict.fromkeys(a for a in (scope.uid, recorded) if a):
+            try:
+                held = {x.system_id for x in await port.find_by_agent(agent)}
+            except maas_errors.MaasError as exc:
+                raise maas_failure(exc, None, f"checking who holds VM {sid}") from exc
+            if sid in held:
+                return True
+        try:
+            composed = await port.find_by_hostname(vm_hostname(scope.name, scope.uid))
+        except maas_errors.MaasError as exc:
+            raise maas_failure(exc, None, f"checking who composed VM {sid}") from exc
+        return any(x.system_id == sid and x.owner is None for x in composed)
+
     async def _allocate(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue:
         """Take the commissioned VM by system ID under our UID, ours like an allocated bare-metal machine."""
         try:
@@ -437,6 +453,15 @@ class Lxd:
             return self._deleted(scope, None)
         requested = scope.annotation(DECOMPOSING)
         if requested is None or self.life.clock() - float(requested) > DECOMPOSE_RECHECK:
+            if not await self._owns(scope, port, sid):
+                port.unwatch(sid)
+                scope.event(
+                    "Warning",
+                    "VMNotOurs",
+                    f"VM {sid} is neither held under this MaasMachine's agent name nor composed for it; "
+                    "forgetting it, nothing deleted",
+                )
+                return self.life.finished(scope)
             try:
                 known = await port.delete_machine(sid)
             except maas_errors.MaasError as exc:

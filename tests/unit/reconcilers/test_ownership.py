@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-from reconciler_env import ENDPOINT, Env
+from reconciler_env import ENDPOINT, Env, make_env
+from test_lxd_lifecycle import add_lxd, lxd_sim
 
 from capmaas import demo, maas
 from capmaas.reconcilers.keys import AGENT_NAME, ALLOCATING, ANNOTATION_PREFIX, MACHINE_FINALIZER
@@ -99,3 +100,26 @@ async def test_adopt_keeps_one_of_several_machines_and_releases_the_rest(env: En
     assert not [k for k in env.sim.counters if k[0] == "POST" and k[2] == "allocate"]
     assert "ExtraMachineReleased" in env.kube.reasons()
     assert env.sim.check_invariants() == []
+
+
+async def test_deleting_a_forged_lxd_reference_never_deletes_anothers_vm() -> None:
+    """The LXD variant: the delete path would decompose the victim's VM outright."""
+    env = make_env(lxd_sim())
+    try:
+        await env.cluster()
+        add_lxd(env, "victim")
+        await env.drive(["victim"], ready)
+        sid = env.kube.get("maasmachines", "victim")["spec"]["systemID"]
+        add_lxd(env, "evil")
+        evil = env.kube.get("maasmachines", "evil")
+        evil["metadata"]["finalizers"] = [MACHINE_FINALIZER]
+        evil["metadata"]["ownerReferences"] = []
+        evil["spec"].update(systemID=sid, providerID=f"maas-lxd://az1/{sid}")
+        env.sim.reset_counters()
+        await delete(env, "evil")
+        assert env.sim.machine(sid)["status_name"] == "Deployed"
+        assert not [k for k in env.sim.counters if k[0] == "DELETE"]
+        assert ("evil", "Warning", "VMNotOurs") in [e[:3] for e in env.kube.events]
+        assert ready(env.kube.get("maasmachines", "victim"))
+    finally:
+        await env.connections.aclose()

@@ -294,16 +294,18 @@ class BareMetal:
         """Release this machine (mark it broken if it failed to deploy); the next pass allocates another."""
         sid = system_id
         attempts = scope.attempts or 1
-        scope.event("Warning", reason, f"MAAS machine {sid}: {why}; releasing it (attempt {attempts})")
+        broken = reason in (C.DEPLOYMENT_FAILED_REASON, C.DEPLOYMENT_TIMED_OUT_REASON)
+        done = "marking it broken" if broken else "releasing it"
+        scope.event("Warning", reason, f"MAAS machine {sid}: {why}; {done} (attempt {attempts})")
         if scope.annotation(REPLACING) != sid:
             scope.set_annotation(REPLACING, sid)
             await scope.flush()
         m = port.snapshot(sid)
         try:
             if m is not None and m.owner is not None and m.status != maas.NodeStatus.READY:
-                if reason in (C.DEPLOYMENT_FAILED_REASON, C.DEPLOYMENT_TIMED_OUT_REASON):
+                if broken:
                     # mark_broken releases it *and* keeps it out of the pool, so it is not handed to us again.
-                    await port.mark_broken(sid, comment=f"capmaas {scope.key}: {reason}")
+                    await port.mark_broken(sid, comment=f"capmaas {scope.key}: {reason}: {why}")
                 else:
                     await port.release(
                         sid, erase=False, secure_erase=False, quick_erase=False, comment=reason

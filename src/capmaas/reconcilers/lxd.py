@@ -49,7 +49,6 @@ from capmaas.reconcilers.lxd_placer import (
     Listing,
     LxdPlacer,
     existing_placements,
-    interfaces,
     vm_hostname,
     vm_request,
 )
@@ -76,6 +75,12 @@ _FAILED = frozenset(
 def _project(scope: MachineScope) -> str:
     lxd = scope.want.lxd_config
     return (lxd.project if lxd else None) or "default"
+
+
+def _interfaces(scope: MachineScope) -> str | None:
+    """The compose ``interfaces`` map of the canonical spec's ``lxdConfig.network`` (None: the host's)."""
+    lxd = scope.want.lxd_config
+    return lxd.network.compose_interfaces() if lxd and lxd.network else None
 
 
 def _gone_error(exc: maas_errors.MaasError, endpoint: str) -> TerminalError:
@@ -186,7 +191,7 @@ class Lxd:
                 C.RETRIES_EXHAUSTED_REASON, f"{attempts} VMs tried; delete the Machine to try again"
             )
         book = self.placer.book(port.endpoint)
-        request = vm_request(scope.body, scope.spec, scope.machine, f"{scope.namespace}/{scope.cluster_name}")
+        request = vm_request(scope.body, scope.want, scope.machine, f"{scope.namespace}/{scope.cluster_name}")
         refused: dict[int, str] = {}
         fresh = False
         for _ in range(MAX_COMPOSE_TRIES):
@@ -256,7 +261,7 @@ class Lxd:
             cores=p.cores,
             memory=p.memory_mib,
             storage=f"root:{p.disk_gb}({p.storage_pool})",
-            interfaces=interfaces(scope.spec),
+            interfaces=_interfaces(scope),
             hostname=hostname,
             zone=host.zone.id if host.zone else None,
             pool=host.pool.id if host.pool else None,

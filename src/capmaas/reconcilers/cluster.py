@@ -171,6 +171,7 @@ class ClusterReconciler:
         if paused:
             return Requeue()
         scope.add_finalizer(CLUSTER_FINALIZER)
+        self._settings(scope)
         port = await self._connect(scope)
         await self._failure_domains(scope, port)
         endpoint = await self._endpoint(scope, port)
@@ -178,6 +179,23 @@ class ClusterReconciler:
             return Requeue()
         scope.set_status(ready=True, initialization={"provisioned": True})
         return Requeue()
+
+    def _settings(self, scope: ClusterScope) -> None:
+        """SettingsApplied: False (NoMaasEquivalent) while a set ``spec.lxdConfig`` field has no MAAS
+        equivalent, named as the user spelled it (the raw spec: the canonical one folds networkBridge into
+        nicParent)."""
+        lxd = MaasClusterSpec.model_validate(scope.spec).lxd_config
+        names = lxd.not_applied() if lxd is not None else []
+        if names:
+            fields = ", ".join(f"spec.lxdConfig.{n}" for n in names)
+            scope.set_condition(
+                C.SETTINGS_APPLIED_CONDITION,
+                False,
+                C.NO_MAAS_EQUIVALENT_REASON,
+                f"{fields}: MAAS has no equivalent setting, so capmaas does not apply it",
+            )
+        else:
+            scope.set_condition(C.SETTINGS_APPLIED_CONDITION, True, C.ALL_SETTINGS_APPLIED_REASON, "")
 
     async def _failure_domains(self, scope: ClusterScope, port: MaasPort) -> None:
         names: Sequence[str] = scope.want.failure_domains or ()

@@ -26,6 +26,10 @@ def cp(env: Env, name: str, ip: str, *, state: str = "Deployed", powered: bool =
     env.kube.add("maasmachines", body)
 
 
+def cond(body: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(c for c in body["status"]["conditions"] if c["type"] == type_)
+
+
 async def reconcile(env: Env) -> dict[str, Any]:
     await env.clusters.reconcile(env.kube.get("maasclusters", "c1"))
     return env.kube.get("maasclusters", "c1")
@@ -118,3 +122,20 @@ async def test_endpoint_is_in_spec_before_status_says_provisioned(env: Env) -> N
     assert mc["status"]["ready"] is True
     assert len(seen) == 1
     assert seen[0][1] == mc["spec"]["controlPlaneEndpoint"]["host"]
+
+
+async def test_settings_applied_names_the_go_fields_maas_cannot_apply(env: Env) -> None:
+    mc = await env.cluster()
+    assert cond(mc, C.SETTINGS_APPLIED_CONDITION)["status"] == "True"
+    spec = env.kube.get("maasclusters", "c1")["spec"]
+    spec["lxdConfig"] = {"storageBackend": "zfs", "storageSize": "50G", "networkBridge": "br0"}
+    mc = await reconcile(env)
+    c = cond(mc, C.SETTINGS_APPLIED_CONDITION)
+    assert (c["status"], c["reason"]) == ("False", C.NO_MAAS_EQUIVALENT_REASON)
+    for name in ("storageBackend", "storageSize", "networkBridge"):
+        assert f"spec.lxdConfig.{name}" in c["message"]
+    assert "nicParent" not in c["message"]  # named as written, not in its canonical spelling
+    assert mc["status"]["ready"] is True  # informational: the cluster still works
+    del env.kube.get("maasclusters", "c1")["spec"]["lxdConfig"]
+    mc = await reconcile(env)
+    assert cond(mc, C.SETTINGS_APPLIED_CONDITION)["status"] == "True"

@@ -86,6 +86,9 @@ class BareMetal:
     def __init__(self, life: Lifecycle) -> None:
         self.life = life
         self.spread = ZoneSpread(life.clock)
+        #: (MaasMachine UID, system ID) pairs MAAS has shown held under the object's agent name (or that this
+        #: process allocated): checked once per process, before any deploy, release or mark-broken.
+        self._verified: set[tuple[str, str]] = set()
 
     def provider_id(self, zone: str, system_id: str) -> str:
         return provider_id(BARE_METAL_SCHEME, zone, system_id)
@@ -113,8 +116,19 @@ class BareMetal:
                 await scope.flush()
                 return Requeue(0.0)
             scope.set_annotation(REPLACING, None)  # still ours: decide again below
+            self._verified.add((scope.uid, sid))
         if not sid:
             sid = await self._allocate(scope, port)
+        elif (scope.uid, sid) not in self._verified and not await self._holds(scope, port, sid):
+            # spec.systemID is just a field someone wrote: before the lifecycle deploys, releases or marks
+            # it broken, MAAS must show it held under this object's agent name.
+            self._forget(scope, port, sid)
+            msg = f"MAAS machine {sid} is not held under this MaasMachine's agent name; forgot it"
+            scope.event("Warning", "MachineNotOurs", f"{msg}, nothing sent to it")
+            scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.MACHINE_NOT_FOUND_REASON, msg)
+            await scope.flush()
+            return Requeue(0.0)
+        self._verified.add((scope.uid, str(sid)))
         return str(sid)
 
     async def _allocate(self, scope: MachineScope, port: MaasPort) -> str:
@@ -213,6 +227,9 @@ class BareMetal:
             return await port.find_by_agent(agent_name(scope))
         except maas_errors.MaasError as exc:
             raise maas_failure(exc, None, doing) from exc
+
+    async def _holds(self, scope: MachineScope, port: MaasPort, sid: str) -> bool:
+        return sid in {m.system_id for m in await self._held(scope, port, f"checking who holds {sid}")}
 
     def _record(self, scope: MachineScope, m: maas.Machine) -> None:
         scope.set_spec(system_id=m.system_id, provider_id=self.provider_id(m.zone.name, m.system_id))

@@ -123,3 +123,21 @@ async def test_deleting_a_forged_lxd_reference_never_deletes_anothers_vm() -> No
         assert ready(env.kube.get("maasmachines", "victim"))
     finally:
         await env.connections.aclose()
+
+
+async def test_a_forged_reference_is_never_deployed_nor_given_back(env: Env) -> None:
+    """A (not deleted) MaasMachine whose spec.systemID names a machine allocated under another agent name:
+    the lifecycle would deploy it with this object's user data (or mark it broken). It is forgotten with a
+    Warning Event and the victim is left as it was; this object gets a machine of its own."""
+    await env.cluster()
+    async with client(env) as c:
+        victim = await c.machines.allocate(maas.AllocateConstraints(), agent_name="victim-agent")
+    env.machine("evil")
+    sid = victim.system_id
+    env.kube.get("maasmachines", "evil")["spec"].update(systemID=sid, providerID=f"maas://az1/{sid}")
+    env.sim.reset_counters()
+    await env.drive(["evil"], ready)
+    assert env.sim.machine(sid)["status_name"] == "Allocated"
+    assert [m["system_id"] for m in env.sim.machines_by_agent("victim-agent")] == [sid]
+    assert env.kube.get("maasmachines", "evil")["spec"]["systemID"] != sid
+    assert ("evil", "Warning", "MachineNotOurs") in [e[:3] for e in env.kube.events]

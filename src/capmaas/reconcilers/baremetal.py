@@ -162,10 +162,12 @@ class BareMetal:
             scope.set_annotation(ALLOCATING, None)
             failures = int(scope.annotation(FAILURES) or 0) + 1
             scope.set_annotation(FAILURES, str(failures))
+            said = facts.maas_text(exc.body)  # how MAAS resolved the constraints
+            msg = f"no Ready MAAS machine matches {facts.describe(constraints)}; MAAS: {said}"
+            if failures == 1:  # one Event per streak; the condition stays current
+                scope.event("Warning", C.NO_MACHINE_AVAILABLE_REASON, msg)
             raise TransientError(
-                C.NO_MACHINE_AVAILABLE_REASON,
-                f"no Ready MAAS machine matches {facts.describe(constraints)}",
-                delay=life.backoff(failures - 1),
+                C.NO_MACHINE_AVAILABLE_REASON, msg, delay=life.backoff(failures - 1)
             ) from exc
         except maas_errors.MaasError as exc:
             # The allocate may or may not have happened: keep the annotation, so the next pass looks first.

@@ -22,6 +22,7 @@ __all__ = [
     "detect_format",
     "distro_series",
     "infra_provisioned",
+    "maas_text",
     "powered",
     "refusal_text",
 ]
@@ -103,4 +104,11 @@ def deploy_inputs(spec: MaasMachineSpec, machine: Body | None) -> str:
 def refusal_text(field_errors: Mapping[str, tuple[str, ...]], limit: int = 300) -> str:
     """MAAS's 400 form errors as ``field: message; ...``, cut to ``limit`` characters (a condition's text)."""
     text = "; ".join(f"{k}: {' '.join(v)}" for k, v in field_errors.items())
+    return text if len(text) <= limit else f"{text[:limit]}…"
+
+
+def maas_text(body: str, limit: int = 300) -> str:
+    """MAAS's own words from an error body (e.g. how it resolved allocate constraints), one line, cut to
+    ``limit`` characters for a condition or Event."""
+    text = " ".join(body.split())
     return text if len(text) <= limit else f"{text[:limit]}…"

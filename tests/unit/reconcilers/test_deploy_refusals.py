@@ -121,3 +121,19 @@ async def test_a_machine_without_network_is_marked_broken_and_another_one_deploy
     renv.kube.get("maasmachines", "w0")["spec"]["minCPU"] = 2
     await renv.drive(["w0"], ready)
     assert renv.kube.get("maasmachines", "w0")["spec"]["systemID"] != bad.system_id
+
+
+async def test_no_machine_available_says_how_maas_resolved_the_constraints(renv: Env) -> None:
+    await renv.cluster()
+    renv.machine("big", min_cpu=999)
+    for _ in range(2):
+        with contextlib.suppress(Exception):
+            await renv.step("big")
+    c = cond(renv.kube.get("maasmachines", "big"), C.READY_CONDITION)
+    assert c["reason"] == C.NO_MACHINE_AVAILABLE_REASON
+    assert "cpu_count=999" in c["message"]  # ours
+    assert "No available machine matches constraints" in c["message"], c  # MAAS's own
+    assert "resolved to" in c["message"]
+    events = [e for e in renv.kube.events if e[2] == C.NO_MACHINE_AVAILABLE_REASON]
+    assert len(events) == 1, renv.kube.events  # one per streak of failures, not one per pass
+    assert "No available machine matches constraints" in events[0][3]

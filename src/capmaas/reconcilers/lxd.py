@@ -112,6 +112,9 @@ class Lxd:
     def __init__(self, life: Lifecycle) -> None:
         self.life = life
         self.placer = LxdPlacer()  # reservation book + shared VM-host listing per endpoint
+        #: (MaasMachine UID, system ID) pairs that passed the ownership test (:meth:`_owns`) or were composed
+        #: by this process: checked once per process, before any allocate, deploy or decompose.
+        self._verified: set[tuple[str, str]] = set()
 
     def provider_id(self, zone: str, system_id: str) -> str:
         return provider_id(LXD_SCHEME, zone, system_id)
@@ -138,6 +141,18 @@ class Lxd:
         sid = scope.want.system_id
         if not sid:
             sid = await self._place_and_compose(scope, port)
+        elif (scope.uid, sid) not in self._verified and not await self._owns(scope, port, sid):
+            # spec.systemID is just a field someone wrote: never allocate, deploy or decompose someone's VM.
+            port.unwatch(sid)
+            scope.set_spec(system_id=None, provider_id=None)
+            msg = (
+                f"VM {sid} is neither held under this MaasMachine's agent name nor composed for it; forgot it"
+            )
+            scope.event("Warning", "VMNotOurs", f"{msg}, nothing sent to it")
+            scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.MACHINE_NOT_FOUND_REASON, msg)
+            await scope.flush()
+            return Requeue(0.0)
+        self._verified.add((scope.uid, str(sid)))
         return str(sid)
 
     def _no_fit_delay(self, uid: str) -> float:

@@ -141,3 +141,30 @@ async def test_a_forged_reference_is_never_deployed_nor_given_back(env: Env) -> 
     assert [m["system_id"] for m in env.sim.machines_by_agent("victim-agent")] == [sid]
     assert env.kube.get("maasmachines", "evil")["spec"]["systemID"] != sid
     assert ("evil", "Warning", "MachineNotOurs") in [e[:3] for e in env.kube.events]
+
+
+async def test_a_forged_lxd_reference_never_takes_anothers_vm() -> None:
+    """A (not deleted) LXD MaasMachine whose spec.systemID names a commissioned VM composed by someone else
+    (not allocated yet): the lifecycle would allocate it under this object's UID and deploy it. It is
+    forgotten with a Warning Event, the VM stays Ready and unowned, and this object composes its own."""
+    env = make_env(lxd_sim())
+    try:
+        await env.cluster()
+        async with client(env) as c:
+            host = (await c.vm_hosts.list())[0]
+            vm = await c.vm_hosts.compose(
+                host.id, maas.ComposeRequest(cores=1, memory=1024, storage="root:10", hostname="spare")
+            )
+        for _ in range(5):
+            await env.settle()
+        sid = vm.system_id
+        assert env.sim.machine(sid)["status_name"] == "Ready"
+        add_lxd(env, "evil")
+        env.kube.get("maasmachines", "evil")["spec"].update(systemID=sid, providerID=f"maas-lxd://az1/{sid}")
+        await env.drive(["evil"], ready)
+        assert env.sim.machine(sid)["status_name"] == "Ready"
+        assert env.sim.machine(sid)["owner"] is None
+        assert env.kube.get("maasmachines", "evil")["spec"]["systemID"] != sid
+        assert ("evil", "Warning", "VMNotOurs") in [e[:3] for e in env.kube.events]
+    finally:
+        await env.connections.aclose()

@@ -1,15 +1,15 @@
 """An async Kubernetes client for the operator's own hot path: merge patches of our objects and Secret reads.
 
 Why not the ``kubernetes`` package for these: it is synchronous, so every write went through a thread pool,
-and each call also runs its argument validation and (de)serialisation layers. At 1,000 machines those
-threads were a tenth of the operator's CPU and contended for the GIL with the event loop that runs every
+and each call also runs its argument validation and (de)serialisation layers; at scale those threads cost a
+noticeable share of the operator's CPU and contended for the GIL with the event loop that runs every
 reconcile. Why aiohttp and not httpx: kopf is built on aiohttp (so it is installed with kopf), and per request
-it costs a fraction of httpx's CPU (measured in the benchmark: httpx on the event loop cost more than the
-threads did). The operator's own credentials are loaded by the ``kubernetes`` package from the service
-account or the kubeconfig, so every auth method it supports keeps working, token refresh included. A
-workload cluster's apiserver (the Node step) is reached through the same client, built from a
-:class:`~capmaas.operator.kubeconfig.WorkloadKubeconfig` (inline credentials only, never the ``kubernetes``
-loader: see that module). kopf keeps its own session for watching and Events.
+it costs less CPU than httpx (the figures are in docs/benchmarks/README.md). The operator's own credentials
+are loaded by the ``kubernetes`` package from the service account or the kubeconfig, so every auth method it
+supports keeps working, token refresh included. A workload cluster's apiserver (the Node step) is reached
+through the same client, built from a :class:`~capmaas.operator.kubeconfig.WorkloadKubeconfig` (inline
+credentials only, never the ``kubernetes`` loader: see that module). kopf keeps its own session for watching
+and Events.
 
 Retries, as kopf's own client does them: a 429 or a 5xx answer is retried after a backoff from a short list,
 lengthened to the server's ``Retry-After`` (capped, so a server cannot park a caller for long); the connection

@@ -41,6 +41,18 @@ def final_table(out: str) -> list[list[str]]:
     return rows
 
 
+def start_like_in_a_terminal(args: list[str]) -> subprocess.Popen[str]:
+    """Start the demo so that Ctrl-C reaches it as it does in a terminal. A shell that runs a job in the
+    background without job control starts it with SIGINT ignored; an ignored signal stays ignored across exec
+    (and Python then never installs its KeyboardInterrupt handler), whereas a handled one is reset to the
+    default. So SIGINT is handled here while the child starts, whatever this process inherited."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def processes_mentioning(path: str) -> list[int]:
     """PIDs whose command line or environment mentions ``path`` (what the demo started there)."""
     found = []
@@ -137,10 +149,9 @@ def test_demo_lxd_vms_show_their_address_and_are_decomposed() -> None:
 def test_demo_keep_prints_commands_that_work() -> None:
     """``--keep``: the printed ``export KUBECONFIG=...``, kubectl and clusterctl lines run as printed, against
     the cluster the demo left up; Ctrl-C then stops everything."""
-    proc = subprocess.Popen(
+    proc = start_like_in_a_terminal(
         [sys.executable, "-m", "capmaas", "demo", "--keep", "--control-planes", "1", "--workers", "1",
          "--deploy-seconds", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
     seen: list[str] = []
@@ -181,23 +192,10 @@ def test_demo_keep_prints_commands_that_work() -> None:
 
 
 def test_demo_cleans_up_on_ctrl_c() -> None:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "capmaas",
-            "demo",
-            "--control-planes",
-            "1",
-            "--workers",
-            "1",
-            "--deploy-seconds",
-            "30",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_like_in_a_terminal(
+        [sys.executable, "-m", "capmaas", "demo", "--control-planes", "1", "--workers", "1",
+         "--deploy-seconds", "30"],
+    )  # fmt: skip
     assert proc.stdout is not None
     seen: list[str] = []
     workdir = None

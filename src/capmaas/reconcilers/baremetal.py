@@ -398,9 +398,6 @@ class BareMetal:
         except maas_errors.MaasError as exc:
             raise maas_failure(exc, None, f"releasing failed machine {sid}") from exc
         self._forget(scope, port, sid)
-        # Status follows the machine held: none until the next allocation (the poller's view of the next one
-        # fills these again).
-        scope.set_status(machine_state=None, machine_powered=None, hostname=None, failure_domain=None)
         if attempts >= self.life.settings.max_deploy_attempts:
             await scope.flush()
             raise TerminalError(C.RETRIES_EXHAUSTED_REASON, f"{attempts} MAAS machines tried; last: {why}")
@@ -411,11 +408,14 @@ class BareMetal:
         return Requeue(0.0)
 
     def _forget(self, scope: MachineScope, port: MaasPort, sid: str) -> None:
-        """Drop ``sid`` from the MaasMachine (written with the next flush) and from the poller."""
+        """Drop ``sid`` from the MaasMachine (written with the next flush) and from the poller. Status follows
+        the machine held: none until the next one is seen (its state, power, host name and zone fill in then),
+        not the one given back."""
         port.unwatch(sid)
         scope.set_spec(system_id=None, provider_id=None)
         scope.set_annotation(DEPLOY_STARTED, None)
         scope.set_annotation(REPLACING, None)
+        scope.set_status(machine_state=None, machine_powered=None, hostname=None, failure_domain=None)
         if not scope.ready:
             scope.set_status(addresses=None)
 

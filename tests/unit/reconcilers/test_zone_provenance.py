@@ -258,3 +258,18 @@ async def test_a_machine_without_failure_domains_records_that_maas_chose(sim: Si
         assert b["spec"]["failureDomain"] == zone_of(env.sim, b["spec"]["systemID"])
     finally:
         await env.connections.aclose()
+
+
+async def test_a_zone_found_empty_costs_the_cluster_one_failed_allocate(env: Env) -> None:
+    """The verdict still serves its purpose: siblings with the same constraints skip the empty zone and spread
+    over the others."""
+    await env.cluster("c1")
+    empty_zone(env.sim, "az1")
+    names = [f"w{i}" for i in range(6)]
+    for n in names:
+        env.machine(n)
+    env.sim.reset_counters()
+    await env.drive(names, ready)
+    zones = [zone_of(env.sim, env.kube.get("maasmachines", n)["spec"]["systemID"]) for n in names]
+    assert sorted(zones) == ["az2"] * 3 + ["az3"] * 3  # spread over the zones that have machines
+    assert env.sim.counters[ALLOCATE] <= len(names) + 1, env.sim.counters

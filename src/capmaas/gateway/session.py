@@ -37,6 +37,7 @@ class MaasSession:
         # not time out waiting for a connection (and must leave connections free for the shared poll).
         self._writes = asyncio.Semaphore(max(1, max_concurrent_writes))
         self._zones: tuple[float, tuple[str, ...]] | None = None
+        self._zones_in_use: tuple[float, tuple[str, ...]] | None = None
         self.last_used = time.monotonic()
 
     @property
@@ -128,6 +129,15 @@ class MaasSession:
             return self._zones[1]
         names = tuple(sorted(z.name for z in await self.client.zones.list()))
         self._zones = (now, names)
+        return names
+
+    async def zones_in_use(self) -> Sequence[str]:
+        # One listing of every visible machine per ZONES_TTL: MAAS's zone API has no machine counts.
+        now = time.monotonic()
+        if self._zones_in_use is not None and now - self._zones_in_use[0] < self.ZONES_TTL:
+            return self._zones_in_use[1]
+        names = tuple(sorted({m.zone.name for m in await self.client.machines.list()}))
+        self._zones_in_use = (now, names)
         return names
 
     async def dns_find(self, fqdn: str) -> DnsRecord | None:

@@ -141,7 +141,7 @@ def _tags(ctx: FilterContext, host: HostCandidate) -> tuple[str, str] | None:
 def _host_ready(ctx: FilterContext, host: HostCandidate) -> tuple[str, str] | None:
     if host.host_ready:
         return None
-    return "{is} not deployed and powered on", "its host machine is not deployed and powered on"
+    return "{is} not deployed or powered off", "its host machine is not deployed or is powered off"
 
 
 def _maintenance(ctx: FilterContext, host: HostCandidate) -> tuple[str, str] | None:

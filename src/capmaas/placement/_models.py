@@ -59,10 +59,10 @@ class HostCandidate:
 
     ``cores_used``/``memory_used_mib`` are MAAS's ``used`` figures, which count only VMs MAAS already knows
     about; VMs being composed right now are added from reservations. ``host_ready`` is true when the host's
-    own machine is Deployed and powered on (the operator decides what to say for a host with no MAAS machine
-    behind it). ``maintenance`` is true when the host is tagged for maintenance or no-schedule. Over-commit
-    ratios are MAAS's: a VM fits when ``used + reserved + requested <= total * ratio`` (MAAS's own
-    ``check_over_commit_ratios``).
+    own machine is Deployed and not reported powered off (the operator decides what to say for a host with
+    no MAAS machine behind it). ``maintenance`` is true when the host is tagged for maintenance or
+    no-schedule. Over-commit ratios are MAAS's: a VM fits when ``used + reserved + requested <= total *
+    ratio`` (MAAS's own ``check_over_commit_ratios``).
     """
 
     id: int

@@ -46,17 +46,22 @@ from capmaas.reconcilers.credentials import maas_failure
 from capmaas.reconcilers.errors import TerminalError, TransientError
 from capmaas.reconcilers.keys import (
     AGENT_NAME,
+    ALLOCATE_AFTER,
     ALLOCATING,
     BARE_METAL_SCHEME,
     DEPLOY_STARTED,
     FAILURES,
     REPLACING,
+    ZONE_FROM_MAAS,
+    ZONE_FROM_OPERATOR,
+    ZONE_FROM_USER,
+    ZONE_SOURCE,
     provider_id,
 )
 from capmaas.reconcilers.lifecycle import SHARED_STATES, Lifecycle
 from capmaas.reconcilers.ports import MaasPort
 from capmaas.reconcilers.scope import MachineScope, Requeue, wire_name
-from capmaas.reconcilers.spread import ZoneSpread
+from capmaas.reconcilers.spread import Asking, ZoneSpread
 
 _FAILURE_DOMAIN = wire_name(MaasMachineSpec, "failure_domain")  # read off sibling bodies (cache, not parsed)
 #: MAAS power type of composed LXD VMs: a bare-metal allocate never takes one (they are Ready between
@@ -118,6 +123,9 @@ class BareMetal:
             scope.set_annotation(REPLACING, None)  # still ours: decide again below
             self._verified.add((scope.uid, sid))
         if not sid:
+            waiting = self._backing_off(scope)
+            if waiting is not None:
+                return waiting
             sid = await self._allocate(scope, port)
         elif (scope.uid, sid) not in self._verified and not await self._holds(scope, port, sid):
             # spec.systemID is just a field someone wrote: before the lifecycle deploys, releases or marks
@@ -146,15 +154,19 @@ class BareMetal:
             raise TerminalError(
                 C.RETRIES_EXHAUSTED_REASON, f"{attempts} MAAS machines tried; delete the Machine to try again"
             )
-        constraints, chosen_zone = self._constraints(scope)
+        constraints, source = self._constraints(scope, port)
         scope.set_annotation(ALLOCATING, str(int(life.clock())))
         scope.set_annotation(AGENT_NAME, agent)  # same patch: survives a move with the allocate in doubt
         await scope.flush()
         started = life.clock()
         try:
-            if chosen_zone:
+            if source == ZONE_FROM_OPERATOR:
                 m, constraints = await self.spread.allocate(
-                    port, constraints, agent_name=agent, comment=f"capmaas {scope.key}"
+                    port,
+                    self._asking(scope, port, constraints),
+                    constraints,
+                    agent_name=agent,
+                    comment=f"capmaas {scope.key}",
                 )
             else:
                 m = await port.allocate(constraints, agent_name=agent, comment=f"capmaas {scope.key}")
@@ -162,19 +174,20 @@ class BareMetal:
             scope.set_annotation(ALLOCATING, None)
             failures = int(scope.annotation(FAILURES) or 0) + 1
             scope.set_annotation(FAILURES, str(failures))
-            said = facts.maas_text(exc.body)  # how MAAS resolved the constraints
-            msg = f"no Ready MAAS machine matches {facts.describe(constraints)}; MAAS: {said}"
+            # Every pass until then ends before MAAS (see _backing_off): a wake-up from a CAPI Machine or
+            # MaasCluster update within the backoff sends no allocate.
+            delay = life.backoff(failures - 1)
+            scope.set_annotation(ALLOCATE_AFTER, f"{life.clock() + delay:.3f}")
+            msg = self._no_machine(constraints, source, facts.maas_text(exc.body))
             if failures == 1:  # one Event per streak; the condition stays current
                 scope.event("Warning", C.NO_MACHINE_AVAILABLE_REASON, msg)
-            raise TransientError(
-                C.NO_MACHINE_AVAILABLE_REASON, msg, delay=life.backoff(failures - 1)
-            ) from exc
+            raise TransientError(C.NO_MACHINE_AVAILABLE_REASON, msg, delay=delay) from exc
         except maas_errors.MaasError as exc:
             # The allocate may or may not have happened: keep the annotation, so the next pass looks first.
             raise maas_failure(exc, None, "allocating") from exc
         life.recorder.allocation_duration(life.clock() - started)
         scope.set_status(attempts=attempts + 1)
-        self._record(scope, m)
+        self._record(scope, m, source)
         if m.status == maas.NodeStatus.ALLOCATED:
             # The deploy follows in this pass: stamping it now saves a metadata patch per machine (the deploy
             # timeout then also counts the few milliseconds of the deploy request).
@@ -233,48 +246,99 @@ class BareMetal:
     async def _holds(self, scope: MachineScope, port: MaasPort, sid: str) -> bool:
         return sid in {m.system_id for m in await self._held(scope, port, f"checking who holds {sid}")}
 
-    def _record(self, scope: MachineScope, m: maas.Machine) -> None:
+    def _record(self, scope: MachineScope, m: maas.Machine, source: str | None = None) -> None:
+        """Write the machine we got to the spec. Where its zone came from is recorded once, at the first
+        allocation (``…/zone-source``): ``spec.failureDomain`` then holds the zone we got, whoever chose it,
+        and CAPI may copy it to the Machine, so neither tells a replacement whether the user asked for it."""
+        if not scope.annotation(ZONE_SOURCE):
+            scope.set_annotation(ZONE_SOURCE, source or self._zone_source(scope))
         scope.set_spec(system_id=m.system_id, provider_id=self.provider_id(m.zone.name, m.system_id))
         scope.set_spec(failure_domain=m.zone.name)
         scope.set_annotation(ALLOCATING, None)
         scope.set_annotation(DEPLOY_STARTED, None)
         scope.set_annotation(FAILURES, None)  # allocation backoff: over
+        scope.set_annotation(ALLOCATE_AFTER, None)
 
-    def _constraints(self, scope: MachineScope) -> tuple[maas.AllocateConstraints, bool]:
-        spec = scope.want
+    def _backing_off(self, scope: MachineScope) -> Requeue | None:
+        """Within the backoff of the last allocation failure: end the pass before MAAS, to run again when
+        the backoff is over. Passes are woken by more than their own timer (the CAPI Machine mirrors our
+        condition, the MaasCluster changes), and each would otherwise send another allocate."""
+        if scope.annotation(ALLOCATING):
+            return None  # an allocate in doubt is looked up first, whatever the backoff
+        try:
+            due = float(scope.annotation(ALLOCATE_AFTER) or 0.0)
+        except ValueError:
+            return None
+        left = due - self.life.clock()
+        return Requeue(left) if left > 0 else None
+
+    def _no_machine(self, asked: maas.AllocateConstraints, source: str, said: str) -> str:
+        """The NoMachineAvailable message: what was asked (MAAS's own words too) and, for a zone the user
+        or CAPI gave, that this zone is empty and no other is tried."""
+        if source == ZONE_FROM_USER and asked.zone:
+            rest = facts.describe(asked.model_copy(update={"zone": None}))
+            return (
+                f"no machine left in zone {asked.zone} that matches {rest} (the Machine's failure domain: "
+                f"no other zone is tried); MAAS: {said}"
+            )
+        if source == ZONE_FROM_OPERATOR:  # the spread's last try was any zone
+            asked = asked.model_copy(update={"zone": None})
+        return f"no Ready MAAS machine matches {facts.describe(asked)}; MAAS: {said}"
+
+    def _user_zone(self, scope: MachineScope) -> str | None:
+        """The zone the user or CAPI asked for: the MaasMachine's ``spec.failureDomain``, else the Machine's -
+        unless the first allocation recorded that neither was given (what they hold now is what we got)."""
+        if scope.annotation(ZONE_SOURCE) in (ZONE_FROM_OPERATOR, ZONE_FROM_MAAS):
+            return None
         machine_spec = (scope.machine or {}).get("spec") or {}  # the CAPI Machine's
-        zone = spec.failure_domain or machine_spec.get("failureDomain")
-        chosen = False
-        if not zone and scope.maascluster is not None:
-            cluster_status = MaasClusterStatus.model_validate(scope.maascluster.get("status") or {})
-            domains = [d.name for d in cluster_status.failure_domains or () if d.name]
-            now = self.life.clock()
-            wet = [d for d in domains if not self.spread.is_dry(d, now)]
-            if wet:
-                domains = wet
-            if domains:
-                counts: dict[str, int] = {}
-                for sibling in self.life.kube.list_maasmachines(scope.namespace, scope.cluster_name or ""):
-                    uid = str(sibling.get("metadata", {}).get("uid", ""))
-                    z = (sibling.get("spec") or {}).get(_FAILURE_DOMAIN) or self.spread.chosen_zone(uid)
-                    if z and uid != scope.uid:
-                        counts[z] = counts.get(z, 0) + 1
-                zone = placement.choose_zone(counts, domains, machine=scope.name)
-                self.spread.remember_choice(scope.uid, zone)
-                chosen = True
+        return scope.want.failure_domain or machine_spec.get("failureDomain") or None
+
+    def _domains(self, scope: MachineScope) -> list[str]:
+        """The cluster's failure domains (the MaasCluster's status)."""
+        if scope.maascluster is None:
+            return []
+        cluster_status = MaasClusterStatus.model_validate(scope.maascluster.get("status") or {})
+        return [d.name for d in cluster_status.failure_domains or () if d.name]
+
+    def _zone_source(self, scope: MachineScope) -> str:
+        if self._user_zone(scope):
+            return ZONE_FROM_USER
+        return ZONE_FROM_OPERATOR if self._domains(scope) else ZONE_FROM_MAAS
+
+    @staticmethod
+    def _asking(scope: MachineScope, port: MaasPort, constraints: maas.AllocateConstraints) -> Asking:
+        return Asking.of(port.endpoint, f"{scope.namespace}/{scope.cluster_name}", constraints)
+
+    def _constraints(self, scope: MachineScope, port: MaasPort) -> tuple[maas.AllocateConstraints, str]:
+        """What to ask MAAS for, and where its zone comes from (``ZONE_FROM_*``): the user's or CAPI's zone;
+        else the spread rule's choice among the cluster's failure domains; else no zone (MAAS chooses)."""
+        spec = scope.want
         storage = f"root:{spec.min_disk_size}" if spec.min_disk_size else None
-        return (
-            maas.AllocateConstraints(
-                cpu_count=spec.min_cpu,
-                mem=spec.min_memory,
-                tags=tuple(spec.tags or ()),
-                zone=zone,
-                pool=spec.resource_pool,
-                storage=storage,
-                not_pod_type=(LXD_POWER_TYPE,),
-            ),
-            chosen,
+        asked = maas.AllocateConstraints(
+            cpu_count=spec.min_cpu,
+            mem=spec.min_memory,
+            tags=tuple(spec.tags or ()),
+            pool=spec.resource_pool,
+            storage=storage,
+            not_pod_type=(LXD_POWER_TYPE,),
         )
+        zone = self._user_zone(scope)
+        if zone:
+            return asked.model_copy(update={"zone": zone}), ZONE_FROM_USER
+        domains = self._domains(scope)
+        if not domains:
+            return asked, ZONE_FROM_MAAS
+        asking = self._asking(scope, port, asked)
+        wet = [d for d in domains if not self.spread.is_dry(asking, d)]
+        counts: dict[str, int] = {}
+        for sibling in self.life.kube.list_maasmachines(scope.namespace, scope.cluster_name or ""):
+            uid = str(sibling.get("metadata", {}).get("uid", ""))
+            z = (sibling.get("spec") or {}).get(_FAILURE_DOMAIN) or self.spread.chosen_zone(uid)
+            if z and uid != scope.uid:
+                counts[z] = counts.get(z, 0) + 1
+        zone = placement.choose_zone(counts, wet or domains, machine=scope.name)
+        self.spread.remember_choice(scope.uid, zone)
+        return asked.model_copy(update={"zone": zone}), ZONE_FROM_OPERATOR
 
     # --- following MAAS ----------------------------------------------------------------------------------
     async def unseen(self, scope: MachineScope, port: MaasPort, system_id: str) -> Requeue:
@@ -344,11 +408,14 @@ class BareMetal:
         return Requeue(0.0)
 
     def _forget(self, scope: MachineScope, port: MaasPort, sid: str) -> None:
-        """Drop ``sid`` from the MaasMachine (written with the next flush) and from the poller."""
+        """Drop ``sid`` from the MaasMachine (written with the next flush) and from the poller. Status follows
+        the machine held: none until the next one is seen (its state, power, host name and zone fill in then),
+        not the one given back."""
         port.unwatch(sid)
         scope.set_spec(system_id=None, provider_id=None)
         scope.set_annotation(DEPLOY_STARTED, None)
         scope.set_annotation(REPLACING, None)
+        scope.set_status(machine_state=None, machine_powered=None, hostname=None, failure_domain=None)
         if not scope.ready:
             scope.set_status(addresses=None)
 

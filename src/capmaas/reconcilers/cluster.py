@@ -198,16 +198,27 @@ class ClusterReconciler:
             scope.set_condition(C.SETTINGS_APPLIED_CONDITION, True, C.ALL_SETTINGS_APPLIED_REASON, "")
 
     async def _failure_domains(self, scope: ClusterScope, port: MaasPort) -> None:
+        """``spec.failureDomains``, else the MAAS zones that hold a machine this identity can see. An empty
+        zone (``default`` usually is) is left out: CAPI would place control-plane Machines there, and a zone
+        on the Machine is kept on every allocation, so such a Machine would wait for a machine for ever."""
         names: Sequence[str] = scope.want.failure_domains or ()
         reason = C.FAILURE_DOMAINS_FROM_SPEC_REASON
+        message = ", ".join(names)
         if not names:
             try:
-                names = await port.zones()
+                zones = await port.zones()
+                used = set(await port.zones_in_use())
             except maas_errors.MaasError as exc:
                 raise maas_failure(exc, None, "listing zones") from exc
             reason = C.FAILURE_DOMAINS_FROM_MAAS_REASON
-        scope.set_status(failure_domains=[FailureDomain(name=n, control_plane=True) for n in names])
-        scope.set_condition(C.FAILURE_DOMAINS_DISCOVERED_CONDITION, True, reason, ", ".join(names))
+            names = [z for z in zones if z in used]
+            empty = [z for z in zones if z not in used]
+            message = ", ".join(names) or "no MAAS zone holds a machine yet"
+            if empty:
+                message += f" (left out, no machine: {', '.join(empty)})"
+        domains = [FailureDomain(name=n, control_plane=True) for n in names]
+        scope.set_status(failure_domains=domains or None)
+        scope.set_condition(C.FAILURE_DOMAINS_DISCOVERED_CONDITION, True, reason, message)
 
     async def _endpoint(self, scope: ClusterScope, port: MaasPort) -> str | None:
         assert scope.cluster is not None

@@ -31,6 +31,17 @@ ALLOCATING = "allocating"
 DEPLOY_STARTED = "deploy-started"
 #: Consecutive allocation failures (no machine available): the allocation backoff's count.
 FAILURES = "failures"
+#: After an allocation failure: when (epoch seconds) the next allocate may be sent. A pass woken earlier (a
+#: CAPI Machine update, the MaasCluster) sends nothing to MAAS until then.
+ALLOCATE_AFTER = "allocate-after"
+#: Where the machine's zone came from, written at the first allocation: ``user`` (the MaasMachine as created
+#: or ``Machine.spec.failureDomain``: kept on every replacement), ``operator`` (the spread rule chose it) or
+#: ``maas`` (no zone was asked): both of these may change on a replacement, although ``spec.failureDomain``
+#: (and, by CAPI's copy, the Machine's) then holds the zone we got.
+ZONE_SOURCE = "zone-source"
+ZONE_FROM_USER = "user"
+ZONE_FROM_OPERATOR = "operator"
+ZONE_FROM_MAAS = "maas"
 #: The MAAS ``agent_name`` the machine is held under: the UID at allocation. A ``clusterctl move`` recreates
 #: the MaasMachine with a new UID but keeps its annotations, so this is how the target still knows it is ours.
 AGENT_NAME = "agent-name"

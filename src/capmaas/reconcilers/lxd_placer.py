@@ -67,7 +67,9 @@ def candidate(host: maas.VmHost, machine: maas.Machine | None) -> placement.Host
     """A VM host as placement sees it; ``machine`` is the host's own MAAS machine, if MAAS knows one.
 
     A host with no MAAS machine behind it (an LXD server added by address) is taken as ready: MAAS composes on
-    it all the same. A known machine must be Deployed and powered on.
+    it all the same. A known machine must be Deployed and not reported ``off``: ``unknown`` (a
+    ``manual``-power host, whose power MAAS never queries) and ``error`` (a failed power query) say nothing
+    about the host, the same rule as for a Deployed machine's Ready.
     """
     pools = list(host.storage_pools)
     flagged = any(p.default for p in pools)
@@ -81,7 +83,7 @@ def candidate(host: maas.VmHost, machine: maas.Machine | None) -> placement.Host
         for p in pools
     )
     ready = machine is None or (
-        machine.status == maas.NodeStatus.DEPLOYED and machine.power_state == maas.PowerState.ON
+        machine.status == maas.NodeStatus.DEPLOYED and machine.power_state != maas.PowerState.OFF
     )
     return placement.HostCandidate(
         id=host.id,

@@ -83,7 +83,7 @@ def test_tags_must_all_be_present() -> None:
 def test_host_ready_and_maintenance() -> None:
     assert verdict(f.host_ready, request(), host(1)) is None
     assert verdict(f.host_ready, request(), host(1, host_ready=False)) == (
-        "h1: its host machine is not deployed and powered on"
+        "h1: its host machine is not deployed or is powered off"
     )
     assert verdict(f.maintenance, request(), host(1)) is None
     assert verdict(f.maintenance, request(), host(1, maintenance=True)) == "h1: tagged for maintenance"

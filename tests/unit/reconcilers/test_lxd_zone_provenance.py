@@ -8,13 +8,16 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
-from reconciler_env import Env, make_env
+from reconciler_env import ENDPOINT, Env, make_env
 from test_lxd_lifecycle import add_lxd, lxd_sim
 
+from capmaas import maas
 from capmaas.api import conditions as C
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, ZONE_SOURCE
@@ -147,3 +150,40 @@ async def test_a_user_zone_is_kept_and_its_lack_of_hosts_named(lenv: Env, given_
     assert_status_forgotten(b)
     vms = [m for m in env.sim.state.machines.values() if m.hostname.startswith("w0-")]
     assert vms == []  # nothing composed elsewhere
+
+
+def restarted(source: Env) -> Env:
+    """The same objects and MAAS seen by a new operator process (nothing verified in memory yet)."""
+    target = make_env(source.sim)
+    target.kube.objects = copy.deepcopy(source.kube.objects)
+    target.kube.secrets = copy.deepcopy(source.kube.secrets)
+    return target
+
+
+async def test_a_vm_reference_forgotten_as_not_ours_leaves_no_status_behind(lenv: Env) -> None:
+    """``spec.systemID`` rewritten to someone else's VM, seen by a new process: the reference is forgotten
+    (VMNotOurs), and so is the status of the VM it described."""
+    env = lenv
+    await env.cluster()
+    add_lxd(env, "w0")
+    await env.drive(["w0"], ready)
+    assert env.kube.get("maasmachines", "w0")["status"]["machineState"] == "Deployed"
+    async with maas.MaasClient(
+        ENDPOINT, api_key=env.sim.api_key, transport=httpx.ASGITransport(app=env.sim.app), max_retries=0
+    ) as c:
+        host = (await c.vm_hosts.list())[0]
+        spare = await c.vm_hosts.compose(
+            host.id, maas.ComposeRequest(cores=1, memory=1024, storage="root:10", hostname="spare")
+        )
+    env.kube.get("maasmachines", "w0")["spec"].update(
+        systemID=spare.system_id, providerID=f"maas-lxd://{zone_of(env, spare.system_id)}/{spare.system_id}"
+    )
+    target = restarted(env)
+    try:
+        assert await target.step("w0") == Requeue(0.0)
+        b = target.kube.get("maasmachines", "w0")
+        assert ("w0", "Warning", "VMNotOurs") in [e[:3] for e in target.kube.events]
+        assert "systemID" not in b["spec"]
+        assert_status_forgotten(b)
+    finally:
+        await target.connections.aclose()

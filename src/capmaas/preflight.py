@@ -17,7 +17,8 @@ skipped rather than reported as a second failure:
 - API key: well-formed and accepted (``users/?op=whoami``);
 - admin: capmaas creates the DNS record of the control-plane endpoint, registers VM hosts and composes VMs,
   which MAAS allows only to admins;
-- zones and resource pools: listed (the failure domains capmaas offers CAPI are the zones);
+- zones and resource pools: listed; the failure domains a MaasCluster without ``spec.failureDomains`` offers
+  CAPI are the zones that hold a machine the user can see, the others are named as left out;
 - VM hosts: ``vm-hosts/`` is served (MAAS 4.0 answers 410 Gone) and at least one is registered; needed only
   for ``provisioningMode: lxd``, skipped with ``--bare-metal``.
 
@@ -366,22 +367,7 @@ async def _authenticated(
 
 
 async def _inventory(client: maas.MaasClient, add: Callable[[Check], None]) -> None:
-    try:
-        zones = sorted(z.name for z in await client.zones.list())
-    except maas.MaasError as exc:
-        add(Check("zones", Result.FAIL, f"zones/ failed: {_short(exc)}", "check the user's permissions"))
-    else:
-        if len(zones) > 1:
-            add(Check("zones", Result.PASS, f"{len(zones)}: {', '.join(zones)} (CAPI failure domains)"))
-        else:
-            add(
-                Check(
-                    "zones",
-                    Result.WARN,
-                    f"only {', '.join(zones) or 'none'}: machines cannot be spread over failure domains",
-                    "create zones in MAAS and put machines in them to spread control planes",
-                )
-            )
+    add(await _zones(client))
     try:
         pools = sorted(p.name for p in await client.pools.list())
     except maas.MaasError as exc:
@@ -389,6 +375,36 @@ async def _inventory(client: maas.MaasClient, add: Callable[[Check], None]) -> N
         add(Check("resource pools", Result.FAIL, why, "check the user's permissions"))
     else:
         add(Check("resource pools", Result.PASS, ", ".join(pools) or "none"))
+
+
+async def _zones(client: maas.MaasClient) -> Check:
+    """The failure domains a MaasCluster without ``spec.failureDomains`` would offer CAPI: the zones that
+    hold a machine this user can see (as the operator discovers them); the others are named as left out."""
+    try:
+        zones = sorted(z.name for z in await client.zones.list())
+    except maas.MaasError as exc:
+        return Check("zones", Result.FAIL, f"zones/ failed: {_short(exc)}", "check the user's permissions")
+    try:
+        used = {m.zone.name for m in await client.machines.list()}
+    except maas.MaasError as exc:
+        return Check("zones", Result.FAIL, f"machines/ failed: {_short(exc)}", "check the user's permissions")
+    offered = [z for z in zones if z in used]
+    empty = [z for z in zones if z not in used]
+    left_out = f"; left out, no machine: {', '.join(empty)}" if empty else ""
+    if len(offered) > 1:
+        detail = (
+            f"{', '.join(offered)} offered as CAPI failure domains (the zones holding a machine the key sees)"
+            f"{left_out}"
+        )
+        return Check("zones", Result.PASS, detail)
+    held = f"only {offered[0]} holds a machine" if offered else "no zone holds a machine"
+    return Check(
+        "zones",
+        Result.WARN,
+        f"{held}{left_out}: machines cannot be spread over failure domains",
+        "put machines in at least two zones in MAAS to spread control planes (a MaasCluster without "
+        "spec.failureDomains offers CAPI only the zones that hold a machine)",
+    )
 
 
 async def _vm_hosts(client: maas.MaasClient, admin: bool, add: Callable[[Check], None]) -> None:

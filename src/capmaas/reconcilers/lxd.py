@@ -42,6 +42,9 @@ from capmaas.reconcilers.keys import (
     DEPLOY_STARTED,
     HOST_ID_ANNOTATION,
     LXD_SCHEME,
+    ZONE_FROM_OPERATOR,
+    ZONE_FROM_USER,
+    ZONE_SOURCE,
     provider_id,
 )
 from capmaas.reconcilers.lifecycle import Lifecycle
@@ -49,6 +52,7 @@ from capmaas.reconcilers.lxd_placer import (
     Listing,
     LxdPlacer,
     existing_placements,
+    user_zone,
     vm_hostname,
     vm_request,
 )
@@ -95,6 +99,19 @@ def _short(exc: maas_errors.MaasError) -> str:
     body = getattr(exc, "body", None)
     text = body if isinstance(body, str) and body else str(exc)
     return text.strip()[:400]
+
+
+def _forget_status(scope: MachineScope) -> None:
+    """Status follows the VM held: none until the next one is seen (its state, power, host name, zone, VM
+    host and size fill in then), not the one given back."""
+    scope.set_status(
+        machine_state=None,
+        machine_powered=None,
+        hostname=None,
+        failure_domain=None,
+        lxd_host=None,
+        vm_resource_usage=None,
+    )
 
 
 def _creating(scope: MachineScope, message: str) -> None:
@@ -145,6 +162,7 @@ class Lxd:
             # spec.systemID is just a field someone wrote: never allocate, deploy or decompose someone's VM.
             port.unwatch(sid)
             scope.set_spec(system_id=None, provider_id=None)
+            _forget_status(scope)
             msg = (
                 f"VM {sid} is neither held under this MaasMachine's agent name nor composed for it; forgot it"
             )
@@ -177,6 +195,13 @@ class Lxd:
         return m.system_id
 
     def _record(self, scope: MachineScope, endpoint: str, sid: str, *, zone: str, host: str | None) -> None:
+        """Write the VM we got to the spec. Where its zone came from is recorded once, at the first compose
+        (``…/zone-source``): ``user`` when the MaasMachine or its Machine named one, else ``operator`` (the
+        placement chose it). ``spec.failureDomain`` then holds the VM's zone whoever chose it, and CAPI may
+        copy it to the Machine, so neither tells a replacement whether the user asked for it."""
+        if not scope.annotation(ZONE_SOURCE):
+            given = user_zone(scope.body, scope.want, scope.machine)
+            scope.set_annotation(ZONE_SOURCE, ZONE_FROM_USER if given else ZONE_FROM_OPERATOR)
         scope.set_spec(system_id=sid, provider_id=self.provider_id(zone, sid), failure_domain=zone)
         scope.set_annotation(COMPOSING, None)
         scope.set_annotation(DEPLOY_STARTED, None)
@@ -237,6 +262,13 @@ class Lxd:
         self, scope: MachineScope, result: placement.NoFit, listing: Listing, refused: dict[int, str]
     ) -> TransientError:
         parts = [result.message]
+        zone = user_zone(scope.body, scope.want, scope.machine)
+        if zone:  # the user's or CAPI's zone: a host elsewhere is no way out, so say what this zone lacks
+            inside = placement.summarize(r for r in result.reasons if r.zone == zone)
+            parts = [
+                f"no VM host left in zone {zone} that fits (the Machine's failure domain: no other zone is "
+                f"tried): {inside or f'no VM host is in {zone}'}"
+            ]
         parts += [f"{listing.hosts[h].name} refused the compose ({why})" for h, why in refused.items()]
         if listing.ignored:
             parts.append("not LXD VM hosts: " + ", ".join(listing.ignored))
@@ -448,7 +480,7 @@ class Lxd:
         scope.set_annotation(DEPLOY_STARTED, None)
         scope.set_annotation(HOST_ID_ANNOTATION, None)
         scope.set_annotation(AGENT_NAME, None)
-        scope.set_status(lxd_host=None, vm_resource_usage=None)
+        _forget_status(scope)
         scope.set_condition(C.LXD_VM_CREATED_CONDITION, False, reason, f"{sid}: {why}")
         if attempts >= self.life.settings.max_deploy_attempts:
             await scope.flush()

@@ -23,7 +23,14 @@ from typing import Any
 
 from capmaas import maas, placement
 from capmaas.api.v1beta1 import LXDConfig, LXDStorage, MaasMachineSpec
-from capmaas.reconcilers.keys import CONTROL_PLANE_LABEL, HOST_ID_ANNOTATION
+from capmaas.reconcilers.keys import (
+    ANNOTATION_PREFIX,
+    CONTROL_PLANE_LABEL,
+    HOST_ID_ANNOTATION,
+    ZONE_FROM_MAAS,
+    ZONE_FROM_OPERATOR,
+    ZONE_SOURCE,
+)
 from capmaas.reconcilers.ports import Body, VmHostPort
 
 #: Tags that take a VM host out of placement (the Go provider's maintenance/no-schedule convention).
@@ -217,14 +224,25 @@ def existing_placements(
     return out
 
 
+def user_zone(body: Body, spec: MaasMachineSpec, machine: Body | None) -> str | None:
+    """The zone the user or CAPI asked for: the MaasMachine's ``spec.failureDomain``, else the owner
+    Machine's - unless the first compose recorded (``…/zone-source``) that neither was given: the placement
+    chose the zone, and what both hold now is only the zone that VM got (our ``_record``, CAPI's copy), which
+    a replacement may leave by the placement rule."""
+    annotations: Mapping[str, Any] = body.get("metadata", {}).get("annotations") or {}
+    if annotations.get(ANNOTATION_PREFIX + ZONE_SOURCE) in (ZONE_FROM_OPERATOR, ZONE_FROM_MAAS):
+        return None
+    machine_spec: Mapping[str, Any] = (machine or {}).get("spec") or {}
+    return spec.failure_domain or machine_spec.get("failureDomain") or None
+
+
 def vm_request(
     body: Body, spec: MaasMachineSpec, machine: Body | None, cluster_key: str
 ) -> placement.VMRequest:
     """The VM to place, from the canonical MaasMachine spec (cores = minCPU, memory = minMemory, disk from
-    lxdConfig or minDiskSize) and the failure domain of the spec or the owner Machine."""
+    lxdConfig or minDiskSize) and the zone the user or CAPI gave (:func:`user_zone`), if any."""
     lxd = spec.lxd_config or LXDConfig()
     storage = lxd.storage or LXDStorage()
-    machine_spec: Mapping[str, Any] = (machine or {}).get("spec") or {}
     disk = storage.size_gb or spec.min_disk_size or DEFAULT_DISK_GB
     meta = body.get("metadata", {})
     return placement.VMRequest(
@@ -235,7 +253,7 @@ def vm_request(
         memory_mib=spec.min_memory,
         disk_gb=disk,
         storage_pool=storage.pool or None,
-        zone=spec.failure_domain or machine_spec.get("failureDomain") or None,
+        zone=user_zone(body, spec, machine),
         resource_pool=spec.resource_pool or None,
         tags=frozenset(spec.tags or ()),
         pinned_host=lxd.vm_host or None,

@@ -22,6 +22,7 @@ from capmaas import cli, preflight
 from capmaas.demo.simthread import SimulatorThread
 from capmaas.devcluster.pki import make_serving_pki
 from capmaas.simulator import Inventory, Simulator, Timings
+from capmaas.simulator.inventory import generate_data
 
 BAD_KEY = "aaaaaaaaaaaaaaaaaa:bbbbbbbbbbbbbbbbbb:cccccccccccccccccccccccccccccccc"
 
@@ -71,7 +72,12 @@ def test_a_good_admin_key_passes_every_check(sim: SimulatorThread) -> None:
     assert got["API key"] == ("pass", "accepted: user 'admin'")
     assert got["admin"][0] == "pass"
     assert got["zones"][0] == "pass"
-    assert "az1, az2, az3" in got["zones"][1]
+    # What a MaasCluster without spec.failureDomains would offer CAPI: the zones holding a machine; MAAS's
+    # own (empty) zone 'default' is named as left out, as the MaasCluster's condition does.
+    assert got["zones"][1] == (
+        "az1, az2, az3 offered as CAPI failure domains (the zones holding a machine the key sees); "
+        "left out, no machine: default"
+    )
     assert got["VM hosts"] == ("pass", got["VM hosts"][1])
     assert got["VM hosts"][1].startswith("1 registered")
     # Plain http is a warning with its fix, not a failure.
@@ -124,6 +130,26 @@ def test_nothing_listening_is_unreachable() -> None:
     assert got["reachable"][0] == "FAIL"
     assert list(got) == ["endpoint", "reachable"]  # nothing else could be checked
     assert "reachable: check the URL, that MAAS (regiond) runs" in out
+
+
+def test_zones_without_machines_are_not_offered_as_failure_domains() -> None:
+    """Machines in one zone of two (plus MAAS's empty ``default``): the MaasCluster would offer CAPI that one
+    zone only, so control planes cannot be spread - a warning naming the zones left out."""
+    data = generate_data(machines=2, zones=1, vmhosts=0, seed=3)
+    data["zones"].append({"name": "az2"})
+    s = SimulatorThread(Inventory(data), Timings.fast()).start()
+    try:
+        code, out = preflight_cli("--endpoint", s.url, "--api-key", s.api_key, "--bare-metal")
+        assert code == 0, out  # a warning, not a failure
+        got = rows(out)
+        assert got["zones"] == (
+            "warn",
+            "only az1 holds a machine; left out, no machine: az2, default: machines cannot be spread over "
+            "failure domains",
+        )
+        assert "zones: put machines in at least two zones in MAAS" in out
+    finally:
+        s.stop()
 
 
 def test_a_url_that_is_not_maas_fails_the_endpoint_check() -> None:

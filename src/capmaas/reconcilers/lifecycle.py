@@ -147,11 +147,15 @@ class Lifecycle:
         m = port.snapshot(sid)
         if m is None:
             return await p.unseen(scope, port, sid)
+        # Addresses every pass, from the machine held now: MAAS assigns the AUTO IP seconds after the deploy
+        # answer, and the control-plane DNS record is filled from them as soon as they are here (not at
+        # Ready); a machine given back for another leaves no address of its predecessor behind.
         scope.set_status(
             machine_state=m.status_name or m.status.name,
             machine_powered=facts.powered(m),
             hostname=m.hostname,
             failure_domain=m.zone.name,
+            addresses=facts.addresses(m),
         )
         done = await p.follow(scope, port, m)
         if done is not None:

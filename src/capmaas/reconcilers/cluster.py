@@ -328,40 +328,24 @@ class ClusterReconciler:
             scope.block(C.INVALID_PREFERRED_SUBNETS_REASON, msg)
             return None
         cp = control_plane(self.kube, scope.namespace, scope.cluster_name, preferred, port.snapshot)
-        owned = OwnedRecord.parse(scope.annotation(DNS_RECORD))
         try:
-            record = self._dns.get(scope.uid)
-            if record is None or record.fqdn != fqdn or owned is None or record.id != owned.id:
-                record = await port.dns_find(fqdn)
-            conflict = self._conflict(scope, owned, record, fqdn, own_name)
-            if conflict:
+            try:
+                result = await self._sync(scope, port, fqdn, own_name, cp, cached=True)
+            except maas_errors.NotFoundError:
+                # The remembered record was deleted in MAAS meanwhile: look again (maybe someone else's now).
                 self._dns.pop(scope.uid, None)
-                scope.set_condition(C.DNS_READY_CONDITION, False, C.DNS_RECORD_CONFLICT_REASON, conflict)
-                scope.event("Warning", C.DNS_RECORD_CONFLICT_REASON, conflict)
-                scope.block(C.DNS_RECORD_CONFLICT_REASON, conflict)
-                return None
-            if record is None:
-                record = await port.dns_create(fqdn, cp.ips)
-                self._own(scope, record)
-                await scope.flush()  # the id at once: a crash now must not leave a record we cannot claim
-                scope.event("Normal", "DNSRecordCreated", f"{fqdn} -> {sorted(cp.ips) or '(none yet)'}")
-            elif owned is None:
-                self._own(scope, record)  # adopted: named for this MaasCluster's UID (see _conflict)
-                await scope.flush()
-                scope.event("Normal", "DNSRecordAdopted", f"{fqdn} (MAAS id {record.id})")
-            if cp.ips and record.ips != cp.ips:
-                await port.dns_update(record.id, cp.ips)
-                record = DnsRecord(record.id, fqdn, cp.ips)
-                scope.event("Normal", "DNSRecordUpdated", f"{fqdn} -> {sorted(cp.ips)}")
-            elif cp.count == 0 and record.ips:
-                await port.dns_update(record.id, frozenset())  # no control plane left at all
-                record = DnsRecord(record.id, fqdn, frozenset())
-            self._dns[scope.uid] = record
+                result = await self._sync(scope, port, fqdn, own_name, cp, cached=False)
         except maas_errors.MaasError as exc:
             self._dns.pop(scope.uid, None)
             err = maas_failure(exc, None, f"DNS record {fqdn}", reason=C.DNS_UPDATE_FAILED_REASON)
             scope.set_condition(C.DNS_READY_CONDITION, False, C.DNS_UPDATE_FAILED_REASON, err.message)
             raise err from exc
+        if isinstance(result, str):
+            scope.set_condition(C.DNS_READY_CONDITION, False, C.DNS_RECORD_CONFLICT_REASON, result)
+            scope.event("Warning", C.DNS_RECORD_CONFLICT_REASON, result)
+            scope.block(C.DNS_RECORD_CONFLICT_REASON, result)
+            return None
+        record = result
         self._own(scope, record)
         scope.set_spec(control_plane_endpoint=APIEndpoint(host=fqdn, port=api_port))
         left_out = ""
@@ -387,6 +371,37 @@ class ClusterReconciler:
             )
         return fqdn
 
+    async def _sync(
+        self, scope: ClusterScope, port: MaasPort, fqdn: str, own_name: str, cp: ControlPlane, *, cached: bool
+    ) -> DnsRecord | str:
+        """Make our record ``fqdn`` list ``cp.ips``: the record, or why it is not ours (nothing written)."""
+        owned = OwnedRecord.parse(scope.annotation(DNS_RECORD))
+        record = self._dns.get(scope.uid) if cached else None
+        if record is None or record.fqdn != fqdn or owned is None or record.id != owned.id:
+            record = await port.dns_find(fqdn)
+        conflict = self._conflict(owned, record, fqdn, own_name)
+        if conflict:
+            self._dns.pop(scope.uid, None)
+            return conflict
+        if record is None:
+            record = await port.dns_create(fqdn, cp.ips)
+            self._own(scope, record)
+            await scope.flush()  # the id at once: a crash now must not leave a record we cannot claim
+            scope.event("Normal", "DNSRecordCreated", f"{fqdn} -> {sorted(cp.ips) or '(none yet)'}")
+        elif owned is None:
+            self._own(scope, record)  # adopted: named for this MaasCluster's UID (see _conflict)
+            await scope.flush()
+            scope.event("Normal", "DNSRecordAdopted", f"{fqdn} (MAAS id {record.id})")
+        if cp.ips and record.ips != cp.ips:
+            await port.dns_update(record.id, cp.ips)
+            record = DnsRecord(record.id, fqdn, cp.ips)
+            scope.event("Normal", "DNSRecordUpdated", f"{fqdn} -> {sorted(cp.ips)}")
+        elif cp.count == 0 and record.ips:
+            await port.dns_update(record.id, frozenset())  # no control plane left at all
+            record = DnsRecord(record.id, fqdn, frozenset())
+        self._dns[scope.uid] = record
+        return record
+
     async def _preferred(self, scope: ClusterScope) -> ps.PreferredSubnets:
         """``spec.preferredSubnets``, else the ConfigMap's (read only when the spec has none)."""
         spec = scope.want.preferred_subnets
@@ -401,9 +416,7 @@ class ClusterReconciler:
         scope.set_status(network=ClusterNetworkStatus(dns_name=record.fqdn, dns_record_id=record.id))
 
     @staticmethod
-    def _conflict(
-        scope: ClusterScope, owned: OwnedRecord | None, found: DnsRecord | None, fqdn: str, own_name: str
-    ) -> str | None:
+    def _conflict(owned: OwnedRecord | None, found: DnsRecord | None, fqdn: str, own_name: str) -> str | None:
         """Why the record named ``fqdn`` must not be touched, or None when it is ours, to adopt, or absent.
 
         Ours: the id we recorded. Without a recorded id (a MaasCluster from before the annotation, or a crash

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from reconciler_env import Env, make_env
+from reconciler_env import ENDPOINT, Env, make_env
 
 from capmaas import demo
 from capmaas.api import conditions as C
@@ -126,7 +126,16 @@ async def test_a_cluster_of_the_same_name_in_another_namespace_cannot_take_the_r
 
     # The attacker: same cluster name, another namespace, the victim's name as its endpoint, no control plane
     # (before the fix: the record was emptied, then deleted with the attacker's cluster).
-    evil = await add_cluster(env, "c1", "evil", controlPlaneEndpoint={"host": fqdn, "port": 6443})
+    # It uses MAAS credentials of its own (an identity Secret: the operator's default credentials may be
+    # limited to some namespaces), good enough to write DNS in the same MAAS.
+    env.kube.secrets[("evil", "maas")] = {
+        "MAAS_ENDPOINT": ENDPOINT.encode(),
+        "MAAS_API_KEY": env.sim.api_key.encode(),
+        "MAAS_ALLOW_PLAINTEXT_HTTP": b"true",  # the in-process simulator: nothing crosses a network
+    }
+    evil = await add_cluster(
+        env, "c1", "evil", controlPlaneEndpoint={"host": fqdn, "port": 6443}, identityRef={"name": "maas"}
+    )
     c = cond(evil, C.DNS_READY_CONDITION)
     assert (c["status"], c["reason"]) == ("False", C.DNS_RECORD_CONFLICT_REASON)
     assert fqdn in c["message"]
@@ -180,12 +189,12 @@ async def test_upgrade_adopts_only_the_record_named_for_its_own_uid(env: Env) ->
     assert "DNSRecordAdopted" in env.kube.reasons()
 
     # A managed-shape name that is not this MaasCluster's own (another UID's suffix) is not adopted.
-    other = dns_name("c1", "some-other-uid", "maas")
     port = await env.connections.connect(env.creds)
+    other = dns_name("c2", "some-other-uid", "maas")
     await port.dns_create(other, frozenset({"192.0.2.7"}))
-    mc2 = await add_cluster(env, "c1", "ns2", controlPlaneEndpoint={"host": other, "port": 6443})
+    mc2 = await add_cluster(env, "c2", controlPlaneEndpoint={"host": other, "port": 6443})
     assert cond(mc2, C.DNS_READY_CONDITION)["reason"] == C.DNS_RECORD_CONFLICT_REASON
-    await delete(env, "c1", "ns2")
+    await delete(env, "c2", "ns")
     assert other.split(".")[0] in records(env)
 
 
@@ -193,29 +202,27 @@ async def test_clusterctl_move_keeps_the_record_status_does_not_travel(env: Env)
     src = await add_cluster(env)
     fqdn = src["spec"]["controlPlaneEndpoint"]["host"]
     (rec,) = env.sim.state.dns_resources.values()
-    # clusterctl creates the object on the target with spec and annotations, without status, new UID ...
+    # clusterctl creates the object on the target management cluster (same namespace) with spec and
+    # annotations but without status, and the target apiserver gives it a new UID ...
     moved = copy.deepcopy(src)
     moved.pop("status")
-    moved["metadata"].update(namespace="target", uid="uid-after-move")
+    moved["metadata"]["uid"] = "uid-after-move"
     moved["metadata"].pop("finalizers", None)
-    env.kube.add("clusters", demo.cluster("c1", "target"))
-    moved["metadata"]["ownerReferences"][0]["uid"] = env.kube.get("clusters", "c1", "target")["metadata"][
-        "uid"
-    ]
-    env.kube.add("maasclusters", moved)
-    # ... and deletes the source with delete-for-move: the record is left alone.
+    # ... then deletes the source with delete-for-move: the record is left alone.
     env.kube.get("maasclusters", "c1")["metadata"]["annotations"][DELETE_FOR_MOVE_ANNOTATION] = ""
     await delete(env, "c1", "ns")
     assert ("maasclusters", "ns", "c1") not in env.kube.objects
     assert [r.id for r in env.sim.state.dns_resources.values()] == [rec.id]
 
+    env.kube.add("maasclusters", moved)  # (one fake apiserver plays both management clusters)
     target = ClusterReconciler(env.kube, env.connections, default_credentials=env.creds)  # another operator
-    running_cp(env, "cp0", "10.0.0.10", ns="target")
-    mc = await reconcile(env, "c1", "target", target)
+    running_cp(env, "cp0", "10.0.0.10")
+    mc = await reconcile(env, r=target)
     assert mc["status"]["network"] == {"dnsName": fqdn, "dnsRecordID": rec.id}
+    assert cond(mc, C.DNS_READY_CONDITION)["reason"] == C.DNS_RECORD_READY_REASON
     assert records(env) == {fqdn.split(".")[0]: ["10.0.0.10"]}
-    del env.kube.objects[("maasmachines", "target", "cp0")]
-    await delete(env, "c1", "target", target)
+    del env.kube.objects[("maasmachines", "ns", "cp0")]
+    await delete(env, "c1", "ns", target)
     assert records(env) == {}
 
 

@@ -341,8 +341,9 @@ class ClusterReconciler:
             scope.set_condition(C.DNS_READY_CONDITION, False, C.DNS_UPDATE_FAILED_REASON, err.message)
             raise err from exc
         if isinstance(result, str):
+            if scope.condition_reason(C.DNS_READY_CONDITION) != C.DNS_RECORD_CONFLICT_REASON:
+                scope.event("Warning", C.DNS_RECORD_CONFLICT_REASON, result)  # once, not every pass
             scope.set_condition(C.DNS_READY_CONDITION, False, C.DNS_RECORD_CONFLICT_REASON, result)
-            scope.event("Warning", C.DNS_RECORD_CONFLICT_REASON, result)
             scope.block(C.DNS_RECORD_CONFLICT_REASON, result)
             return None
         record = result

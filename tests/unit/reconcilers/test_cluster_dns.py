@@ -144,6 +144,7 @@ async def test_a_cluster_of_the_same_name_in_another_namespace_cannot_take_the_r
     assert "network" not in evil["status"]
     running_cp(env, "x0", "10.66.0.1", ns="evil")  # the attacker's own control plane
     await reconcile(env, "c1", "evil")
+    assert env.kube.reasons().count(C.DNS_RECORD_CONFLICT_REASON) == 1  # one Event, not one per pass
     assert records(env) == {short: ["10.0.0.10"]}
     await delete(env, "c1", "evil")
     assert ("maasclusters", "evil", "c1") in env.kube.objects  # x0 still there

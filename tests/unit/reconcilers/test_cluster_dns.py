@@ -425,3 +425,30 @@ async def test_an_lxd_vm_with_two_addresses_uses_the_preferred_one(clock: Clock)
     finally:
         await env.connections.aclose()
         await asyncio.sleep(0)
+
+
+async def test_a_manual_power_control_plane_machine_is_in_the_record(clock: Clock) -> None:
+    """MAAS never queries a manual-power machine: its power stays ``unknown``, which is not off."""
+    inventory = Inventory(
+        {
+            "zones": [{"name": "az1"}],
+            "subnets": [{"cidr": API, "name": "api"}],
+            "boot_resources": [{"name": "ubuntu/jammy"}],
+            "machines": [
+                {"hostname": "man0", "zone": "az1", "cpu_count": 4, "memory": 8192, "power_type": "manual",
+                 "interfaces": [{"name": "eth0", "subnet": "api"}]}
+            ],
+        }
+    )  # fmt: skip
+    env = make_env(Simulator(inventory, timings=Timings.fast(), faults=Faults(), clock=clock))
+    try:
+        mc = await add_cluster(env)
+        env.machine("cp0", cp=True)
+        await env.drive(["cp0"], lambda b: bool(b.get("status", {}).get("ready")))
+        assert "machinePowered" not in env.kube.get("maasmachines", "cp0")["status"]  # unknown
+        ip = next(iter(env.sim.state.machines.values())).interfaces[0].ip
+        await reconcile(env)
+        assert records(env) == {mc["spec"]["controlPlaneEndpoint"]["host"].split(".")[0]: [ip]}
+    finally:
+        await env.connections.aclose()
+        await asyncio.sleep(0)

@@ -157,6 +157,7 @@ def test_rbac_is_least_privilege_cluster_wide(helm: Helm) -> None:
     assert not [r for r in all_rules if "*" in r["verbs"] or "*" in r["resources"] or "*" in r["apiGroups"]]
     # Issue 10 item 7: what the code calls, nothing more (Secrets read by name; merge patches, never update).
     assert verbs_for(rules, "", "secrets") == {"get"}
+    assert verbs_for(rules, "", "configmaps") == {"get"}  # maas-preferred-subnet, by name (issue 15)
     assert verbs_for(rules, "", "events") == {"create", "patch"}
     assert verbs_for(rules, "cluster.x-k8s.io", "clusters") == {"get", "list", "watch"}
     assert verbs_for(rules, "cluster.x-k8s.io", "machines") == {"get", "list", "watch"}
@@ -377,6 +378,9 @@ def test_install_upgrade_uninstall(helm: Helm, kube: ControlPlane, kubectl: Any,
         assert can("delete", "secrets", "-n", namespace) == "no"
         assert can("list", "secrets", "-n", namespace) == "no"
         assert can("watch", "secrets", "-A") == "no"
+        assert can("get", "configmaps/maas-preferred-subnet", "-n", namespace) == "yes"
+        assert can("list", "configmaps", "-n", namespace) == "no"
+        assert can("update", "configmaps", "-n", namespace) == "no"
         assert can("update", "maasmachines.infrastructure.cluster.x-k8s.io", "-n", namespace) == "no"
         assert can("patch", "maasmachines.infrastructure.cluster.x-k8s.io", "-n", namespace) == "yes"
         assert can("watch", "maasmachinetemplates.infrastructure.cluster.x-k8s.io", "-A") == "yes"

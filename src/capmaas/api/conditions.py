@@ -72,6 +72,7 @@ MAAS_UNREACHABLE_REASON = "MaasUnreachable"  # connection refused / timed out / 
 INVALID_CREDENTIALS_REASON = "InvalidCredentials"  # identity Secret malformed or rejected (401/403)
 IDENTITY_SECRET_NOT_FOUND_REASON = "IdentitySecretNotFound"  # identityRef names a Secret that does not exist
 DNS_UPDATE_FAILED_REASON = "DNSUpdateFailed"  # MAAS refused to create/update the DNS resource
+DNS_RECORD_CONFLICT_REASON = "DNSRecordConflict"  # the endpoint's DNS record exists and is not ours
 ZONE_NOT_FOUND_REASON = "ZoneNotFound"  # a failure domain names a zone MAAS does not have
 NO_VM_HOST_AVAILABLE_REASON = "NoVMHostAvailable"  # placement found no VM host that fits (message says why)
 VM_HOST_NOT_FOUND_REASON = "VMHostNotFound"  # lxdConfig.vmHost names a host MAAS does not have

@@ -12,7 +12,8 @@ once, so a reconcile never acts on a version older than its own last write (whic
 
 Secrets are not watched (there can be thousands). Identity and kubeconfig Secrets are read through a bounded
 cache whose entries expire after ``secret_ttl`` (:class:`~capmaas.operator.ttlcache.TtlLru`); bootstrap
-Secrets (join tokens, certificates) are read when needed and never kept. Workload clients are cached the same
+Secrets (join tokens, certificates) are read when needed and never kept. The preferred-subnets ConfigMap is
+read through a cache of the same kind. Workload clients are cached the same
 way and closed when they leave the cache.
 
 Trust (issue 10): a workload kubeconfig is used only when it comes from CAPI's kubeconfig Secret of the
@@ -203,6 +204,11 @@ class KubeAdapter:
             secret_cache_size, secret_ttl
         )
         self._reading: dict[tuple[str, str], asyncio.Task[Mapping[str, bytes] | None]] = {}
+        # ConfigMaps (the preferred-subnets one, read by MaasCluster passes without spec.preferredSubnets): as
+        # short-lived as Secrets, so an edit shows within the TTL; "none there" is cached too.
+        self._configmaps: TtlLru[tuple[str, str], tuple[Mapping[str, str] | None]] = TtlLru(
+            secret_cache_size, secret_ttl
+        )
         self._workload: TtlLru[str, _Workload] = TtlLru(
             workload_cache_size, workload_ttl, on_evict=self._close_workload
         )
@@ -213,6 +219,7 @@ class KubeAdapter:
     async def aclose(self) -> None:
         self._workload.clear()
         self._secrets.clear()
+        self._configmaps.clear()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
         await self.events.drain()
@@ -285,6 +292,26 @@ class KubeAdapter:
         data = await self.read_secret_fresh(*key, priority=-1)
         self._secrets.expire()  # what nobody asked for within the TTL leaves memory now, not when pushed out
         self._secrets.put(key, (data,))
+        return data
+
+    async def get_configmap(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        key = (namespace, name)
+        cached = self._configmaps.get(key)
+        if cached is not None:
+            return cached[0]
+        try:
+            cm = await self._http.get_configmap(namespace, name, priority=-1)
+        except KubeHttpError as exc:
+            if exc.status != 404:
+                raise TransientError(
+                    C.MAAS_UNREACHABLE_REASON,
+                    f"reading ConfigMap {name}: " + (f"HTTP {exc.status}" if exc.status else str(exc)),
+                ) from exc
+            data: Mapping[str, str] | None = None
+        else:
+            data = {str(k): str(v) for k, v in (cm.get("data") or {}).items()}
+        self._configmaps.expire()
+        self._configmaps.put(key, (data,))
         return data
 
     def _read_done(self, key: tuple[str, str], task: asyncio.Task[Mapping[str, bytes] | None]) -> None:

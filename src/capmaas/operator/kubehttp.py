@@ -275,6 +275,10 @@ class KubeHttp:
         path = f"/api/v1/namespaces/{quote(namespace)}/secrets/{quote(name)}"
         return await self.request("GET", path, priority=priority)
 
+    async def get_configmap(self, namespace: str, name: str, *, priority: int = 1) -> dict[str, Any]:
+        path = f"/api/v1/namespaces/{quote(namespace)}/configmaps/{quote(name)}"
+        return await self.request("GET", path, priority=priority)
+
     async def get_node(self, name: str) -> dict[str, Any]:
         return await self.request("GET", f"/api/v1/nodes/{quote(name, safe='')}")
 

@@ -4,10 +4,19 @@ Endpoint: ``spec.controlPlaneEndpoint.host`` given by the user, or the ``spectro
 provided`` annotation → used as is, no DNS. Otherwise capmaas owns a MAAS DNS resource
 ``<cluster>-<suffix>.<dnsDomain>`` (suffix derived from the MaasCluster UID, so a crash between create and
 the spec write finds the same name again). Its A records follow the running control-plane MaasMachines
-(their status, from the watch cache: no MAAS read per pass) but are never emptied while control-plane
-machines exist: a control plane that is briefly down keeps its last addresses (the Go provider wiped them
-and clusters lost their API). The record is deleted with the cluster, once no MaasMachine of the cluster is
-left.
+(the shared poller's view of the machine each one holds, else its status: no MAAS read per pass) but are
+never emptied while control-plane machines exist: a control plane that is briefly down keeps its last
+addresses (the Go provider wiped them and clusters lost their API). The record is deleted with the cluster,
+once no MaasMachine of the cluster is left.
+
+Ownership (issue 10): a record is ours only if we created it. Its MAAS id and name are kept in the
+``…/dns-record`` annotation (written by the operator only: the admission policy; kept by clusterctl move,
+which restores no status) and shown in ``status.network``. No other record is ever written or deleted: a
+record of the endpoint's name that is not ours is a ``DNSRecordConflict``. A MaasCluster from before the
+annotation existed adopts only the record named exactly as :func:`dns_name` names it for *its* UID.
+
+Which address of a machine goes into the record: :mod:`capmaas.api.preferred_subnets` (the spec, else the Go
+provider's ConfigMap ``maas-preferred-subnet`` in the namespace).
 
 ``status.ready`` and ``status.initialization.provisioned`` are set once the endpoint is known and never reset.
 """
@@ -15,17 +24,22 @@ left.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from capmaas import maas
 from capmaas.api import conditions as C
+from capmaas.api import preferred_subnets as ps
 from capmaas.api.v1beta1 import (
     APIEndpoint,
     ClusterNetworkStatus,
     FailureDomain,
     MaasClusterSpec,
     MaasClusterStatus,
+    MachineAddress,
 )
 from capmaas.maas import errors as maas_errors
+from capmaas.reconcilers import facts
 from capmaas.reconcilers.credentials import connect, maas_failure
 from capmaas.reconcilers.errors import ReconcileError
 from capmaas.reconcilers.keys import (
@@ -33,6 +47,7 @@ from capmaas.reconcilers.keys import (
     CONTROL_PLANE_LABEL,
     CUSTOM_DNS_ANNOTATION,
     DELETE_FOR_MOVE_ANNOTATION,
+    DNS_RECORD,
     MANAGED_BY_ANNOTATION,
 )
 from capmaas.reconcilers.ports import (
@@ -48,6 +63,7 @@ from capmaas.reconcilers.scope import ConditionStatus, ObjectScope, Requeue, is_
 
 DEFAULT_API_PORT = 6443
 RUNNING_STATES = frozenset({"Deployed", "Deploying"})
+RUNNING_MAAS_STATES = frozenset({maas.NodeStatus.DEPLOYED, maas.NodeStatus.DEPLOYING})
 #: Seconds between looks (at the watch cache, no API call) of a deleting MaasCluster for its MaasMachines.
 DELETE_RECHECK_SECONDS = 5.0
 
@@ -93,25 +109,97 @@ def dns_name(cluster_name: str, uid: str, domain: str) -> str:
 
 
 def is_managed_name(host: str, cluster_name: str, domain: str) -> bool:
-    """Whether ``host`` has the shape of a name capmaas generated (it survives clusterctl move in spec)."""
+    """Whether ``host`` has the shape of a name capmaas generates: such an endpoint is served by a MAAS DNS
+    record (ours, or a conflict), any other host is the user's own endpoint. The shape says nothing about
+    whose record it is: that is :class:`OwnedRecord`'s job."""
     return bool(domain) and host.startswith(f"{cluster_name}-") and host.endswith(f".{domain}")
 
 
-def control_plane_ips(kube: KubePort, namespace: str, cluster_name: str) -> tuple[int, frozenset[str]]:
-    """(number of control-plane MaasMachines, IPs of those running) — from the watch cache."""
-    count, ips = 0, set()
+@dataclass(frozen=True)
+class OwnedRecord:
+    """The DNS resource this MaasCluster created: its MAAS id and name (the ``dns-record`` annotation)."""
+
+    id: int
+    fqdn: str
+
+    def annotation(self) -> str:
+        return f"{self.id}/{self.fqdn}"
+
+    @classmethod
+    def parse(cls, value: str | None) -> OwnedRecord | None:
+        """The annotation's value; None when absent or not ``<id>/<fqdn>`` (never ours then)."""
+        rid, sep, fqdn = (value or "").partition("/")
+        if not sep or not rid.isdigit() or not fqdn:
+            return None
+        return cls(int(rid), fqdn)
+
+
+@dataclass(frozen=True)
+class ControlPlane:
+    """What the DNS record should say about the control-plane MaasMachines."""
+
+    count: int  # control-plane MaasMachines not being deleted
+    ips: frozenset[str]  # the chosen address of each running one
+    outside: tuple[str, ...] = ()  # running ones with addresses, none inside the preferred subnets
+
+
+Snapshot = Callable[[str], maas.Machine | None]
+
+
+def _no_snapshot(system_id: str) -> maas.Machine | None:
+    return None
+
+
+def _addresses(raw: object) -> list[MachineAddress]:
+    out = []
+    for a in raw if isinstance(raw, list) else ():
+        if isinstance(a, dict) and a.get("type") and a.get("address"):
+            out.append(MachineAddress(type=a["type"], address=str(a["address"])))
+    return out
+
+
+def control_plane(
+    kube: KubePort,
+    namespace: str,
+    cluster_name: str,
+    preferred: ps.PreferredSubnets | None = None,
+    snapshot: Snapshot = _no_snapshot,
+) -> ControlPlane:
+    """The control-plane MaasMachines (watch cache) and the address of each running one.
+
+    A MaasMachine counts with the machine it holds now (``spec.systemID``): none held, no address. Its state
+    and addresses come from the shared poller's snapshot of that machine when there is one (MAAS's AUTO IP
+    shows there as soon as MAAS assigns it; a released machine's IP is gone from it), else from the
+    MaasMachine's status. Running = Deploying or Deployed and not reported powered off (``unknown`` is not
+    off: MAAS never queries a manual-power machine)."""
+    preferred = preferred or ps.PreferredSubnets((), "none")
+    count, ips, outside = 0, set(), []
     for mm in kube.list_maasmachines(namespace, cluster_name):
         meta = mm.get("metadata") or {}
         if CONTROL_PLANE_LABEL not in (meta.get("labels") or {}) or meta.get("deletionTimestamp"):
             continue
         count += 1
-        status = mm.get("status") or {}
-        if status.get("machineState") in RUNNING_STATES and status.get("machinePowered"):
-            addrs = [a for a in status.get("addresses") or () if a.get("type") == "ExternalIP"]
-            addrs = addrs or [a for a in status.get("addresses") or () if a.get("type") == "InternalIP"]
-            if addrs:
-                ips.add(str(addrs[0]["address"]))
-    return count, frozenset(ips)
+        sid = (mm.get("spec") or {}).get("systemID")
+        if not sid:
+            continue
+        m = snapshot(str(sid))
+        if m is not None:
+            running = m.status in RUNNING_MAAS_STATES and m.power_state != maas.PowerState.OFF
+            addresses = _addresses(facts.addresses(m))
+        else:
+            status = mm.get("status") or {}
+            running = (
+                status.get("machineState") in RUNNING_STATES and status.get("machinePowered") is not False
+            )
+            addresses = _addresses(status.get("addresses"))
+        if not running:
+            continue
+        ip = ps.pick_address(addresses, preferred)
+        if ip is not None:
+            ips.add(ip)
+        elif any(a.type in ("InternalIP", "ExternalIP") for a in addresses):
+            outside.append(str(meta.get("name")))
+    return ControlPlane(count, frozenset(ips), tuple(sorted(outside)))
 
 
 class ClusterReconciler:
@@ -241,32 +329,51 @@ class ClusterReconciler:
             scope.set_spec(control_plane_endpoint=APIEndpoint(host=host, port=api_port))
             scope.set_condition(C.DNS_READY_CONDITION, True, C.CUSTOM_ENDPOINT_REASON, host)
             return host
-        fqdn = host or dns_name(scope.cluster_name, scope.uid, domain)
-        count, ips = control_plane_ips(self.kube, scope.namespace, scope.cluster_name)
+        own_name = dns_name(scope.cluster_name, scope.uid, domain)
+        fqdn = host or own_name
         try:
-            record = self._dns.get(scope.uid)
-            if record is None or record.fqdn != fqdn:
-                record = await port.dns_find(fqdn)
-            if record is None:
-                record = await port.dns_create(fqdn, ips)
-                scope.event("Normal", "DNSRecordCreated", f"{fqdn} -> {sorted(ips) or '(none yet)'}")
-            elif ips and record.ips != ips:
-                await port.dns_update(record.id, ips)
-                record = DnsRecord(record.id, fqdn, ips)
-                scope.event("Normal", "DNSRecordUpdated", f"{fqdn} -> {sorted(ips)}")
-            elif count == 0 and record.ips:
-                await port.dns_update(record.id, frozenset())  # no control plane left at all
-                record = DnsRecord(record.id, fqdn, frozenset())
-            self._dns[scope.uid] = record
+            preferred = await self._preferred(scope)
+        except ps.InvalidPreferredSubnets as exc:
+            msg = f"ConfigMap {ps.CONFIGMAP_NAME} key {ps.CONFIGMAP_KEY}: {exc}; the DNS record is left as is"
+            scope.set_condition(C.DNS_READY_CONDITION, False, C.INVALID_PREFERRED_SUBNETS_REASON, msg)
+            scope.block(C.INVALID_PREFERRED_SUBNETS_REASON, msg)
+            return None
+        cp = control_plane(self.kube, scope.namespace, scope.cluster_name, preferred, port.snapshot)
+        try:
+            try:
+                result = await self._sync(scope, port, fqdn, own_name, cp, cached=True)
+            except maas_errors.NotFoundError:
+                # The remembered record was deleted in MAAS meanwhile: look again (maybe someone else's now).
+                self._dns.pop(scope.uid, None)
+                result = await self._sync(scope, port, fqdn, own_name, cp, cached=False)
         except maas_errors.MaasError as exc:
             self._dns.pop(scope.uid, None)
             err = maas_failure(exc, None, f"DNS record {fqdn}", reason=C.DNS_UPDATE_FAILED_REASON)
             scope.set_condition(C.DNS_READY_CONDITION, False, C.DNS_UPDATE_FAILED_REASON, err.message)
             raise err from exc
+        if isinstance(result, str):
+            if scope.condition_reason(C.DNS_READY_CONDITION) != C.DNS_RECORD_CONFLICT_REASON:
+                scope.event("Warning", C.DNS_RECORD_CONFLICT_REASON, result)  # once, not every pass
+            scope.set_condition(C.DNS_READY_CONDITION, False, C.DNS_RECORD_CONFLICT_REASON, result)
+            scope.block(C.DNS_RECORD_CONFLICT_REASON, result)
+            return None
+        record = result
+        self._own(scope, record)
         scope.set_spec(control_plane_endpoint=APIEndpoint(host=fqdn, port=api_port))
-        scope.set_status(network=ClusterNetworkStatus(dns_name=fqdn))
-        if ips:
-            scope.set_condition(C.DNS_READY_CONDITION, True, C.DNS_RECORD_READY_REASON, " ".join(sorted(ips)))
+        left_out = ""
+        if cp.outside:
+            left_out = f"; left out, no address in {preferred.describe()}: {', '.join(cp.outside)}"
+        if cp.ips:
+            ready_msg = " ".join(sorted(cp.ips)) + left_out
+            scope.set_condition(C.DNS_READY_CONDITION, True, C.DNS_RECORD_READY_REASON, ready_msg)
+        elif cp.outside:
+            scope.set_condition(
+                C.DNS_READY_CONDITION,
+                False,
+                C.NO_ADDRESS_IN_PREFERRED_SUBNETS_REASON,
+                f"no running control-plane machine has an address in {preferred.describe()}: "
+                + ", ".join(cp.outside),
+            )
         else:
             scope.set_condition(
                 C.DNS_READY_CONDITION,
@@ -275,6 +382,74 @@ class ClusterReconciler:
                 "no running control plane yet",
             )
         return fqdn
+
+    async def _sync(
+        self, scope: ClusterScope, port: MaasPort, fqdn: str, own_name: str, cp: ControlPlane, *, cached: bool
+    ) -> DnsRecord | str:
+        """Make our record ``fqdn`` list ``cp.ips``: the record, or why it is not ours (nothing written)."""
+        owned = OwnedRecord.parse(scope.annotation(DNS_RECORD))
+        record = self._dns.get(scope.uid) if cached else None
+        if record is None or record.fqdn != fqdn or owned is None or record.id != owned.id:
+            record = await port.dns_find(fqdn)
+        conflict = self._conflict(owned, record, fqdn, own_name)
+        if conflict:
+            self._dns.pop(scope.uid, None)
+            return conflict
+        if record is None:
+            record = await port.dns_create(fqdn, cp.ips)
+            self._own(scope, record)
+            await scope.flush()  # the id at once: a crash now must not leave a record we cannot claim
+            scope.event("Normal", "DNSRecordCreated", f"{fqdn} -> {sorted(cp.ips) or '(none yet)'}")
+        elif owned is None:
+            self._own(scope, record)  # adopted: named for this MaasCluster's UID (see _conflict)
+            await scope.flush()
+            scope.event("Normal", "DNSRecordAdopted", f"{fqdn} (MAAS id {record.id})")
+        if cp.ips and record.ips != cp.ips:
+            await port.dns_update(record.id, cp.ips)
+            record = DnsRecord(record.id, fqdn, cp.ips)
+            scope.event("Normal", "DNSRecordUpdated", f"{fqdn} -> {sorted(cp.ips)}")
+        elif cp.count == 0 and record.ips:
+            await port.dns_update(record.id, frozenset())  # no control plane left at all
+            record = DnsRecord(record.id, fqdn, frozenset())
+        self._dns[scope.uid] = record
+        return record
+
+    async def _preferred(self, scope: ClusterScope) -> ps.PreferredSubnets:
+        """``spec.preferredSubnets``, else the ConfigMap's (read only when the spec has none)."""
+        spec = scope.want.preferred_subnets
+        if spec:
+            return ps.resolve(spec, None)
+        return ps.resolve(None, await self.kube.get_configmap(scope.namespace, ps.CONFIGMAP_NAME))
+
+    @staticmethod
+    def _own(scope: ClusterScope, record: DnsRecord) -> None:
+        """Record ``record`` as ours: the annotation (trusted, survives a move) and status (for people)."""
+        scope.set_annotation(DNS_RECORD, OwnedRecord(record.id, record.fqdn).annotation())
+        scope.set_status(network=ClusterNetworkStatus(dns_name=record.fqdn, dns_record_id=record.id))
+
+    @staticmethod
+    def _conflict(owned: OwnedRecord | None, found: DnsRecord | None, fqdn: str, own_name: str) -> str | None:
+        """Why the record named ``fqdn`` must not be touched, or None when it is ours, to adopt, or absent.
+
+        Ours: the id we recorded. Without a recorded id (a MaasCluster from before the annotation, or a crash
+        between create and the annotation write), only the record named exactly :func:`dns_name` of this
+        MaasCluster's UID is adopted: another namespace's cluster of the same name gets another name."""
+        if owned is not None and owned.fqdn != fqdn:
+            return (
+                f"spec.controlPlaneEndpoint.host is {fqdn} but this MaasCluster's DNS record is {owned.fqdn} "
+                f"(MAAS id {owned.id}); capmaas does not move the endpoint to another record"
+            )
+        if found is None:
+            return None
+        if owned is not None and found.id == owned.id:
+            return None
+        if owned is None and fqdn == own_name:
+            return None
+        whose = "created by someone else" if owned is None else f"not the one capmaas created (id {owned.id})"
+        return (
+            f"the MAAS DNS record {fqdn} (id {found.id}) already exists and is {whose}; capmaas writes only "
+            "records it created: choose another spec.controlPlaneEndpoint.host, or delete that record"
+        )
 
     async def _delete(self, scope: ClusterScope) -> Requeue:
         if CLUSTER_FINALIZER not in scope.finalizers:
@@ -294,23 +469,35 @@ class ClusterReconciler:
             # MaasCluster through the Cluster, which may already be gone (deleted first, or a namespace
             # deletion), and then this MaasCluster would sit until the resync interval (minutes).
             return Requeue(DELETE_RECHECK_SECONDS)
+        await self._delete_record(scope)
+        scope.remove_finalizer(CLUSTER_FINALIZER)
+        return Requeue()
+
+    async def _delete_record(self, scope: ClusterScope) -> None:
+        """Delete the DNS record this MaasCluster created, and no other."""
+        owned = OwnedRecord.parse(scope.annotation(DNS_RECORD))
         cep = scope.want.control_plane_endpoint
         host = cep.host if cep else ""
         domain = scope.want.dns_domain or ""
-        managed = (
-            host
-            and CUSTOM_DNS_ANNOTATION not in scope.annotations
-            and is_managed_name(host, scope.cluster_name, domain)
-        )
-        if managed:
-            port = await self._connect(scope)
-            try:
-                record = await port.dns_find(host)
-                if record is not None:
-                    await port.dns_delete(record.id)
-                    scope.event("Normal", "DNSRecordDeleted", host)
-                self._dns.pop(scope.uid, None)
-            except maas_errors.MaasError as exc:
-                raise maas_failure(exc, None, f"deleting DNS record {host}") from exc
-        scope.remove_finalizer(CLUSTER_FINALIZER)
-        return Requeue()
+        if CUSTOM_DNS_ANNOTATION in scope.annotations:
+            return
+        # Before the annotation existed: the record named for this MaasCluster's UID only (see _conflict).
+        adopt = owned is None and bool(host) and host == dns_name(scope.cluster_name, scope.uid, domain)
+        if owned is None and not adopt:
+            return
+        fqdn = owned.fqdn if owned is not None else host
+        port = await self._connect(scope)
+        try:
+            record = await port.dns_find(fqdn)
+            if record is not None and (adopt or (owned is not None and record.id == owned.id)):
+                await port.dns_delete(record.id)
+                scope.event("Normal", "DNSRecordDeleted", f"{fqdn} (MAAS id {record.id})")
+            elif record is not None:
+                scope.event(
+                    "Warning",
+                    C.DNS_RECORD_CONFLICT_REASON,
+                    f"{fqdn} (MAAS id {record.id}) is not the record capmaas created; left alone",
+                )
+            self._dns.pop(scope.uid, None)
+        except maas_errors.MaasError as exc:
+            raise maas_failure(exc, None, f"deleting DNS record {fqdn}") from exc

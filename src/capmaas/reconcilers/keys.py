@@ -56,6 +56,10 @@ COMPOSING = "composing"
 DECOMPOSING = "decomposing"
 #: The id of the VM host an LXD machine was placed on.
 HOST_ID_ANNOTATION = "lxd-host-id"
+#: On a MaasCluster: ``<MAAS id>/<fqdn>`` of the DNS resource capmaas created for it (also shown in
+#: ``status.network``). clusterctl move restores no status but keeps annotations: this is how the moved
+#: MaasCluster (new UID) knows its record. The admission policy keeps tenants from writing it.
+DNS_RECORD = "dns-record"
 
 # --- providerIDs -----------------------------------------------------------------------------------------
 BARE_METAL_SCHEME = "maas"

@@ -23,7 +23,13 @@ from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import facts
 from capmaas.reconcilers.credentials import maas_failure
 from capmaas.reconcilers.errors import TransientError
-from capmaas.reconcilers.keys import DEPLOY_REFUSED, DEPLOY_STARTED, FAILURES, MACHINE_FINALIZER
+from capmaas.reconcilers.keys import (
+    CONTROL_PLANE_LABEL,
+    DEPLOY_REFUSED,
+    DEPLOY_STARTED,
+    FAILURES,
+    MACHINE_FINALIZER,
+)
 from capmaas.reconcilers.ports import KubePort, MaasPort, NodePatchResult, Recorder
 from capmaas.reconcilers.scope import MachineScope, Requeue
 
@@ -153,6 +159,12 @@ class Lifecycle:
             hostname=m.hostname,
             failure_domain=m.zone.name,
         )
+        if CONTROL_PLANE_LABEL in scope.labels:
+            # A control-plane machine's addresses every pass, from the machine held now: MAAS assigns the AUTO
+            # IP seconds after the deploy answer, and this write wakes the MaasCluster, which puts it in the
+            # DNS record then (not at Ready); a machine given back for another leaves no address of its
+            # predecessor behind. Workers publish theirs at Deployed (one status write fewer each).
+            scope.set_status(addresses=facts.addresses(m))
         done = await p.follow(scope, port, m)
         if done is not None:
             return done

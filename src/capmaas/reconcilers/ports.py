@@ -63,6 +63,10 @@ class KubePort(Protocol):
         """A Secret's decoded data read now (bootstrap data: read once, at deploy time)."""
         ...
 
+    async def get_configmap(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        """A ConfigMap's ``data`` (None when it does not exist). May be served from a short-lived cache."""
+        ...
+
     async def patch(
         self, plural: ObjectPlural, namespace: str, name: str, body: Mapping[str, Any], *, status: bool
     ) -> Body | None:

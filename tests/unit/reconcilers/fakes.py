@@ -93,6 +93,7 @@ class FakeKube:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.secrets: dict[tuple[str, str], dict[str, bytes]] = {}
+        self.configmaps: dict[tuple[str, str], dict[str, str]] = {}
         self.nodes: dict[str, str] = {}  # node name -> providerID ("" = unset)
         self.events: list[tuple[str, str, str, str]] = []
         self.writes = 0
@@ -140,6 +141,9 @@ class FakeKube:
 
     async def read_secret_fresh(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
         return self.secrets.get((namespace, name))
+
+    async def get_configmap(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        return self.configmaps.get((namespace, name))
 
     async def patch(
         self, plural: ObjectPlural, namespace: str, name: str, body: Mapping[str, Any], *, status: bool

@@ -18,6 +18,7 @@ def dns(env: Env) -> dict[str, list[str]]:
 
 def cp(env: Env, name: str, ip: str, *, state: str = "Deployed", powered: bool = True) -> None:
     body = demo.maasmachine(name, "ns", "c1", control_plane=True)
+    body["spec"]["systemID"] = f"sid-{name}"  # a MaasMachine holding no machine has no address to publish
     body["status"] = {
         "machineState": state,
         "machinePowered": powered,

@@ -64,7 +64,8 @@ cluster.x-k8s.io/provider: infrastructure-maas
 {{/* Rules for namespaced resources; a Role in operator.namespace, or a ClusterRole when it is empty. */}}
 {{- define "capmaas.namespacedRules" -}}
 {{- /* Only what the code calls: kopf watches MaasClusters/MaasMachines, KubeHttp merge-patches them and their
-status (never update), GETs Secrets by name (never lists or watches them). MaasMachineTemplates are watched only
+status (never update), GETs Secrets by name (never lists or watches them) and the preferred-subnets ConfigMap
+maas-preferred-subnet the same way (cluster.py). MaasMachineTemplates are watched only
 to publish status.capacity (operator/templates.py, through kopf's patch); MaasClusterTemplates are CAPI's business. */}}
 - apiGroups: [infrastructure.cluster.x-k8s.io]
   resources: [maasclusters, maasmachines, maasmachinetemplates]
@@ -76,7 +77,7 @@ to publish status.capacity (operator/templates.py, through kopf's patch); MaasCl
   resources: [clusters, machines]
   verbs: [get, list, watch]
 - apiGroups: [""]
-  resources: [secrets]
+  resources: [secrets, configmaps]
   verbs: [get]
 - apiGroups: [""]
   resources: [events]

@@ -236,6 +236,13 @@ class ClusterNetworkStatus(K8sModel):
     dns_name: Annotated[str, StringConstraints(max_length=253)] | None = Field(
         None, description="Fully qualified MAAS DNS name created for the API server."
     )
+    dns_record_id: Annotated[int, Field(ge=0)] | None = Field(
+        None,
+        alias="dnsRecordID",
+        description="MAAS id of the DNS resource capmaas created for dnsName. capmaas writes and deletes "
+        "only this record: a record of the same name with another id belongs to someone else "
+        "(DNSRecordConflict).",
+    )
 
 
 class MaasClusterStatus(K8sModel):

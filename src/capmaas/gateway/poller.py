@@ -169,10 +169,13 @@ class MachinePoller:
                 return
         started = self._seq
         found: dict[str, maas.Machine] = {}
+        unreadable: set[str] = set()  # MAAS returned them, but not in a shape we read: not gone
         try:
             for start in range(0, len(ids), self._batch):
                 chunk = ids[start : start + self._batch]
-                for m in await self._client.machines.list(ids=chunk):
+                machines, skipped = await self._client.machines.list_lenient(chunk)
+                unreadable.update(skipped)
+                for m in machines:
                     found[m.system_id] = m
         except maas_errors.MaasError as exc:
             if self.last_error is None:
@@ -183,7 +186,7 @@ class MachinePoller:
         self.last_error = None
         for sid in ids:
             key = self._watched.get(sid)
-            if key is None or self._written.get(sid, 0) > started:
+            if key is None or self._written.get(sid, 0) > started or sid in unreadable:
                 continue  # unwatched meanwhile, or a write answered after this poll was sent: newer
             new = found.get(sid)
             old = self._snap.get(sid)

@@ -235,6 +235,7 @@ def build_runtime(
             timeout=config.maas.request_timeout,
             max_retries=config.maas.max_retries,
             on_response=metrics.on_response(c.endpoint),
+            on_invalid_item=metrics.on_invalid_item(c.endpoint),
             limits=limits,
             allowed_endpoints=allowed,  # EndpointNotAllowedError: InvalidCredentials on the MaasCluster
         )

@@ -208,9 +208,12 @@ def sim() -> Simulator:
 
 
 @pytest.fixture
-def operator_env(kube: ControlPlane) -> dict[str, str]:
+def operator_env(kube: ControlPlane, namespace: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(kube.env())
+    # The test's namespace may use the default MAAS credentials (the simulator): the allow-list an admin must
+    # give; without it every MaasCluster without an identityRef is refused (DefaultIdentityNotAllowed).
+    env["CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACES"] = namespace
     env.update(
         CAPMAAS_POLLING__FAST_INTERVAL="0.2",
         CAPMAAS_POLLING__IDLE_INTERVAL="2",

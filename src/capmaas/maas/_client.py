@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from capmaas.maas import _allowlist, _auth, _http, errors, models
+from capmaas.maas import _allowlist, _auth, _http, _transports, errors, models
 from capmaas.maas.resources import (
     boot_resources,
     dns,
@@ -75,7 +75,7 @@ def _verify(
     else:
         return True
     if ca_data is not None:
-        context.load_verify_locations(cadata=ca_data)
+        _transports.load_ca(context, ca_data)
     return context
 
 

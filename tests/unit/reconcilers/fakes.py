@@ -19,7 +19,7 @@ import pydantic
 
 from capmaas.api.v1beta1 import MaasCluster, MaasMachine
 from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL
-from capmaas.reconcilers.ports import Body, EventType, NodePatchResult, ObjectPlural
+from capmaas.reconcilers.ports import Body, EventType, NamespaceAllowList, NodePatchResult, ObjectPlural
 
 MODELS: dict[str, type[pydantic.BaseModel]] = {"maasmachines": MaasMachine, "maasclusters": MaasCluster}
 
@@ -89,10 +89,15 @@ def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
     return target
 
 
+#: The namespace the unit tests' objects live in, allowed to use the default credentials.
+ALLOWED = NamespaceAllowList(frozenset({"ns"}))
+
+
 class FakeKube:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.secrets: dict[tuple[str, str], dict[str, bytes]] = {}
+        self.namespaces: dict[str, dict[str, str]] = {}  # name -> labels
         self.nodes: dict[str, str] = {}  # node name -> providerID ("" = unset)
         self.events: list[tuple[str, str, str, str]] = []
         self.writes = 0
@@ -140,6 +145,9 @@ class FakeKube:
 
     async def read_secret_fresh(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
         return self.secrets.get((namespace, name))
+
+    async def namespace_labels(self, name: str) -> Mapping[str, str] | None:
+        return self.namespaces.get(name)
 
     async def patch(
         self, plural: ObjectPlural, namespace: str, name: str, body: Mapping[str, Any], *, status: bool

@@ -120,6 +120,14 @@ class PollingSection(BaseModel):
     batch_size: int = 200
     """System IDs per list call; bounds the URL length for very large fleets."""
 
+    poll_deadline: float = 120.0
+    """Seconds one poll round (all its list calls, retries included) may take; past it the round is given up
+    and the next one starts at the error interval. Bounds what a slow or hostile endpoint holds."""
+
+    connect_failure_ttl: float = 5.0
+    """Seconds a failed first connect of an identity is remembered: its connects fail at once meanwhile
+    instead of each waiting for the endpoint again."""
+
 
 class MachineSection(BaseModel):
     """Bare-metal MaasMachine behaviour."""

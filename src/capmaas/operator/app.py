@@ -261,6 +261,8 @@ def build_runtime(
         batch_size=config.polling.batch_size,
         wake=wake,
         max_concurrent_writes=config.maas.max_concurrent_writes,
+        negative_ttl=config.polling.connect_failure_ttl,
+        poll_deadline=config.polling.poll_deadline,
     )
     creds = default_credentials(config)
     ms = config.machine

@@ -125,8 +125,8 @@ class PollingSection(BaseModel):
     and the next one starts at the error interval. Bounds what a slow or hostile endpoint holds."""
 
     connect_failure_ttl: float = 5.0
-    """Seconds a failed first connect of an identity is remembered: its connects fail at once meanwhile
-    instead of each waiting for the endpoint again."""
+    """Seconds a first connect of an identity that timed out is remembered: its connects fail at once
+    meanwhile instead of each waiting for the endpoint again."""
 
 
 class MachineSection(BaseModel):

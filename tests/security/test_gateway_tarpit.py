@@ -70,12 +70,12 @@ async def test_a_failed_connect_is_remembered_briefly_instead_of_waiting_again(s
     conns._clock = lambda: now[0]  # the pool's clock, stepped by the test
     async with Tarpit().running() as tarpit:
         creds = MaasCredentials(tarpit.url, KEYS[0], source="Secret evil/maas")
-        with pytest.raises(maas.TransportError) as first:
+        with pytest.raises(maas.RequestTimeoutError) as first:
             await conns.connect(creds)
         assert tarpit.connections == 1
         # Within the TTL every connect fails at once with the same error: the tarpit sees no new connection.
         for _ in range(5):
-            with pytest.raises(maas.TransportError) as again:
+            with pytest.raises(maas.RequestTimeoutError) as again:
                 await conns.connect(creds)
             assert again.value is first.value
         assert tarpit.connections == 1

@@ -34,9 +34,9 @@ class MaasConnections:
 
     Tenants choose their endpoints, so one endpoint must never hold up another: each (endpoint, identity) has
     its own lock (concurrent first connects of one identity share one ``whoami``; another identity's connect
-    never waits for it), and a failed connect is remembered for ``negative_ttl`` seconds, during which every
-    connect of that identity fails at once with the same error instead of waiting for the endpoint again (a
-    tarpit endpoint costs one request deadline per ``negative_ttl``, not one per reconcile).
+    never waits for it), and a connect that timed out is remembered for ``negative_ttl`` seconds, during which
+    every connect of that identity fails at once with the same error instead of waiting for the endpoint
+    again (a tarpit endpoint costs one request deadline per ``negative_ttl``, not one per reconcile).
     """
 
     def __init__(
@@ -89,7 +89,9 @@ class MaasConnections:
                     raise failed[1]
                 try:
                     session = await self._open(credentials)
-                except maas.MaasError as exc:
+                except maas.RequestTimeoutError as exc:
+                    # Only a connect that waited out its deadline is remembered: a fast failure (refused,
+                    # reset, an error answer) costs nothing to try again, and recovers at the next attempt.
                     self._failed[key] = (self._clock() + self._negative_ttl, exc)
                     raise
                 self._failed.pop(key, None)

@@ -56,6 +56,7 @@ class Operator:
     extra_args: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
     leader_elect: bool = False
+    cluster_wide: bool = False  # no --namespace: every namespace (give it a --watch-filter in extra_args)
 
     def replica(self, name: str, log: Path, *, extra_args: list[str] | None = None) -> Operator:
         """Another process with this one's settings: its own ports and log, ``POD_NAME`` = ``name`` (the
@@ -67,13 +68,16 @@ class Operator:
             CAPMAAS_SERVER__METRICS_PORT=str(free_port()),
         )
         args = list(self.extra_args if extra_args is None else extra_args)
-        return Operator(env, self.namespace, log, args, leader_elect=self.leader_elect)
+        return Operator(
+            env, self.namespace, log, args, leader_elect=self.leader_elect, cluster_wide=self.cluster_wide
+        )
 
     def start(self) -> None:
         out = self.log.open("ab")
         mode = [] if self.leader_elect else ["--standalone"]
+        scope = [] if self.cluster_wide else ["--namespace", self.namespace]
         self.proc = subprocess.Popen(
-            [CAPMAAS, "run", "--namespace", self.namespace, *mode, *self.extra_args],
+            [CAPMAAS, "run", *scope, *mode, *self.extra_args],
             env=self.env,
             stdout=out,
             stderr=subprocess.STDOUT,

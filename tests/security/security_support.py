@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
@@ -143,6 +144,7 @@ class Recorder:
     port: int = 0
     received: bytearray = field(default_factory=bytearray)
     connections: int = 0
+    tls: ssl.SSLContext | None = None  # serve https (a handshake the client refuses never reaches _handle)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -160,7 +162,7 @@ class Recorder:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Recorder]:
-        server = await asyncio.start_server(self._handle, self.host, self.port)
+        server = await asyncio.start_server(self._handle, self.host, self.port, ssl=self.tls)
         self.port = server.sockets[0].getsockname()[1]
         async with server:
             yield self

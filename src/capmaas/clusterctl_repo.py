@@ -51,8 +51,9 @@ HEADER = (
 _PLACEHOLDERS = {
     "http://capmaas-clusterctl-endpoint.invalid/MAAS": '"${MAAS_ENDPOINT}"',
     "capmaas-clusterctl:placeholder:api-key": '"${MAAS_API_KEY}"',  # quoted: a key must stay a string
-    # Namespaces that may use those default credentials (comma-separated, `*`: all); unset: none may.
-    "capmaas-clusterctl-default-identity-namespaces": '"${MAAS_DEFAULT_IDENTITY_NAMESPACES:=}"',
+    # Namespaces that may use those default credentials (comma-separated, `*`: all); unset: none may (the
+    # default is a blank, not empty: clusterctl takes an empty default for "not set" and refuses to install).
+    "capmaas-clusterctl-default-identity-namespaces": '"${MAAS_DEFAULT_IDENTITY_NAMESPACES:= }"',
 }
 _HELM_LABELS = ("helm.sh/chart",)
 _DROP_ANNOTATIONS = ("checksum/credentials",)

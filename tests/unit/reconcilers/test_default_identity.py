@@ -226,3 +226,35 @@ def test_demo_identity_secret_opt_in() -> None:
     )
     s = demo.identity_secret("i", "ns", "http://x/MAAS", KEY, allow_plaintext_http=True)
     assert s["stringData"]["MAAS_ALLOW_PLAINTEXT_HTTP"] == "true"
+
+
+# --- configuration ---------------------------------------------------------------------------------------
+def test_allow_list_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from capmaas.config import load_config
+    from capmaas.operator.app import default_credentials
+
+    monkeypatch.setenv("CAPMAAS_MAAS__ENDPOINT", "https://maas.example/MAAS")
+    monkeypatch.setenv("CAPMAAS_MAAS__API_KEY", KEY)
+    monkeypatch.setenv("CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACES", " team-a, team-b ,")
+    monkeypatch.setenv("CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACE_SELECTOR", "tier in (gold,silver)")
+    monkeypatch.setenv("CAPMAAS_MAAS__ALLOW_PLAINTEXT_HTTP", "true")
+    creds = default_credentials(load_config("/nonexistent"))
+    assert creds is not None
+    assert creds.namespaces == NamespaceAllowList(frozenset({"team-a", "team-b"}), "tier in (gold,silver)")
+    assert creds.allow_plaintext
+    monkeypatch.setenv("CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACES", " ")  # clusterctl's unset value
+    monkeypatch.delenv("CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACE_SELECTOR")
+    creds = default_credentials(load_config("/nonexistent"))
+    assert creds is not None
+    assert creds.namespaces == NamespaceAllowList()
+
+
+def test_allow_list_flags_and_a_bad_selector_at_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from capmaas.cli import main
+
+    monkeypatch.setenv("CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACE_SELECTOR", "tier in gold")
+    assert main(["run"]) == 2
+    assert "not a label selector at 'tier in gold'" in capsys.readouterr().err
+    assert main(["run", "--default-identity-namespace-selector", "tier in"]) == 2

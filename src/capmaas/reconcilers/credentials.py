@@ -15,6 +15,7 @@ to a loopback IP address (the request never leaves the host). See docs/security.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Mapping
@@ -97,6 +98,7 @@ class LabelRequirement:
         return labels.get(self.key) not in self.values  # notin (also true when the label is absent)
 
 
+@functools.lru_cache(maxsize=16)
 def parse_selector(text: str) -> tuple[LabelRequirement, ...]:
     """A Kubernetes label selector (``a=b``, ``a==b``, ``a!=b``, ``a``, ``!a``, ``a in (b,c)``,
     ``a notin (b)``, comma-separated: all must hold); ValueError naming the part that is not one."""

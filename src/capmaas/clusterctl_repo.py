@@ -51,6 +51,9 @@ HEADER = (
 _PLACEHOLDERS = {
     "http://capmaas-clusterctl-endpoint.invalid/MAAS": '"${MAAS_ENDPOINT}"',
     "capmaas-clusterctl:placeholder:api-key": '"${MAAS_API_KEY}"',  # quoted: a key must stay a string
+    # Namespaces that may use those default credentials (comma-separated, `*`: all); unset: none may (the
+    # default is a blank, not empty: clusterctl takes an empty default for "not set" and refuses to install).
+    "capmaas-clusterctl-default-identity-namespaces": '"${MAAS_DEFAULT_IDENTITY_NAMESPACES:= }"',
 }
 _HELM_LABELS = ("helm.sh/chart",)
 _DROP_ANNOTATIONS = ("checksum/credentials",)
@@ -94,8 +97,10 @@ def helm_render(root: Path = REPO_ROOT) -> list[dict[str, Any]]:
     # clusterctl requires canonical image names (with a domain); `localhost/` is how podman/buildah name a
     # locally built image. Users point it elsewhere with clusterctl's `images:` override.
     args += ["--namespace", NAMESPACE, "--set-string", f"image.repository={IMAGE_REPOSITORY}"]
-    endpoint, api_key = list(_PLACEHOLDERS)
+    endpoint, api_key, namespaces = list(_PLACEHOLDERS)
     args += [
+        "--set",
+        f"credentials.allowedNamespaces.names={{{namespaces}}}",
         "--set-string",
         f"credentials.endpoint={endpoint}",
         "--set-string",

@@ -57,7 +57,24 @@ class MaasSection(BaseModel):
     """Path of a PEM CA bundle used to verify the MAAS TLS certificate (``None``: system trust store)."""
 
     insecure_skip_tls_verify: bool = False
-    """Disable TLS verification for MAAS (logged as a warning at start). Never the default."""
+    """Disable TLS verification for the default credentials' MAAS (logged as a warning at start, shown as
+    ``MaasTransportSecure=False`` on the MaasClusters using them). Never the default. It does not apply to
+    identity Secrets: each opts out on its own (``MAAS_INSECURE_SKIP_TLS_VERIFY``)."""
+
+    allow_plaintext_http: bool = False
+    """Let the default credentials use an ``http://`` endpoint (every request then carries the API key's
+    secret in the clear; shown as ``MaasTransportSecure=False``). Off: refused, with
+    ``PlaintextEndpointRefused`` on the MaasClusters, unless the endpoint is a loopback IP address. Identity
+    Secrets opt in on their own (``MAAS_ALLOW_PLAINTEXT_HTTP``)."""
+
+    default_identity_namespaces: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Namespaces whose MaasClusters (without ``spec.identityRef``) may use the default credentials;
+    ``*``: every namespace. Comma-separated in the environment. Empty, and no selector: none may (each
+    refused MaasCluster says ``DefaultIdentityNotAllowed``). See docs/security.md."""
+
+    default_identity_namespace_selector: str = ""
+    """A label selector (``tenant-tier=trusted``, ``team in (a,b)``, ``!untrusted``): namespaces whose labels
+    match may use the default credentials too (the operator reads Namespaces: ``get`` RBAC)."""
 
     request_timeout: float = 30.0
     """Seconds per MAAS HTTP request."""
@@ -83,7 +100,7 @@ class MaasSection(BaseModel):
     """Bytes; the largest MAAS answer read for a collection (the machine poll lists up to
     ``polling.batch_size`` machines per call)."""
 
-    @field_validator("allowed_endpoints", mode="before")
+    @field_validator("allowed_endpoints", "default_identity_namespaces", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         if isinstance(value, str):
@@ -102,6 +119,14 @@ class PollingSection(BaseModel):
 
     batch_size: int = 200
     """System IDs per list call; bounds the URL length for very large fleets."""
+
+    poll_deadline: float = 120.0
+    """Seconds one poll round (all its list calls, retries included) may take; past it the round is given up
+    and the next one starts at the error interval. Bounds what a slow or hostile endpoint holds."""
+
+    connect_failure_ttl: float = 5.0
+    """Seconds a first connect of an identity that timed out is remembered: its connects fail at once
+    meanwhile instead of each waiting for the endpoint again."""
 
 
 class MachineSection(BaseModel):

@@ -178,6 +178,9 @@ def provider_stack(
     started = time.monotonic()
     sim.start()
     env.update(CAPMAAS_MAAS__ENDPOINT=sim.url, CAPMAAS_MAAS__API_KEY=sim.api_key)
+    # One operator serves every e2e test, each in a namespace of its own: this management cluster has one
+    # tenant, so every namespace may use the default credentials (the explicit setting an admin gives).
+    env["CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACES"] = "*"
     operator = OperatorProcess(env, capi.namespace, workdir / "operator.log").start()
     stack = ProviderStack(
         kubectl=kubectl,

@@ -158,6 +158,7 @@ def operator_env(kubeconfig: Path, sim: SimulatorThread) -> dict[str, str]:
         "KUBECONFIG": str(kubeconfig),
         "CAPMAAS_MAAS__ENDPOINT": sim.url,
         "CAPMAAS_MAAS__API_KEY": sim.api_key,
+        "CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACES": "*",  # one tenant: the moved namespaces may use them
         "CAPMAAS_POLLING__FAST_INTERVAL": "0.2",
         "CAPMAAS_POLLING__IDLE_INTERVAL": "2",
         "CAPMAAS_SERVER__BIND_ADDRESS": "127.0.0.1",

@@ -100,6 +100,8 @@ def test_repository_follows_the_clusterctl_contract() -> None:
     text = (BASE / "infrastructure-components.yaml").read_text()
     assert "helm.sh/chart" not in text
     assert "checksum/credentials" not in text
+    # Which namespaces may use those default credentials: a variable, none when it is not set (issue 10).
+    assert 'value: "${MAAS_DEFAULT_IDENTITY_NAMESPACES:= }"' in text
     # `capmaas run --namespace` exists (the contract's MUST), so a clusterctl user can scope it.
     capmaas = Path(sys.executable).parent / "capmaas"
     helptext = subprocess.run(

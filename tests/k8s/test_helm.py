@@ -177,7 +177,8 @@ def test_rbac_is_least_privilege_cluster_wide(helm: Helm) -> None:
     assert not verbs_for(rules, "infrastructure.cluster.x-k8s.io", "maasmachines") & {"create", "delete"}
     cluster = rules_of(docs, "-cluster")
     assert verbs_for(cluster, "apiextensions.k8s.io", "customresourcedefinitions") == {"list", "watch"}
-    assert verbs_for(cluster, "", "namespaces") == {"list", "watch"}
+    # list/watch: kopf's namespace discovery; get: the default credentials' namespace selector (issue 10).
+    assert verbs_for(cluster, "", "namespaces") == {"get", "list", "watch"}
     # peering disabled by default: no kopf peering rights at all
     assert not [r for r in all_rules if "kopf.dev" in r["apiGroups"] or "zalando.org" in r["apiGroups"]]
     binding = next(
@@ -188,6 +189,40 @@ def test_rbac_is_least_privilege_cluster_wide(helm: Helm) -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "rel-capmaas", "namespace": "capmaas-system"}
     ]
+
+
+def test_default_credentials_allow_list_and_transport_values(helm: Helm) -> None:
+    """Issue 10: which namespaces may use the default credentials, and their plaintext opt-in, reach the
+    operator's environment; a namespaced operator may read only its own Namespace (for the selector)."""
+
+    def env_of(docs: list[dict[str, Any]]) -> dict[str, str]:
+        (dep,) = by_kind(docs, "Deployment")
+        return {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+    plain = env_of(render(helm, *CREDS))
+    assert "CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACES" not in plain  # deny by default
+    assert "CAPMAAS_MAAS__ALLOW_PLAINTEXT_HTTP" not in plain
+    docs = render(
+        helm,
+        *CREDS,
+        "--set", "credentials.allowedNamespaces.names={team-a,team-b}",
+        "--set-string", "credentials.allowedNamespaces.selector=tier=trusted",
+        "--set", "credentials.allowPlaintextHTTP=true",
+        "--set", "operator.namespace=team-a",
+    )  # fmt: skip
+    env = env_of(docs)
+    assert env["CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACES"] == "team-a,team-b"
+    assert env["CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACE_SELECTOR"] == "tier=trusted"
+    assert env["CAPMAAS_MAAS__ALLOW_PLAINTEXT_HTTP"] == "true"
+    ns_rules = [r for r in rules_of(docs, "-cluster") if "namespaces" in r["resources"]]
+    assert ns_rules == [
+        {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["team-a"], "verbs": ["get"]}
+    ]
+    # The CA's key name is MAAS_CA_CERT (the identity Secrets' name); MAAS_CA_BUNDLE stays usable.
+    (secret,) = by_kind(
+        render(helm, *CREDS, "--set", "credentials.caBundle=-----BEGIN CERTIFICATE-----x"), "Secret"
+    )
+    assert "MAAS_CA_CERT" in secret["stringData"]
 
 
 def test_capi_aggregation_role(helm: Helm) -> None:
@@ -381,6 +416,10 @@ def test_install_upgrade_uninstall(helm: Helm, kube: ControlPlane, kubectl: Any,
         assert can("get", "configmaps/maas-preferred-subnet", "-n", namespace) == "yes"
         assert can("list", "configmaps", "-n", namespace) == "no"
         assert can("update", "configmaps", "-n", namespace) == "no"
+        # Namespaces: read (the default credentials' namespace selector; kopf's discovery), never written.
+        assert can("get", f"namespaces/{namespace}") == "yes"
+        assert can("update", f"namespaces/{namespace}") == "no"
+        assert can("patch", f"namespaces/{namespace}") == "no"
         assert can("update", "maasmachines.infrastructure.cluster.x-k8s.io", "-n", namespace) == "no"
         assert can("patch", "maasmachines.infrastructure.cluster.x-k8s.io", "-n", namespace) == "yes"
         assert can("watch", "maasmachinetemplates.infrastructure.cluster.x-k8s.io", "-A") == "yes"

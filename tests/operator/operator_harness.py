@@ -56,6 +56,7 @@ class Operator:
     extra_args: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
     leader_elect: bool = False
+    cluster_wide: bool = False  # no --namespace: every namespace (give it a --watch-filter in extra_args)
 
     def replica(self, name: str, log: Path, *, extra_args: list[str] | None = None) -> Operator:
         """Another process with this one's settings: its own ports and log, ``POD_NAME`` = ``name`` (the
@@ -67,13 +68,16 @@ class Operator:
             CAPMAAS_SERVER__METRICS_PORT=str(free_port()),
         )
         args = list(self.extra_args if extra_args is None else extra_args)
-        return Operator(env, self.namespace, log, args, leader_elect=self.leader_elect)
+        return Operator(
+            env, self.namespace, log, args, leader_elect=self.leader_elect, cluster_wide=self.cluster_wide
+        )
 
     def start(self) -> None:
         out = self.log.open("ab")
         mode = [] if self.leader_elect else ["--standalone"]
+        scope = [] if self.cluster_wide else ["--namespace", self.namespace]
         self.proc = subprocess.Popen(
-            [CAPMAAS, "run", "--namespace", self.namespace, *mode, *self.extra_args],
+            [CAPMAAS, "run", *scope, *mode, *self.extra_args],
             env=self.env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -208,9 +212,12 @@ def sim() -> Simulator:
 
 
 @pytest.fixture
-def operator_env(kube: ControlPlane) -> dict[str, str]:
+def operator_env(kube: ControlPlane, namespace: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(kube.env())
+    # The test's namespace may use the default MAAS credentials (the simulator): the allow-list an admin must
+    # give; without it every MaasCluster without an identityRef is refused (DefaultIdentityNotAllowed).
+    env["CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACES"] = namespace
     env.update(
         CAPMAAS_POLLING__FAST_INTERVAL="0.2",
         CAPMAAS_POLLING__IDLE_INTERVAL="2",

@@ -218,7 +218,9 @@ def _provision(cluster: PodCluster, namespace: str, specs: list[MachineSpec]) ->
     kube = cluster.kube
     kube.create_namespace(namespace)
     capi = Capi(kube, namespace, "sample")
-    capi.create_cluster(cluster.sim.url, cluster.sim.api_key)
+    # The simulator listens on the node's address in the test's own network namespace, over http://: the
+    # identity opts in to plaintext explicitly (off loopback, capmaas refuses http:// without it).
+    capi.create_cluster(cluster.sim.url, cluster.sim.api_key, allow_plaintext_http=True)
     capi.wait_infrastructure(120.0, check=lambda: None)
     capi.create_machines(specs)
     return capi

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
@@ -143,6 +144,7 @@ class Recorder:
     port: int = 0
     received: bytearray = field(default_factory=bytearray)
     connections: int = 0
+    tls: ssl.SSLContext | None = None  # serve https (a handshake the client refuses never reaches _handle)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -160,7 +162,7 @@ class Recorder:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Recorder]:
-        server = await asyncio.start_server(self._handle, self.host, self.port)
+        server = await asyncio.start_server(self._handle, self.host, self.port, ssl=self.tls)
         self.port = server.sockets[0].getsockname()[1]
         async with server:
             yield self
@@ -260,3 +262,36 @@ def capi_kubeconfig_secret(namespace: str, cluster: str, kubeconfig: str) -> dic
 
 def json_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return dict(json.loads(proc.stdout))
+
+
+@dataclass
+class Tarpit:
+    """A loopback listener that accepts connections, reads the request and never answers (until the client
+    hangs up): a tenant's endpoint parking the operator's requests. Counts the connections it got."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    connections: int = 0
+    connected: asyncio.Event = field(default_factory=asyncio.Event)  # set by the first connection
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.connected.set()
+        try:
+            while await reader.read(65536):
+                pass  # keep reading (and never answer) until the client gives up
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Tarpit]:
+        server = await asyncio.start_server(self._handle, self.host, self.port)
+        self.port = server.sockets[0].getsockname()[1]
+        async with server:
+            yield self
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/MAAS"

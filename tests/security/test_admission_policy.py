@@ -5,7 +5,8 @@ With the chart's admission policy and RBAC applied (``helm template`` of ``deplo
 operator at another tenant's machine: a MaasMachine created with the victim's ``spec.systemID``, a
 ``spec.providerID`` or one of the operator's annotations (``…/agent-name``) forged or changed. Each is refused
 with the field named; the operator's ServiceAccount and ``system:masters`` (what ``clusterctl move`` runs as)
-are admitted; the victim's MAAS machine is untouched. Without the policy every forgery is admitted.
+are admitted; both victims' MAAS machines (the harness tenant's, and a second tenant's with a MAAS user of its
+own) are untouched. Without the policy every forgery is admitted.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from security_support import (
     wait_policy_active,
 )
 
-from capmaas import demo
+from capmaas import demo, maas
 
 pytestmark = pytest.mark.k8s
 
@@ -80,6 +81,16 @@ async def test_a_tenant_cannot_forge_the_fields_that_name_a_maas_machine(
     sid, pid = victim["spec"]["systemID"], victim["spec"]["providerID"]
     before = h.sim.state.machines[sid]
     owner, status = before.owner, before.status
+    # A second victim: another tenant with a MAAS user and a deployed machine of its own (its operator, or
+    # its people, deployed it: no object of it lives in a namespace the attacker can read).
+    victim2 = h.sim.add_user("victim2")
+    async with maas.MaasClient(h.url, api_key=victim2.api_key) as v2:
+        m2 = await v2.machines.allocate(agent_name="victim2-machine")
+        await v2.machines.deploy(m2.system_id, user_data=demo.CLOUD_CONFIG)
+    sid2 = m2.system_id
+    before2 = h.sim.state.machines[sid2]
+    owner2, status2 = before2.owner, before2.status
+    assert owner2 == "victim2"
 
     # The policy is compiled asynchronously by the apiserver: wait until it refuses the first forgery.
     ns = attacker.namespace
@@ -90,6 +101,12 @@ async def test_a_tenant_cannot_forge_the_fields_that_name_a_maas_machine(
     assert denied.returncode != 0
     assert "spec.systemID is set by the capmaas operator only" in denied.stderr
     assert "mallory" in denied.stderr
+
+    denied = attacker.k(
+        "apply", "-f", "-", input=yaml.safe_dump(forged(ns, "steal-v2", systemID=sid2)), check=False
+    )
+    assert denied.returncode != 0
+    assert "spec.systemID is set by the capmaas operator only" in denied.stderr
 
     denied = attacker.k(
         "apply", "-f", "-", input=yaml.safe_dump(forged(ns, "steal-1", providerID=pid)), check=False
@@ -140,6 +157,8 @@ async def test_a_tenant_cannot_forge_the_fields_that_name_a_maas_machine(
 
     after = h.sim.state.machines[sid]
     assert (after.owner, after.status) == (owner, status)
+    after2 = h.sim.state.machines[sid2]
+    assert (after2.owner, after2.status) == (owner2, status2)
     assert await h.field("maasmachines", "w0", "spec", "systemID") == sid
 
 

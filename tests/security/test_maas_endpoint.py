@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +22,7 @@ from security_support import Hostile, Recorder, Tenant, peak_rss_mib
 
 from capmaas import demo
 from capmaas.api import conditions as C
+from capmaas.devcluster.pki import make_serving_pki
 
 pytestmark = pytest.mark.k8s
 
@@ -125,3 +128,24 @@ async def test_metrics_carry_no_endpoint_url_and_listen_on_loopback_only(
     assert h.url.split("//")[1].split("/")[0] not in text  # not even host:port
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.2", port), timeout=2):
         pass
+
+
+async def test_the_operators_insecure_setting_does_not_switch_off_a_tenants_tls(
+    harness: Harness, tenant: Tenant, operator_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The operator's CAPMAAS_MAAS__INSECURE_SKIP_TLS_VERIFY is for its default credentials. Before, it was
+    ORed into every identity: a tenant's https endpoint with a certificate nobody trusts (a man in the middle)
+    got the whoami request, signed with the tenant's key. Now the handshake is refused and nothing is sent."""
+    h = harness
+    operator_env["CAPMAAS_MAAS__INSECURE_SKIP_TLS_VERIFY"] = "true"
+    pki = make_serving_pki(tmp_path / "pki")
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(pki.cert, pki.key)
+    async with Recorder(tls=tls).running() as mitm:
+        h.operator.start()
+        await attack_cluster(h, tenant, f"https://127.0.0.1:{mitm.port}/MAAS")
+        cond = await condition_of(h, within=90)
+        assert cond["reason"] == C.MAAS_UNREACHABLE_REASON, cond
+        assert "certificate" in cond["message"].lower(), cond
+    assert b"whoami" not in mitm.received
+    assert mitm.connections == 0

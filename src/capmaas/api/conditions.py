@@ -26,6 +26,7 @@ LXD_VM_CREATED_CONDITION = "LXDVMCreated"  # LXD: MAAS composed the VM and it fi
 LXD_VM_DEPLOYED_CONDITION = "LXDVMDeployed"  # LXD: the composed VM is Deployed and powered on
 NODE_PROVIDER_ID_CONDITION = "NodeProviderIDSet"  # MaasMachine: written once the Node step hit a problem
 SETTINGS_APPLIED_CONDITION = "SettingsApplied"  # every spec field the user set is applied through MAAS
+MAAS_TRANSPORT_SECURE_CONDITION = "MaasTransportSecure"  # MaasCluster: TLS verified (or loopback HTTP)
 
 # --- reasons: success -----------------------------------------------------------------------------
 
@@ -40,6 +41,10 @@ CUSTOM_ENDPOINT_REASON = "CustomEndpoint"  # DNSReady=True without DNS: the user
 FAILURE_DOMAINS_FROM_SPEC_REASON = "FromSpec"  # failure domains taken from spec.failureDomains
 FAILURE_DOMAINS_FROM_MAAS_REASON = "FromMaas"  # failure domains discovered from the MAAS zones
 MAAS_CONNECTED_REASON = "Connected"  # MaasConnected=True
+TLS_VERIFIED_REASON = "TLSVerified"  # MaasTransportSecure=True: https with the certificate verified
+LOOPBACK_HTTP_REASON = "LoopbackHTTP"  # MaasTransportSecure=True: http:// to a loopback address only
+TLS_VERIFICATION_DISABLED_REASON = "TLSVerificationDisabled"  # MaasTransportSecure=False: identity's opt-in
+PLAINTEXT_HTTP_REASON = "PlaintextHTTP"  # MaasTransportSecure=False: http:// by the identity's opt-in
 VM_HOST_SELECTED_REASON = "VMHostSelected"  # LXDHostSelected=True
 RESOURCES_RESERVED_REASON = "ResourcesReserved"  # LXDResourcesAllocated=True
 VM_COMPOSED_REASON = "VMComposed"  # LXDVMCreated=True
@@ -71,6 +76,8 @@ INVALID_SPEC_REASON = "InvalidSpec"  # the spec does not parse into the API mode
 MAAS_UNREACHABLE_REASON = "MaasUnreachable"  # connection refused / timed out / 5xx from the MAAS region
 INVALID_CREDENTIALS_REASON = "InvalidCredentials"  # identity Secret malformed or rejected (401/403)
 IDENTITY_SECRET_NOT_FOUND_REASON = "IdentitySecretNotFound"  # identityRef names a Secret that does not exist
+DEFAULT_IDENTITY_NOT_ALLOWED_REASON = "DefaultIdentityNotAllowed"  # no identityRef; namespace not allowed
+PLAINTEXT_ENDPOINT_REFUSED_REASON = "PlaintextEndpointRefused"  # http:// endpoint without the opt-in
 DNS_UPDATE_FAILED_REASON = "DNSUpdateFailed"  # MAAS refused to create/update the DNS resource
 DNS_RECORD_CONFLICT_REASON = "DNSRecordConflict"  # the endpoint's DNS record exists and is not ours
 ZONE_NOT_FOUND_REASON = "ZoneNotFound"  # a failure domain names a zone MAAS does not have

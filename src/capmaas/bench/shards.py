@@ -35,9 +35,14 @@ class ShardCapi(Capi):
         super().__init__(*args)  # type: ignore[arg-type]
         self.labels = labels
 
-    def create_cluster(self, maas_endpoint: str, maas_api_key: str) -> None:
+    def create_cluster(
+        self, maas_endpoint: str, maas_api_key: str, *, allow_plaintext_http: bool = False
+    ) -> None:
         ns = self.namespace
-        self.kube.create_secret(M.identity_secret(self.identity, ns, maas_endpoint, maas_api_key))
+        secret = M.identity_secret(
+            self.identity, ns, maas_endpoint, maas_api_key, allow_plaintext_http=allow_plaintext_http
+        )
+        self.kube.create_secret(secret)
         cluster = M.cluster(self.cluster, ns)
         cluster["metadata"].setdefault("labels", {}).update(self.labels)
         self.cluster_uid = self.kube.create(CLUSTERS, cluster)["metadata"]["uid"]

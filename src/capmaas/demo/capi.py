@@ -62,9 +62,14 @@ class Capi:
     def identity(self) -> str:
         return f"{self.cluster}-maas-identity"
 
-    def create_cluster(self, maas_endpoint: str, maas_api_key: str) -> None:
+    def create_cluster(
+        self, maas_endpoint: str, maas_api_key: str, *, allow_plaintext_http: bool = False
+    ) -> None:
         ns = self.namespace
-        self.kube.create_secret(M.identity_secret(self.identity, ns, maas_endpoint, maas_api_key))
+        secret = M.identity_secret(
+            self.identity, ns, maas_endpoint, maas_api_key, allow_plaintext_http=allow_plaintext_http
+        )
+        self.kube.create_secret(secret)
         created = self.kube.create(CLUSTERS, M.cluster(self.cluster, ns))
         self.cluster_uid = created["metadata"]["uid"]
         self.kube.create(

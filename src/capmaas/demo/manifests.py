@@ -251,14 +251,20 @@ def bootstrap_secret(
     }
 
 
-def identity_secret(name: str, namespace: str, endpoint: str, api_key: str) -> dict[str, Any]:
-    """The Secret a MaasCluster's ``spec.identityRef`` names: the MAAS endpoint and API key."""
+def identity_secret(
+    name: str, namespace: str, endpoint: str, api_key: str, *, allow_plaintext_http: bool = False
+) -> dict[str, Any]:
+    """The Secret a MaasCluster's ``spec.identityRef`` names: the MAAS endpoint and API key.
+    ``allow_plaintext_http``: the identity's opt-in to an ``http://`` endpoint off loopback."""
+    data = {"MAAS_ENDPOINT": endpoint, "MAAS_API_KEY": api_key}
+    if allow_plaintext_http:
+        data["MAAS_ALLOW_PLAINTEXT_HTTP"] = "true"
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
         "metadata": {"name": name, "namespace": namespace},
-        "stringData": {"MAAS_ENDPOINT": endpoint, "MAAS_API_KEY": api_key},
+        "stringData": data,
     }
 
 

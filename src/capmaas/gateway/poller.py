@@ -54,8 +54,10 @@ class MachinePoller:
         idle: float,
         batch_size: int,
         wake: Wake,
+        deadline: float | None = None,
     ) -> None:
         self._client = client
+        self._deadline = deadline  # seconds one poll round may take, all its list calls together
         self._fast = fast
         self._idle = idle
         self._batch = max(1, batch_size)
@@ -169,11 +171,22 @@ class MachinePoller:
                 return
         started = self._seq
         found: dict[str, maas.Machine] = {}
+        unreadable: set[str] = set()  # MAAS returned them, but not in a shape we read: not gone
         try:
-            for start in range(0, len(ids), self._batch):
-                chunk = ids[start : start + self._batch]
-                for m in await self._client.machines.list(ids=chunk):
-                    found[m.system_id] = m
+            async with asyncio.timeout(self._deadline):
+                for start in range(0, len(ids), self._batch):
+                    chunk = ids[start : start + self._batch]
+                    machines, skipped = await self._client.machines.list_lenient(chunk)
+                    unreadable.update(skipped)
+                    for m in machines:
+                        found[m.system_id] = m
+        except TimeoutError:
+            log.warning("MAAS poll gave up after its %ss deadline", self._deadline)
+            self.last_error = maas_errors.RequestTimeoutError(
+                f"the poll of {len(ids)} machines took longer than {self._deadline}s",
+                request=maas_errors.RequestInfo("GET", "machines/", "machines/"),
+            )
+            return
         except maas_errors.MaasError as exc:
             if self.last_error is None:
                 log.warning("MAAS poll failed: %s", type(exc).__name__)
@@ -183,7 +196,7 @@ class MachinePoller:
         self.last_error = None
         for sid in ids:
             key = self._watched.get(sid)
-            if key is None or self._written.get(sid, 0) > started:
+            if key is None or self._written.get(sid, 0) > started or sid in unreadable:
                 continue  # unwatched meanwhile, or a write answered after this poll was sent: newer
             new = found.get(sid)
             old = self._snap.get(sid)

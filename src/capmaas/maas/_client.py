@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from capmaas.maas import _allowlist, _auth, _http, errors, models
+from capmaas.maas import _allowlist, _auth, _http, _transports, errors, models
 from capmaas.maas.resources import (
     boot_resources,
     dns,
@@ -75,7 +75,7 @@ def _verify(
     else:
         return True
     if ca_data is not None:
-        context.load_verify_locations(cadata=ca_data)
+        _transports.load_ca(context, ca_data)
     return context
 
 
@@ -90,6 +90,7 @@ class MaasClient:
     bounds each answer's size and each attempt's duration (:class:`Limits`; its deadline defaults to
     ``timeout``). ``allowed_endpoints`` (an :class:`EndpointAllowList`, empty: any) refuses, at construction,
     a URL whose host is not on it (:class:`~capmaas.maas.errors.EndpointNotAllowedError`).
+    ``on_invalid_item(endpoint)`` is called for each item a lenient list call leaves out.
     """
 
     def __init__(
@@ -107,6 +108,7 @@ class MaasClient:
         sleep: _http.Sleep = asyncio.sleep,
         on_response: _http.OnResponse | None = None,
         limits: _http.Limits | None = None,
+        on_invalid_item: _http.OnInvalidItem | None = None,
         allowed_endpoints: _allowlist.EndpointAllowList | None = None,
     ) -> None:
         credentials = api_key if isinstance(api_key, _auth.Credentials) else _auth.Credentials.parse(api_key)
@@ -132,6 +134,7 @@ class MaasClient:
             sleep=sleep,
             on_response=on_response,
             limits=limits,
+            on_invalid_item=on_invalid_item,
         )
         self.machines = machines.Machines(self._http)
         self.vm_hosts = vm_hosts.VmHosts(self._http)

@@ -30,12 +30,14 @@ import pydantic
 from capmaas import backoff as _backoff
 from capmaas.maas import _auth, errors
 
-__all__ = ["FormFields", "Http", "Limits", "OnResponse", "RetryPolicy", "Sleep"]
+__all__ = ["FormFields", "Http", "Limits", "OnInvalidItem", "OnResponse", "RetryPolicy", "Sleep"]
 
 log = logging.getLogger("capmaas.maas")
 
 FormFields = Sequence[tuple[str, str]]
 OnResponse = Callable[[str, str, int], None]
+#: ``on_invalid_item(endpoint)``: one item of a list answer did not parse and was left out.
+OnInvalidItem = Callable[[str], None]
 Sleep = Callable[[float], Awaitable[None]]
 ModelT = TypeVar("ModelT", bound=pydantic.BaseModel)
 
@@ -113,6 +115,7 @@ class Http:
         sleep: Sleep,
         on_response: OnResponse | None,
         limits: Limits | None = None,
+        on_invalid_item: OnInvalidItem | None = None,
     ) -> None:
         self._client = client
         self.api_root = api_root
@@ -121,6 +124,7 @@ class Http:
         self._limits = limits if limits is not None else Limits()
         self._sleep = sleep
         self._on_response = on_response
+        self._on_invalid_item = on_invalid_item
 
     async def call(
         self,
@@ -171,6 +175,27 @@ class Http:
         if not isinstance(data, list):
             raise self.shape_error(method, path, "a JSON list", data)
         return [self.parse(model, item, method=method, path=path) for item in data]
+
+    async def models_lenient(
+        self, model: type[ModelT], method: str, path: str, *, key: str, **kwargs: Any
+    ) -> tuple[list[ModelT], list[str]]:
+        """:meth:`models`, but an item that does not parse is left out instead of failing the whole answer:
+        returns the parsed items and the ``key`` field (e.g. ``system_id``) of each one left out ("" when it
+        has none). Each is logged (the field problems, never the values) and counted by the hook."""
+        data = await self.call(method, path, listing=True, **kwargs)
+        if not isinstance(data, list):
+            raise self.shape_error(method, path, "a JSON list", data)
+        parsed: list[ModelT] = []
+        skipped: list[str] = []
+        for item in data:
+            try:
+                parsed.append(self.parse(model, item, method=method, path=path))
+            except errors.ResponseParseError as exc:
+                ident = item.get(key) if isinstance(item, dict) else None
+                skipped.append(ident if isinstance(ident, str) else "")
+                log.warning("left one item out of the answer to %s %s: %s", method, path, exc)
+                self._notify_invalid(path)
+        return parsed, skipped
 
     def shape_error(
         self, method: str, endpoint: str, expected: str, data: object
@@ -267,6 +292,14 @@ class Http:
             self._on_response(info.method, info.endpoint, status)
         except Exception:
             log.exception("on_response hook failed for %s %s", info.method, info.endpoint)
+
+    def _notify_invalid(self, endpoint: str) -> None:
+        if self._on_invalid_item is None:
+            return
+        try:
+            self._on_invalid_item(endpoint)
+        except Exception:
+            log.exception("on_invalid_item hook failed for %s", endpoint)
 
     def _transport_error(self, exc: Exception, info: errors.RequestInfo) -> errors.MaasError:
         detail = self._credentials.redact(errors.cap_body(str(exc) or type(exc).__name__, 256))

@@ -22,7 +22,9 @@ from typing import Any
 import aiohttp
 import httpx
 
-__all__ = ["AiohttpTransport", "ssl_context"]
+from capmaas.maas import errors
+
+__all__ = ["AiohttpTransport", "load_ca", "ssl_context"]
 
 
 def ssl_context(*, ca_data: str | None = None, insecure: bool = False) -> ssl.SSLContext:
@@ -33,8 +35,18 @@ def ssl_context(*, ca_data: str | None = None, insecure: bool = False) -> ssl.SS
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     elif ca_data:
-        context.load_verify_locations(cadata=ca_data)
+        load_ca(context, ca_data)
     return context
+
+
+def load_ca(context: ssl.SSLContext, ca_data: str) -> None:
+    """Add PEM ``ca_data`` to ``context``'s trust; :class:`InvalidCaError` when it is not a certificate."""
+    try:
+        context.load_verify_locations(cadata=ca_data)
+    except (ssl.SSLError, ValueError) as exc:
+        raise errors.InvalidCaError(
+            f"the CA certificate is not a PEM certificate ({type(exc).__name__})"
+        ) from exc
 
 
 class _Body(httpx.AsyncByteStream):

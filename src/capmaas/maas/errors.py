@@ -11,6 +11,7 @@ transport::
     ├── InvalidApiKeyError (also ValueError)   the key is not ``consumer:token:secret``
     ├── InvalidBaseUrlError (also ValueError)  the base URL is not http(s)://host[:port]/path
     │   └── EndpointNotAllowedError            its host is outside the operator's endpoint allow-list
+    ├── InvalidCaError (also ValueError)       the CA given to verify MAAS's certificate is not PEM
     ├── TransportError                         no HTTP answer: connection refused/reset, TLS, protocol
     │   └── RequestTimeoutError                no answer in time
     ├── ResponseParseError                     an answer we could not read (bad JSON, wrong shape)
@@ -49,6 +50,7 @@ __all__ = [
     "GoneError",
     "InvalidApiKeyError",
     "InvalidBaseUrlError",
+    "InvalidCaError",
     "MaasError",
     "NoMachineAvailableError",
     "NotFoundError",
@@ -104,6 +106,10 @@ class InvalidBaseUrlError(MaasError, ValueError):
 
 class EndpointNotAllowedError(InvalidBaseUrlError):
     """The MAAS URL's host is not in the operator's allow-list of MAAS endpoints."""
+
+
+class InvalidCaError(MaasError, ValueError):
+    """The CA certificate text given to verify MAAS's certificate is not a PEM certificate."""
 
 
 class TransportError(MaasError):

@@ -56,8 +56,12 @@ class _Model(pydantic.BaseModel):
 
 
 class NodeStatus(enum.IntEnum):
-    """MAAS ``NODE_STATUS`` codes (``maascommon/enums/node.py``); ``.name`` is MAAS's constant name."""
+    """MAAS ``NODE_STATUS`` codes (``maascommon/enums/node.py``); ``.name`` is MAAS's constant name.
 
+    A code newer than this enum reads as :attr:`UNKNOWN` rather than failing: one machine in a state we do
+    not know must not fail a list call that covers every tenant's machines."""
+
+    UNKNOWN = -1
     NEW = 0
     COMMISSIONING = 1
     FAILED_COMMISSIONING = 2
@@ -86,6 +90,12 @@ class NodeStatus(enum.IntEnum):
     def filter_name(self) -> str:
         """The value the ``status=`` list filter takes (lower-case name, e.g. ``failed_deployment``)."""
         return self.name.lower()
+
+    @classmethod
+    def _missing_(cls, value: object) -> NodeStatus | None:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return cls.UNKNOWN
+        return None
 
 
 class PowerState(enum.StrEnum):

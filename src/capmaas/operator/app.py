@@ -42,9 +42,10 @@ from capmaas.operator.metrics import Metrics
 from capmaas.operator.templates import register as register_templates
 from capmaas.operator.workers import Reconcile, Workers
 from capmaas.reconcilers.cluster import ClusterReconciler
+from capmaas.reconcilers.credentials import parse_selector
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL
 from capmaas.reconcilers.machine import MachineReconciler, MachineSettings
-from capmaas.reconcilers.ports import Body, EventType, MaasCredentials, NodePatchResult
+from capmaas.reconcilers.ports import Body, EventType, MaasCredentials, NamespaceAllowList, NodePatchResult
 from capmaas.reconcilers.scope import Requeue
 
 log = logging.getLogger(__name__)
@@ -154,19 +155,32 @@ def label_filter(watch_filter: str | None) -> dict[str, Any] | None:
 
 
 def default_credentials(config: OperatorConfig) -> MaasCredentials | None:
+    """The operator's default credentials and the namespaces allowed to use them; a malformed namespace
+    selector stops the start here (ValueError naming it)."""
     m = config.maas
+    parse_selector(m.default_identity_namespace_selector)
     if not m.endpoint or m.api_key is None:
         return None
     ca = None
     if m.ca_file:
         with open(m.ca_file, encoding="utf-8") as f:
             ca = f.read()
+    allowed = NamespaceAllowList(
+        frozenset(m.default_identity_namespaces), m.default_identity_namespace_selector
+    )
+    if not allowed.names and not allowed.selector.strip():
+        log.warning(
+            "default MAAS credentials are configured but no namespace may use them: set "
+            "maas.default_identity_namespaces or maas.default_identity_namespace_selector (docs/security.md)"
+        )
     return MaasCredentials(
         endpoint=m.endpoint,
         api_key=m.api_key.get_secret_value(),
         ca_data=ca,
         insecure=m.insecure_skip_tls_verify,
         source="operator default",
+        allow_plaintext=m.allow_plaintext_http,
+        namespaces=allowed,
     )
 
 
@@ -222,7 +236,7 @@ def build_runtime(
     )
 
     def client_factory(c: MaasCredentials) -> maas.MaasClient:
-        insecure = c.insecure or config.maas.insecure_skip_tls_verify
+        insecure = c.insecure  # each identity's own setting: the operator's applies to its default only
         return maas.MaasClient(
             c.endpoint,
             api_key=c.api_key,
@@ -235,6 +249,7 @@ def build_runtime(
             timeout=config.maas.request_timeout,
             max_retries=config.maas.max_retries,
             on_response=metrics.on_response(c.endpoint),
+            on_invalid_item=metrics.on_invalid_item(c.endpoint),
             limits=limits,
             allowed_endpoints=allowed,  # EndpointNotAllowedError: InvalidCredentials on the MaasCluster
         )
@@ -246,6 +261,8 @@ def build_runtime(
         batch_size=config.polling.batch_size,
         wake=wake,
         max_concurrent_writes=config.maas.max_concurrent_writes,
+        negative_ttl=config.polling.connect_failure_ttl,
+        poll_deadline=config.polling.poll_deadline,
     )
     creds = default_credentials(config)
     ms = config.machine

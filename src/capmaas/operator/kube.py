@@ -31,6 +31,7 @@ import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
 from capmaas.api import conditions as C
 from capmaas.operator.events import EventRecorder
@@ -209,6 +210,7 @@ class KubeAdapter:
         self._configmaps: TtlLru[tuple[str, str], tuple[Mapping[str, str] | None]] = TtlLru(
             secret_cache_size, secret_ttl
         )
+        self._namespaces: TtlLru[str, tuple[Mapping[str, str] | None]] = TtlLru(secret_cache_size, secret_ttl)
         self._workload: TtlLru[str, _Workload] = TtlLru(
             workload_cache_size, workload_ttl, on_evict=self._close_workload
         )
@@ -318,6 +320,27 @@ class KubeAdapter:
         self._reading.pop(key, None)
         if not task.cancelled():
             task.exception()  # retrieved here too, so a read whose every waiter left is not logged as lost
+
+    async def namespace_labels(self, name: str) -> Mapping[str, str] | None:
+        """A Namespace's labels, cached like Secrets (the default-credentials allow-list's selector)."""
+        cached = self._namespaces.get(name)
+        if cached is not None:
+            return cached[0]
+        try:
+            ns = await self._http.request("GET", f"/api/v1/namespaces/{quote(name, safe='')}", priority=-1)
+        except KubeHttpError as exc:
+            if exc.status != 404:
+                raise TransientError(
+                    C.MAAS_UNREACHABLE_REASON,
+                    f"reading Namespace {name} (for the default credentials' namespace selector): "
+                    + (f"HTTP {exc.status}" if exc.status else str(exc)),
+                ) from exc
+            labels: Mapping[str, str] | None = None
+        else:
+            labels = dict((ns.get("metadata") or {}).get("labels") or {})
+        self._namespaces.expire()
+        self._namespaces.put(name, (labels,))
+        return labels
 
     # --- writes ------------------------------------------------------------------------------------------
     async def patch(

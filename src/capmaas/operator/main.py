@@ -43,6 +43,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     old.add_argument("--priority", type=int, help="ignored: a Lease has no priorities (a warning is logged)")
     parser.add_argument("--secrets-dir", help="directory of secret files (e.g. maas__api_key)")
+    parser.add_argument(
+        "--default-identity-namespaces",
+        metavar="NS[,NS...]",
+        help="namespaces that may use the default MAAS credentials ('*': all; default: none)",
+    )
+    parser.add_argument(
+        "--default-identity-namespace-selector",
+        metavar="SELECTOR",
+        help="label selector of further namespaces that may use the default MAAS credentials",
+    )
 
 
 def _no_sniffio_lookups() -> None:
@@ -56,10 +66,18 @@ def _no_sniffio_lookups() -> None:
 def run(args: argparse.Namespace) -> int:
     from capmaas.operator.app import LeadershipLost, run_operator
     from capmaas.operator.metrics import setup_logging
+    from capmaas.reconcilers.credentials import parse_selector
 
     try:
         config = load_config(getattr(args, "secrets_dir", None))
         deprecated = _leader_election_args(args, config)
+        if args.default_identity_namespaces is not None:
+            config.maas.default_identity_namespaces = [
+                n.strip() for n in args.default_identity_namespaces.split(",") if n.strip()
+            ]
+        if args.default_identity_namespace_selector is not None:
+            config.maas.default_identity_namespace_selector = args.default_identity_namespace_selector
+        parse_selector(config.maas.default_identity_namespace_selector)  # a bad one is named here
     except ValueError as exc:  # pydantic's ValidationError: a bad setting, named in the message
         print(f"capmaas run: {exc}", file=sys.stderr)
         return 2

@@ -72,6 +72,13 @@ class Metrics:
         self.errors = Counter(
             "capmaas_reconcile_errors_total", "Failed reconciles by kind", ["kind"], registry=self.registry
         )
+        self.maas_invalid_items = Counter(
+            "capmaas_maas_invalid_items_total",
+            "Items of a MAAS list answer left out because they did not parse (e.g. a machine without a "
+            "hostname), by endpoint (a hash of its URL) and path template",
+            ["endpoint", "path"],
+            registry=self.registry,
+        )
         self.maas_requests = Counter(
             "capmaas_maas_requests_total",
             "MAAS API requests by endpoint (a hash of its URL), method, path template and HTTP status",
@@ -94,6 +101,14 @@ class Metrics:
         self.reconciles.labels(kind, result).inc()
         if result != "success":
             self.errors.labels(kind).inc()
+
+    def on_invalid_item(self, endpoint: str) -> Callable[[str], None]:
+        label = endpoint_label(endpoint)
+
+        def hook(path: str) -> None:
+            self.maas_invalid_items.labels(label, path).inc()
+
+        return hook
 
     def on_response(self, endpoint: str) -> Callable[[str, str, int], None]:
         label = endpoint_label(endpoint)

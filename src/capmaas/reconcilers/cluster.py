@@ -40,7 +40,7 @@ from capmaas.api.v1beta1 import (
 )
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import facts
-from capmaas.reconcilers.credentials import connect, maas_failure
+from capmaas.reconcilers.credentials import connect_with_credentials, maas_failure, transport_security
 from capmaas.reconcilers.errors import ReconcileError
 from capmaas.reconcilers.keys import (
     CLUSTER_FINALIZER,
@@ -244,11 +244,14 @@ class ClusterReconciler:
 
     async def _connect(self, scope: ClusterScope) -> MaasPort:
         try:
-            port = await connect(self.kube, self.connector, scope.body, self.default_credentials)
+            port, creds = await connect_with_credentials(
+                self.kube, self.connector, scope.body, self.default_credentials
+            )
         except ReconcileError as exc:
             scope.set_condition(C.MAAS_CONNECTED_CONDITION, False, exc.reason, exc.message)
             raise
         scope.set_condition(C.MAAS_CONNECTED_CONDITION, True, C.MAAS_CONNECTED_REASON, port.endpoint)
+        scope.set_condition(C.MAAS_TRANSPORT_SECURE_CONDITION, *transport_security(creds))
         return port
 
     async def _normal(self, scope: ClusterScope) -> Requeue:

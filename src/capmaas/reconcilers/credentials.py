@@ -1,30 +1,62 @@
-"""MAAS credentials for a MaasCluster, and the mapping of MAAS failures to retryable outcomes.
+"""MAAS credentials for a MaasCluster, who may use which, and the mapping of MAAS failures to retryable
+outcomes.
 
 The identity Secret (``spec.identityRef``, same namespace) holds ``MAAS_ENDPOINT``, ``MAAS_API_KEY`` and
-optionally ``MAAS_CA_CERT``; the Go provider's keys ``endpoint``/``api-key`` are accepted. Without identityRef
-the operator's default credentials apply. Messages name the Secret and the key that is wrong, never the value.
+optionally ``MAAS_CA_CERT`` (PEM; ``MAAS_CA_BUNDLE``, ``ca.crt`` and ``ca-cert`` are legacy names),
+``MAAS_INSECURE_SKIP_TLS_VERIFY`` and ``MAAS_ALLOW_PLAINTEXT_HTTP``; the Go provider's keys
+``endpoint``/``api-key`` are accepted. Without identityRef the operator's default credentials apply, but only
+in the namespaces the operator's admin allowed (:class:`~capmaas.reconcilers.ports.NamespaceAllowList`).
+Messages name the Secret and the key that is wrong, never the value.
+
+Transport rules, per identity: TLS verification is on unless that identity opts out; an ``http://`` endpoint
+(whose every request carries the OAuth secret in the clear) is refused unless that identity opts in, except
+to a loopback IP address (the request never leaves the host). See docs/security.md.
 """
 
 from __future__ import annotations
 
+import functools
+import ipaddress
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from capmaas.api import conditions as C
 from capmaas.api.v1beta1 import IdentityRef, MaasClusterSpec
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers.errors import TransientError
-from capmaas.reconcilers.ports import Body, KubePort, MaasConnector, MaasCredentials, MaasPort
+from capmaas.reconcilers.ports import (
+    Body,
+    KubePort,
+    MaasConnector,
+    MaasCredentials,
+    MaasPort,
+    NamespaceAllowList,
+)
 from capmaas.reconcilers.scope import wire_name
 
 IDENTITY_REF = wire_name(MaasClusterSpec, "identity_ref")
 ENDPOINT_KEYS = ("MAAS_ENDPOINT", "endpoint")
 API_KEY_KEYS = ("MAAS_API_KEY", "api-key")
-CA_KEYS = ("MAAS_CA_CERT", "ca.crt", "ca-cert")
+#: ``MAAS_CA_CERT`` is the name; the others are read too (``MAAS_CA_BUNDLE``: the chart's earlier name).
+CA_KEYS = ("MAAS_CA_CERT", "MAAS_CA_BUNDLE", "ca.crt", "ca-cert")
 INSECURE_KEYS = ("MAAS_INSECURE_SKIP_TLS_VERIFY",)
+PLAINTEXT_KEYS = ("MAAS_ALLOW_PLAINTEXT_HTTP",)
+
+#: How the operator's admin sets what the messages below point at (config field, env, chart value).
+NAMESPACES_SETTING = (
+    "maas.default_identity_namespaces / maas.default_identity_namespace_selector (env "
+    "CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACES, CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACE_SELECTOR; chart "
+    "credentials.allowedNamespaces)"
+)
+PLAINTEXT_SETTING = "maas.allow_plaintext_http (env CAPMAAS_MAAS__ALLOW_PLAINTEXT_HTTP)"
+INSECURE_SETTING = "maas.insecure_skip_tls_verify (env CAPMAAS_MAAS__INSECURE_SKIP_TLS_VERIFY)"
 
 #: Retry delay (s) for a credentials problem: a person has to fix the Secret, so do not hammer anything.
 CREDENTIALS_RETRY = 15.0
 UNREACHABLE_RETRY = 10.0
+TRUE = ("1", "true", "yes")
 
 
 def _first(data: Mapping[str, bytes], keys: tuple[str, ...]) -> str | None:
@@ -38,20 +70,153 @@ def _first(data: Mapping[str, bytes], keys: tuple[str, ...]) -> str | None:
     return None
 
 
+# --- label selectors -------------------------------------------------------------------------------------
+_KEY = r"(?:[a-z0-9A-Z.-]{1,253}/)?[a-zA-Z0-9](?:[-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9])?"
+_VALUE = r"(?:[a-zA-Z0-9](?:[-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9])?)?"
+_REQUIREMENT = re.compile(
+    rf"\s*(?:(?P<not>!)\s*(?P<nkey>{_KEY})"
+    rf"|(?P<key>{_KEY})\s*(?:(?P<op>==|!=|=)\s*(?P<value>{_VALUE})"
+    rf"|\s+(?P<setop>in|notin)\s*\((?P<values>[^()]*)\))?)\s*(?:,|$)"
+)
+
+
+@dataclass(frozen=True)
+class LabelRequirement:
+    """One term of a label selector: ``op`` is ``in``, ``notin``, ``exists`` or ``!exists``."""
+
+    key: str
+    op: str
+    values: frozenset[str] = frozenset()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if self.op == "exists":
+            return self.key in labels
+        if self.op == "!exists":
+            return self.key not in labels
+        if self.op == "in":
+            return labels.get(self.key) in self.values
+        return labels.get(self.key) not in self.values  # notin (also true when the label is absent)
+
+
+@functools.lru_cache(maxsize=16)
+def parse_selector(text: str) -> tuple[LabelRequirement, ...]:
+    """A Kubernetes label selector (``a=b``, ``a==b``, ``a!=b``, ``a``, ``!a``, ``a in (b,c)``,
+    ``a notin (b)``, comma-separated: all must hold); ValueError naming the part that is not one."""
+    out: list[LabelRequirement] = []
+    pos, text = 0, text.strip()
+    while pos < len(text):
+        m = _REQUIREMENT.match(text, pos)
+        if m is None or m.end() == pos:
+            raise ValueError(f"not a label selector at {text[pos:]!r} (e.g. 'tenant-tier=trusted,!blocked')")
+        pos = m.end()
+        if m["nkey"]:
+            out.append(LabelRequirement(m["nkey"], "!exists"))
+        elif m["op"]:
+            op = "notin" if m["op"] == "!=" else "in"
+            out.append(LabelRequirement(m["key"], op, frozenset({m["value"]})))
+        elif m["setop"]:
+            values = frozenset(v.strip() for v in m["values"].split(","))
+            if not all(re.fullmatch(_VALUE, v) for v in values):
+                raise ValueError(f"not a label value in {m['values']!r}")
+            out.append(LabelRequirement(m["key"], m["setop"], values))
+        else:
+            out.append(LabelRequirement(m["key"], "exists"))
+    return tuple(out)
+
+
+# --- who may use the default credentials -----------------------------------------------------------------
+async def namespace_allowed(kube: KubePort, namespace: str, allowed: NamespaceAllowList) -> bool:
+    """True when ``namespace`` is named in ``allowed`` (or ``*`` is), or its labels match the selector."""
+    if "*" in allowed.names or namespace in allowed.names:
+        return True
+    if not allowed.selector.strip():
+        return False
+    requirements = parse_selector(allowed.selector)  # checked at start-up: cannot fail here
+    labels = await kube.namespace_labels(namespace)
+    if labels is None:
+        return False
+    return all(r.matches(labels) for r in requirements)
+
+
+async def check_default_allowed(kube: KubePort, namespace: str, default: MaasCredentials) -> None:
+    """TransientError ``DefaultIdentityNotAllowed`` unless ``namespace`` may use the default credentials."""
+    if await namespace_allowed(kube, namespace, default.namespaces):
+        return
+    raise TransientError(
+        C.DEFAULT_IDENTITY_NOT_ALLOWED_REASON,
+        f"namespace {namespace} may not use the operator's default MAAS credentials: it is not allowed by "
+        f"the operator's {NAMESPACES_SETTING}; give the MaasCluster a spec.identityRef (a Secret in this "
+        "namespace), or ask the operator's admin to allow the namespace",
+        delay=CREDENTIALS_RETRY,
+    )
+
+
+# --- transport -------------------------------------------------------------------------------------------
+def _loopback(endpoint: str) -> bool:
+    host = urlsplit(endpoint).hostname or ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name is never trusted to be loopback: it could resolve anywhere
+
+
+def _plaintext(endpoint: str) -> bool:
+    return endpoint.strip().lower().startswith("http://")
+
+
+def _opt_in(creds: MaasCredentials, key: str, setting: str) -> str:
+    return setting if creds.source == "operator default" else f"{key} in {creds.source}"
+
+
+def check_transport(creds: MaasCredentials) -> None:
+    """TransientError ``PlaintextEndpointRefused`` for an ``http://`` endpoint outside loopback without the
+    identity's opt-in: every request would carry the key's secret in the clear."""
+    if not _plaintext(creds.endpoint) or creds.allow_plaintext or _loopback(creds.endpoint):
+        return
+    opt_in = f"{PLAINTEXT_KEYS[0]}=true"
+    raise TransientError(
+        C.PLAINTEXT_ENDPOINT_REFUSED_REASON,
+        f"{creds.source}: the MAAS endpoint is http://, so every request would carry the API key's secret "
+        f"in the clear; use https://, or opt in with {_opt_in(creds, opt_in, PLAINTEXT_SETTING)}",
+        delay=CREDENTIALS_RETRY,
+    )
+
+
+def transport_security(creds: MaasCredentials) -> tuple[bool, str, str]:
+    """The ``MaasTransportSecure`` condition of credentials that passed :func:`check_transport`."""
+    if _plaintext(creds.endpoint):
+        if _loopback(creds.endpoint):
+            return (
+                True,
+                C.LOOPBACK_HTTP_REASON,
+                "http:// to a loopback address: the key never leaves the host",
+            )
+        return (
+            False,
+            C.PLAINTEXT_HTTP_REASON,
+            "the MAAS endpoint is http://: the API key's secret travels in the clear (opted in by "
+            f"{_opt_in(creds, PLAINTEXT_KEYS[0], PLAINTEXT_SETTING)})",
+        )
+    if creds.insecure:
+        return (
+            False,
+            C.TLS_VERIFICATION_DISABLED_REASON,
+            "MAAS's TLS certificate is not verified (switched off by "
+            f"{_opt_in(creds, INSECURE_KEYS[0], INSECURE_SETTING)})",
+        )
+    return True, C.TLS_VERIFIED_REASON, "https with MAAS's certificate verified"
+
+
+# --- resolving -------------------------------------------------------------------------------------------
 async def resolve_credentials(
     kube: KubePort, maascluster: Body, default: MaasCredentials | None
 ) -> MaasCredentials:
-    """The credentials a MaasCluster's machines use; TransientError (with a clear reason) when unusable."""
+    """The credentials a MaasCluster's machines use; TransientError (with a clear reason) when unusable or
+    not allowed."""
     ns = maascluster.get("metadata", {}).get("namespace", "")
     raw = (maascluster.get("spec") or {}).get(IDENTITY_REF)
     if not raw:
-        if default is None:
-            raise TransientError(
-                C.INVALID_CREDENTIALS_REASON,
-                "no spec.identityRef and the operator has no default MAAS credentials",
-                delay=CREDENTIALS_RETRY,
-            )
-        return default
+        return await resolve_default(kube, ns, default)
     name = IdentityRef.model_validate(raw).name
     source = f"Secret {ns}/{name}"
     data = await kube.get_secret(ns, name)
@@ -68,10 +233,29 @@ async def resolve_credentials(
             f"identity {source} lacks {' and '.join(missing)} (or it is not UTF-8 text)",
             delay=CREDENTIALS_RETRY,
         )
-    insecure = (_first(data, INSECURE_KEYS) or "").lower() in ("1", "true", "yes")
-    return MaasCredentials(
-        endpoint=endpoint, api_key=api_key, ca_data=_first(data, CA_KEYS), insecure=insecure, source=source
+    creds = MaasCredentials(
+        endpoint=endpoint,
+        api_key=api_key,
+        ca_data=_first(data, CA_KEYS),
+        insecure=(_first(data, INSECURE_KEYS) or "").lower() in TRUE,
+        source=source,
+        allow_plaintext=(_first(data, PLAINTEXT_KEYS) or "").lower() in TRUE,
     )
+    check_transport(creds)
+    return creds
+
+
+async def resolve_default(kube: KubePort, namespace: str, default: MaasCredentials | None) -> MaasCredentials:
+    """The operator's default credentials for an object in ``namespace``, if it may use them."""
+    if default is None:
+        raise TransientError(
+            C.INVALID_CREDENTIALS_REASON,
+            "no spec.identityRef and the operator has no default MAAS credentials",
+            delay=CREDENTIALS_RETRY,
+        )
+    await check_default_allowed(kube, namespace, default)
+    check_transport(default)
+    return default
 
 
 def maas_failure(
@@ -86,6 +270,13 @@ def maas_failure(
     ``reason`` is used for MAAS answers that are neither auth nor availability problems (a 400/404/409).
     """
     where = f"{credentials.endpoint} ({credentials.source})" if credentials else "MAAS"
+    if isinstance(exc, maas_errors.InvalidCaError):
+        return TransientError(
+            C.INVALID_CREDENTIALS_REASON,
+            f"{doing}: {where}: the CA certificate ({CA_KEYS[0]}, or the operator's maas.ca_file) is not "
+            "a PEM certificate",
+            delay=CREDENTIALS_RETRY,
+        )
     if isinstance(exc, maas_errors.InvalidApiKeyError | maas_errors.InvalidBaseUrlError):
         return TransientError(
             C.INVALID_CREDENTIALS_REASON, f"{doing}: {where}: {exc}", delay=CREDENTIALS_RETRY
@@ -126,7 +317,27 @@ async def connect(
     kube: KubePort, connector: MaasConnector, maascluster: Body, default: MaasCredentials | None
 ) -> MaasPort:
     """Resolve credentials and get the pooled connection, every failure as a TransientError."""
+    port, _ = await connect_with_credentials(kube, connector, maascluster, default)
+    return port
+
+
+async def connect_with_credentials(
+    kube: KubePort, connector: MaasConnector, maascluster: Body, default: MaasCredentials | None
+) -> tuple[MaasPort, MaasCredentials]:
+    """:func:`connect`, also returning the credentials used (for :func:`transport_security`)."""
     creds = await resolve_credentials(kube, maascluster, default)
+    return await _open(connector, creds), creds
+
+
+async def connect_default(
+    kube: KubePort, connector: MaasConnector, namespace: str, default: MaasCredentials
+) -> MaasPort:
+    """The default credentials' connection for an object in ``namespace`` with no MaasCluster left (a
+    deletion), if the namespace may use them."""
+    return await _open(connector, await resolve_default(kube, namespace, default))
+
+
+async def _open(connector: MaasConnector, creds: MaasCredentials) -> MaasPort:
     try:
         return await connector.connect(creds)
     except maas_errors.MaasError as exc:

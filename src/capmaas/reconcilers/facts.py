@@ -1,18 +1,23 @@
 """Pure facts about a MaasMachine and its relatives: user-data format, image, addresses, CAPI fields.
 
-No I/O here; the lifecycle and both provisioners call these.
+No I/O here (a MAAS answer withheld from a condition is logged); the lifecycle and both provisioners
+call these.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from capmaas import maas
 from capmaas.api.v1beta1 import MaasMachineSpec
 from capmaas.reconcilers.ports import Body
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "addresses",
@@ -101,14 +106,73 @@ def deploy_inputs(spec: MaasMachineSpec, machine: Body | None) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
+#: MAAS's own 409 phrasings (maas-api.md): only a body of one of these shapes is quoted in a condition.
+_MAAS_409 = re.compile(
+    r"No available machine matches constraints: .{0,600}"
+    r"|No machine available\."
+    r"|No machine with system ID [\w-]{1,40} available\."
+    r"|Can't deploy a machine that is in the '[\w -]{1,40}' state\.?"
+    r"|Can't start node: it hasn't been allocated\."
+    r"|Can't allocate a machine belonging to another user\."
+    r"|Invalid transition: [\w -]{1,40} -> [\w -]{1,40}\."
+    r"|Cannot abort in current state: .{1,200}"
+    r"|Machine\(s\) cannot be released in their current state: .{1,600}"
+)
+#: What a MAAS form field name looks like (the keys of its 400 JSON).
+_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e\u00a0-\u024f]")
+
+
+def _clean(text: str) -> str:
+    """One line of printable text: control characters (and anything that could pass for markup in an
+    exotic script) replaced, whitespace runs collapsed."""
+    return _UNPRINTABLE.sub("?", " ".join(text.split()))
+
+
+def _bounded(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}…"
+
+
+def _form_errors(body: str) -> dict[str, list[str]] | None:
+    """MAAS's 400 answer shape, ``{"field": ["message", ...], ...}``, or None for anything else."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not data:
+        return None
+    out: dict[str, list[str]] = {}
+    for key, value in data.items():
+        messages = [value] if isinstance(value, str) else value
+        if not _FIELD.fullmatch(key) or not isinstance(messages, list) or not messages:
+            return None
+        if not all(isinstance(m, str) for m in messages):
+            return None
+        out[key] = messages
+    return out
+
+
 def refusal_text(field_errors: Mapping[str, tuple[str, ...]], limit: int = 300) -> str:
-    """MAAS's 400 form errors as ``field: message; ...``, cut to ``limit`` characters (a condition's text)."""
-    text = "; ".join(f"{k}: {' '.join(v)}" for k, v in field_errors.items())
-    return text if len(text) <= limit else f"{text[:limit]}…"
+    """MAAS's 400 form errors as ``field: message; ...``, one sanitised line cut to ``limit`` characters
+    (a condition's text); field names not of MAAS's form-field shape are left out."""
+    text = "; ".join(f"{k}: {_clean(' '.join(v))}" for k, v in field_errors.items() if _FIELD.fullmatch(k))
+    return _bounded(text, limit)
 
 
-def maas_text(body: str, limit: int = 300) -> str:
-    """MAAS's own words from an error body (e.g. how it resolved allocate constraints), one line, cut to
-    ``limit`` characters for a condition or Event."""
+def maas_text(body: str, status: int = 409, limit: int = 300) -> str:
+    """What a condition or Event may quote of a MAAS error answer (e.g. how MAAS resolved allocate
+    constraints): only a body of MAAS's own answer shape (its form-error JSON, or one of its known 409
+    phrasings), as one sanitised line cut to ``limit`` characters.
+
+    Anything else is withheld: a tenant's endpoint may be any HTTP service (a server-side request forgery
+    vector), and its answer must not be readable through a condition. The withheld body goes to the
+    operator's log, cut short.
+    """
+    fields = _form_errors(body)
+    if fields is not None:
+        return refusal_text({k: tuple(v) for k, v in fields.items()}, limit)
     text = " ".join(body.split())
-    return text if len(text) <= limit else f"{text[:limit]}…"
+    if len(text) <= 1000 and _MAAS_409.fullmatch(text):
+        return _bounded(_clean(text), limit)
+    log.info("MAAS answered %s; body withheld from conditions: %r", status, body[:500])
+    return f"MAAS answered {status} (body withheld; see the operator log)"

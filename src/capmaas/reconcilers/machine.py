@@ -15,10 +15,9 @@ import time
 from collections.abc import Callable, Mapping
 
 from capmaas.api import conditions as C
-from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import facts
 from capmaas.reconcilers.baremetal import BareMetal
-from capmaas.reconcilers.credentials import connect, maas_failure
+from capmaas.reconcilers.credentials import connect, connect_default
 from capmaas.reconcilers.errors import ReconcileError, TransientError
 from capmaas.reconcilers.keys import DELETE_FOR_MOVE_ANNOTATION, MACHINE_FINALIZER
 from capmaas.reconcilers.lifecycle import Lifecycle, MachineSettings, Provisioner
@@ -104,10 +103,9 @@ class MachineReconciler:
             # name, and without one the operator's default credentials still release the machine.
             scope.maascluster = self.kube.get_maascluster(scope.namespace, scope.cluster_name)
             if scope.maascluster is None and self.default_credentials is not None:
-                try:
-                    return await self.connector.connect(self.default_credentials)
-                except maas_errors.MaasError as exc:
-                    raise maas_failure(exc, self.default_credentials, "connecting") from exc
+                return await connect_default(
+                    self.kube, self.connector, scope.namespace, self.default_credentials
+                )
         if scope.maascluster is None:
             raise TransientError(
                 C.WAITING_FOR_CLUSTER_INFRASTRUCTURE_REASON,

@@ -85,16 +85,36 @@ class KubePort(Protocol):
         """Post a Kubernetes Event on ``obj`` (fire and forget)."""
         ...
 
+    async def namespace_labels(self, name: str) -> Mapping[str, str] | None:
+        """A Namespace's labels (None when it does not exist). May be served from a short-lived cache."""
+        ...
+
+
+@dataclass(frozen=True)
+class NamespaceAllowList:
+    """The namespaces that may use the operator's default MAAS credentials (CAPV/CAPA's
+    ``allowedNamespaces``): those named in ``names`` (``*``: every namespace) and those whose labels match
+    ``selector`` (a Kubernetes label selector, e.g. ``tenant-tier=trusted``). Empty: no namespace."""
+
+    names: frozenset[str] = frozenset()
+    selector: str = ""
+
 
 @dataclass(frozen=True)
 class MaasCredentials:
-    """Where and how to reach MAAS. ``api_key`` never appears in repr/str (it is never logged)."""
+    """Where and how to reach MAAS. ``api_key`` never appears in repr/str (it is never logged).
+
+    ``insecure`` (no TLS verification) and ``allow_plaintext`` (an ``http://`` endpoint, whose requests carry
+    the OAuth secret in the clear) are each identity's own opt-ins. ``namespaces`` is consulted for the
+    operator's default credentials only (an identity Secret is namespace-local already)."""
 
     endpoint: str
     api_key: str = field(repr=False)
     ca_data: str | None = field(default=None, repr=False)
     insecure: bool = False
     source: str = "default"  # "Secret ns/name" or "default": for messages
+    allow_plaintext: bool = False
+    namespaces: NamespaceAllowList = field(default_factory=NamespaceAllowList, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ def test_node_status_names_match_maas() -> None:
     assert NodeStatus(11).name == "FAILED_DEPLOYMENT"
     assert int(NodeStatus.FAILED_DISK_ERASING) == 15
     assert NodeStatus.TESTING.filter_name == "testing"
-    assert len(NodeStatus) == 23
+    assert len(NodeStatus) == 24  # MAAS's 23 codes and our UNKNOWN (-1) for a code newer than these
+    assert [s for s in NodeStatus if s < 0] == [NodeStatus.UNKNOWN]
 
 
 def test_power_state_tolerates_new_values() -> None:

@@ -241,3 +241,14 @@ def test_the_default_context_verifies() -> None:
     context = maas.ssl_context()
     assert context.verify_mode == ssl.CERT_REQUIRED
     assert context.check_hostname
+
+
+@pytest.mark.parametrize(
+    "ca", ["garbage", "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"]
+)
+def test_a_ca_that_is_no_certificate_is_invalid_ca_error(ca: str) -> None:
+    """Not ssl.SSLError escaping the client: the reconcilers map InvalidCaError to InvalidCredentials."""
+    with pytest.raises(maas.InvalidCaError, match="not a PEM certificate"):
+        maas.ssl_context(ca_data=ca)
+    with pytest.raises(maas.InvalidCaError):
+        maas.MaasClient("https://maas.example/MAAS", api_key="a:b:c", ca_data=ca)

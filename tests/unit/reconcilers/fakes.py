@@ -19,7 +19,7 @@ import pydantic
 
 from capmaas.api.v1beta1 import MaasCluster, MaasMachine
 from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL
-from capmaas.reconcilers.ports import Body, EventType, NodePatchResult, ObjectPlural
+from capmaas.reconcilers.ports import Body, EventType, NamespaceAllowList, NodePatchResult, ObjectPlural
 
 MODELS: dict[str, type[pydantic.BaseModel]] = {"maasmachines": MaasMachine, "maasclusters": MaasCluster}
 
@@ -89,11 +89,16 @@ def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
     return target
 
 
+#: The namespace the unit tests' objects live in, allowed to use the default credentials.
+ALLOWED = NamespaceAllowList(frozenset({"ns"}))
+
+
 class FakeKube:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.secrets: dict[tuple[str, str], dict[str, bytes]] = {}
         self.configmaps: dict[tuple[str, str], dict[str, str]] = {}
+        self.namespaces: dict[str, dict[str, str]] = {}  # name -> labels
         self.nodes: dict[str, str] = {}  # node name -> providerID ("" = unset)
         self.events: list[tuple[str, str, str, str]] = []
         self.writes = 0
@@ -144,6 +149,9 @@ class FakeKube:
 
     async def get_configmap(self, namespace: str, name: str) -> Mapping[str, str] | None:
         return self.configmaps.get((namespace, name))
+
+    async def namespace_labels(self, name: str) -> Mapping[str, str] | None:
+        return self.namespaces.get(name)
 
     async def patch(
         self, plural: ObjectPlural, namespace: str, name: str, body: Mapping[str, Any], *, status: bool

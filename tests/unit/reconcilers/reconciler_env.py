@@ -16,7 +16,7 @@ from capmaas import demo, maas
 from capmaas.gateway import MaasConnections
 from capmaas.reconcilers.cluster import ClusterReconciler
 from capmaas.reconcilers.machine import MachineReconciler, MachineSettings
-from capmaas.reconcilers.ports import MaasCredentials
+from capmaas.reconcilers.ports import MaasCredentials, NamespaceAllowList
 from capmaas.reconcilers.scope import Requeue
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
 
@@ -106,7 +106,14 @@ def make_env(sim: Simulator, settings: MachineSettings | None = None) -> Env:
     conns = MaasConnections(
         client_factory=factory, fast=3600, idle=3600, batch_size=200, wake=lambda key: None
     )
-    creds = MaasCredentials(endpoint=ENDPOINT, api_key=sim.api_key)
+    # The unit tests' objects live in namespace "ns" (fakes.py); the simulator is in-process (ASGI), so the
+    # http:// endpoint carries nothing over a network: both are the explicit configuration an admin gives.
+    creds = MaasCredentials(
+        endpoint=ENDPOINT,
+        api_key=sim.api_key,
+        allow_plaintext=True,
+        namespaces=NamespaceAllowList(frozenset({"ns"})),
+    )
     return Env(
         sim,
         kube,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fakes import FakeKube
+from fakes import ALLOWED, FakeKube
 from test_credentials_and_config import mc
 
 from capmaas import maas
@@ -30,7 +30,7 @@ async def test_a_wrong_key_is_still_invalid_credentials(sim: Simulator) -> None:
         conns = MaasConnections(
             client_factory=lambda c: client(c, max_retries=0), fast=1, idle=1, batch_size=10, wake=print
         )
-        bad = MaasCredentials(endpoint=url, api_key="aaa:bbb:ccc")
+        bad = MaasCredentials(endpoint=url, api_key="aaa:bbb:ccc", namespaces=ALLOWED)
         with pytest.raises(TransientError) as info:
             await connect(FakeKube(), conns, mc(identity=None), bad)
         await conns.aclose()
@@ -50,7 +50,12 @@ async def test_no_answer_is_maas_unreachable_naming_the_endpoint(sim: Simulator,
             wake=print,
         )
         with pytest.raises(TransientError) as info:
-            await connect(FakeKube(), conns, mc(identity=None), MaasCredentials(endpoint, sim.api_key))
+            await connect(
+                FakeKube(),
+                conns,
+                mc(identity=None),
+                MaasCredentials(endpoint, sim.api_key, namespaces=ALLOWED),
+            )
         await conns.aclose()
     assert info.value.reason == C.MAAS_UNREACHABLE_REASON
     assert endpoint in info.value.message

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fakes import FakeKube
+from fakes import ALLOWED, FakeKube
 from reconciler_env import Env
 
 from capmaas import demo
@@ -41,6 +41,7 @@ async def test_legacy_keys_and_ca_are_read() -> None:
     kube.secrets[("ns", "creds")] = {
         "endpoint": b"http://maas/MAAS",
         "api-key": b"a:b:c",
+        "MAAS_ALLOW_PLAINTEXT_HTTP": b"true",
         "MAAS_CA_CERT": b"PEM",
     }
     creds = await resolve_credentials(kube, mc(), None)
@@ -66,6 +67,7 @@ async def test_bad_keys_become_invalid_credentials_without_the_key_in_the_messag
 ) -> None:
     env.kube.secrets[("ns", "creds")] = {
         "MAAS_ENDPOINT": b"http://maas.test/MAAS",
+        "MAAS_ALLOW_PLAINTEXT_HTTP": b"true",  # the in-process simulator: no network
         "MAAS_API_KEY": key.encode(),
     }
     with pytest.raises(TransientError) as info:
@@ -86,7 +88,7 @@ async def test_unreachable_maas_is_maas_unreachable() -> None:
         batch_size=10,
         wake=lambda key: None,
     )
-    default = MaasCredentials(endpoint="http://127.0.0.1:9/MAAS", api_key="a:b:c")
+    default = MaasCredentials(endpoint="http://127.0.0.1:9/MAAS", api_key="a:b:c", namespaces=ALLOWED)
     with pytest.raises(TransientError) as info:
         await connect(FakeKube(), conns, mc(identity=None), default)
     assert info.value.reason == C.MAAS_UNREACHABLE_REASON
@@ -97,6 +99,7 @@ async def test_rotated_key_opens_a_new_session_and_closes_the_old(env: Env) -> N
     other = env.sim.add_user("tenant", admin=True)
     env.kube.secrets[("ns", "creds")] = {
         "MAAS_ENDPOINT": b"http://maas.test/MAAS",
+        "MAAS_ALLOW_PLAINTEXT_HTTP": b"true",  # the in-process simulator: no network
         "MAAS_API_KEY": env.sim.api_key.encode(),
     }
     first = await connect(env.kube, env.connections, mc(), None)
@@ -143,7 +146,7 @@ async def test_tls_failure_is_reported_as_unreachable_with_the_endpoint(env: Env
     )
     async with serve(env.sim, host="127.0.0.1", port=0) as url:
         https = url.replace("http://", "https://")  # the server speaks plain HTTP: the handshake fails
-        default = MaasCredentials(endpoint=https, api_key=env.sim.api_key)
+        default = MaasCredentials(endpoint=https, api_key=env.sim.api_key, namespaces=ALLOWED)
         with pytest.raises(TransientError) as info:
             await connect(FakeKube(), conns, mc(identity=None), default)
     assert info.value.reason == C.MAAS_UNREACHABLE_REASON

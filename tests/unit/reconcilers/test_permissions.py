@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,7 +19,6 @@ from test_lxd_lifecycle import add_lxd, lxd_sim
 
 from capmaas import demo
 from capmaas.api import conditions as C
-from capmaas.reconcilers.ports import MaasCredentials
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ async def lenv() -> AsyncIterator[Env]:
 
 def _as_user(env: Env, *, admin: bool) -> None:
     user = env.sim.add_user("tenant", admin=admin)
-    creds = MaasCredentials(endpoint=env.creds.endpoint, api_key=user.api_key)
+    creds = dataclasses.replace(env.creds, api_key=user.api_key)
     env.machines.default_credentials = creds
     env.clusters.default_credentials = creds
 
@@ -81,7 +81,7 @@ async def test_managed_dns_of_a_non_admin_user_says_the_user_lacks_permission(le
 
 async def test_a_wrong_key_still_says_so(lenv: Env) -> None:
     env = lenv
-    bad = MaasCredentials(endpoint=env.creds.endpoint, api_key="a:b:c")
+    bad = dataclasses.replace(env.creds, api_key="a:b:c")
     env.clusters.default_credentials = bad
     mc = await _cluster(env, endpoint_host="192.0.2.10")
     connected = next(c for c in mc["status"]["conditions"] if c["type"] == C.MAAS_CONNECTED_CONDITION)

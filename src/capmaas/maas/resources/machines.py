@@ -68,6 +68,17 @@ class Machines:
         query += [("tags", t) for t in tags or ()]
         return await self._http.models(models.Machine, "GET", "machines/", query=query)
 
+    async def list_lenient(
+        self, ids: Sequence[str]
+    ) -> tuple[builtins.list[models.Machine], builtins.list[str]]:
+        """The machines ``ids`` that parse, and the system IDs of those left out because they do not (the
+        shared poll: one odd machine must not hide every other tenant's). Unlike :meth:`list`, which a
+        caller uses to decide whether a machine exists, a machine left out here is *not* absent."""
+        query = [("id", i) for i in ids]
+        return await self._http.models_lenient(
+            models.Machine, "GET", "machines/", key="system_id", query=query
+        )
+
     async def get(self, system_id: str) -> models.Machine:
         """One machine; :class:`NotFoundError` if MAAS does not know it."""
         return await self._http.model(models.Machine, "GET", _ONE, params={"system_id": system_id})

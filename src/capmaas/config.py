@@ -103,6 +103,10 @@ class PollingSection(BaseModel):
     batch_size: int = 200
     """System IDs per list call; bounds the URL length for very large fleets."""
 
+    leak_audit_interval: float = 60.0
+    """Seconds between leak audits: MAAS machines still held for MaasMachines seen deleted
+    (``capmaas_machines_leaked``; see capmaas.operator.leaks). 0 turns the audit off."""
+
 
 class MachineSection(BaseModel):
     """Bare-metal MaasMachine behaviour."""

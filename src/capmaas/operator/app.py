@@ -38,6 +38,7 @@ from capmaas.operator.leader import (
     default_lease_name,
     default_namespace,
 )
+from capmaas.operator.leaks import LeakAudit
 from capmaas.operator.metrics import Metrics
 from capmaas.operator.templates import register as register_templates
 from capmaas.operator.workers import Reconcile, Workers
@@ -182,6 +183,7 @@ class Runtime:
     machines: Workers
     clusters: Workers
     first_pass: list[float]  # wall time leadership began, until the first reconcile after it logs it
+    leaks: LeakAudit
     release: Callable[[], Awaitable[None]] = _nothing  # gives the Lease up (leader election on)
 
     async def lead(self) -> None:
@@ -288,13 +290,15 @@ def build_runtime(
             backoff_base=ms.retry_base_delay,
             backoff_max=ms.retry_max_delay,
             outcome=metrics.outcome,
+            lag=metrics.lag,
             **extra,
         )
 
     machines = workers("maasmachines", machine_rec.reconcile, on_exit=connections.forget_key)
     clusters = workers("maasclusters", cluster_rec.reconcile)
     holder.update(maasmachines=machines, maasclusters=clusters)
-    return Runtime(config, store, kube, metrics, connections, machines, clusters, first_pass)
+    leaks = LeakAudit(store, connections.sessions, report=metrics.leaked_machines)
+    return Runtime(config, store, kube, metrics, connections, machines, clusters, first_pass, leaks)
 
 
 def _deleting(body: Any) -> bool:
@@ -329,8 +333,18 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
         return info
 
+    audit: list[asyncio.Task[None]] = []
+
+    @kopf.on.startup(registry=registry)
+    async def start_leak_audit(**_: Any) -> None:
+        if config.polling.leak_audit_interval > 0:
+            task = asyncio.create_task(rt.leaks.run(config.polling.leak_audit_interval), name="leak audit")
+            audit.append(task)
+
     @kopf.on.cleanup(registry=registry)
     async def shutdown(**_: Any) -> None:
+        for task in audit:
+            task.cancel()
         await rt.machines.stop()
         await rt.clusters.stop()
         await rt.connections.aclose()
@@ -351,6 +365,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         if type == "DELETED":
             rt.store.delete("maasmachines", ns, name, uid=body.get("metadata", {}).get("uid"))
             rt.machines.wake(key)
+            rt.leaks.deleted(body)
         elif rt.store.put("maasmachines", body):
             rt.machines.ensure(key)
         elif rt.store.get(key) is None:

@@ -489,14 +489,15 @@ async def run_operator(config: OperatorConfig, *, stop_flag: asyncio.Event | Non
         else None
     )
     namespaces = [config.kube.namespace] if config.kube.namespace else []
-    stop = stop_flag or asyncio.Event()
     operator = kopf.operator(
         registry=registry,
         standalone=True,  # kopf's peering is not a lock (issue 11): the Lease is
         liveness_endpoint=liveness,
         clusterwide=not namespaces,
         namespaces=namespaces,
-        stop_flag=stop,
+        # Only a flag someone sets: kopf waits on it in a task of its own that it does not cancel on a signal,
+        # and then waits five seconds for that "hung" task at every stop.
+        stop_flag=stop_flag,
     )
     if elector is None:
         await operator

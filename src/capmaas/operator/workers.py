@@ -103,11 +103,14 @@ class Workers:
     async def stop(self) -> None:
         """:meth:`cancel`, then wait for the loops to end."""
         me = asyncio.current_task()
+        # Cancellation requests this task already had (kopf cancels its cleanup task once, and swallows that,
+        # before it runs the cleanup handlers): only a new one means "stop waiting".
+        before = me.cancelling() if me is not None else 0
         for t in self.cancel():
             try:
                 await t
             except asyncio.CancelledError:
-                if me is not None and me.cancelling():
+                if me is not None and me.cancelling() > before:
                     raise  # we are being cancelled ourselves (a timeout around stop()): do not swallow it
 
     def _delay(self, failures: int) -> float:

@@ -204,6 +204,10 @@ def value(samples: list[Sample], name: str, **labels: str) -> float:
     return sum(v for n, lb, v in samples if n == name and labels.items() <= lb.items())
 
 
+async def _gone(h: Harness, name: str) -> bool:
+    return await h.get("maasmachines", name) is None
+
+
 async def scrape(h: Harness) -> list[Sample]:
     port = h.operator.env["CAPMAAS_SERVER__METRICS_PORT"]
     async with httpx.AsyncClient() as client:
@@ -215,8 +219,8 @@ async def test_adopted_released_extra_and_leaked_counts_move(harness: Harness) -
     """The counters behind the dashboard's "adopted / released extra / leaked" panel and the invariant alert,
     each driven by the thing it counts on a running operator: a MaasMachine that finds two machines under its
     agent name (an allocate whose answer was lost, then a second one) adopts one and releases the other; a
-    MaasMachine deleted with its finalizer stripped leaves its machine held in MAAS (leaked) until someone
-    releases it."""
+    MaasMachine whose stuck deletion is ended by stripping its finalizer leaves its machine held in MAAS
+    (leaked) until someone releases it."""
     h = harness
     h.operator.env["CAPMAAS_POLLING__LEAK_AUDIT_INTERVAL"] = "0.5"
     h.operator.start()
@@ -250,8 +254,8 @@ async def test_adopted_released_extra_and_leaked_counts_move(harness: Harness) -
     assert value(got, "capmaas_reconcile_queue_lag_seconds_count") > 0  # a fresh process: its own passes
     assert lag_before > 0
 
-    # A finalizer stripped by hand: w0 goes without its machine being released. Paused first, so no pass
-    # puts the finalizer back meanwhile.
+    # A stuck deletion "fixed" by hand: w0 is deleted while paused (the operator keeps its hands off), then
+    # its finalizer is stripped, so it goes without its machine being released.
     sid = await h.field("maasmachines", "w0", "spec", "systemID")
     await h.k("annotate", "maasmachines", "w0", "-n", h.namespace, "cluster.x-k8s.io/paused=")
 
@@ -260,11 +264,12 @@ async def test_adopted_released_extra_and_leaked_counts_move(harness: Harness) -
         return bool(c and c.get("status") == "True")
 
     await h.wait("w0 paused", paused)
+    await h.k("delete", "maasmachines", "w0", "-n", h.namespace, "--wait=false")
     await h.k(
         "patch", "maasmachines", "w0", "-n", h.namespace, "--type=merge", "-p",
         '{"metadata":{"finalizers":null}}',
     )  # fmt: skip
-    await h.k("delete", "maasmachines", "w0", "-n", h.namespace, "--wait=true")
+    await h.wait("w0 gone", lambda: _gone(h, "w0"))
 
     async def leaked(n: int) -> bool:
         got = await scrape(h)

@@ -362,10 +362,12 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     async def maasmachine_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         ns, name = _meta(body)
         key = object_key("maasmachines", ns, name)
+        meta = body.get("metadata", {})
+        if type == "DELETED" or (meta.get("deletionTimestamp") and not meta.get("finalizers")):
+            rt.leaks.deleted(body)  # first: its loop's end stops the poll the audit needs
         if type == "DELETED":
-            rt.store.delete("maasmachines", ns, name, uid=body.get("metadata", {}).get("uid"))
+            rt.store.delete("maasmachines", ns, name, uid=meta.get("uid"))
             rt.machines.wake(key)
-            rt.leaks.deleted(body)
         elif rt.store.put("maasmachines", body):
             rt.machines.ensure(key)
         elif rt.store.get(key) is None:

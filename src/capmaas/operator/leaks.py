@@ -3,10 +3,12 @@
 The reconcilers give a MaasMachine's MAAS machine back before its finalizer goes, so a machine MAAS still
 holds under a deleted MaasMachine's agent name means something bypassed that: a finalizer removed by hand, a
 namespace force-deleted, a bug. Nothing in the watch cache shows it (the object is gone), so the audit
-remembers the system ID and agent name of every MaasMachine whose deletion this process saw, and asks MAAS:
+remembers the system ID and agent name of every MaasMachine whose deletion this process saw, with the MAAS
+session that watched that machine, and asks that MAAS (never another tenant's: a system ID is only ever sent
+to the endpoint it came from):
 
-- one ``GET machines/?id=…`` per MAAS session for all remembered system IDs (batched); a machine MAAS no
-  longer knows, or shows released or being released, is forgotten (the normal case: one request per pass
+- one ``GET machines/?id=…`` per MAAS session for the system IDs remembered for it (batched); a machine MAAS
+  no longer knows, or shows released or being released, is forgotten (the normal case: one request per pass
   covers every MaasMachine deleted since the last pass);
 - for one still allocated or deployed, ``GET machines/?id=<sid>&agent_name=<agent>``: MAAS clears the agent
   name on release, so an answer means it is still held under the deleted MaasMachine's agent name: leaked.
@@ -14,7 +16,8 @@ remembers the system ID and agent name of every MaasMachine whose deletion this 
 
 Not counted: a system ID a live MaasMachine records (a re-created object adopted it), and an object deleted
 for ``clusterctl move`` (its machine lives on under the target cluster's object). Limits: the audit knows the
-deletions it saw; after a restart, or for a deletion while no operator ran, a leak is not seen.
+deletions it saw while leading, of machines a pooled session watched; after a restart, for a deletion while no
+operator ran, or once the session is closed (credentials rotated), a leak is not seen.
 """
 
 from __future__ import annotations
@@ -49,12 +52,17 @@ class Session(Protocol):
     @property
     def client(self) -> maas.MaasClient: ...
 
+    def snapshot(self, system_id: str) -> maas.Machine | None:
+        """The machine as this session's poller last saw it (None: it does not watch it)."""
+        ...
+
 
 @dataclass(frozen=True)
 class _Gone:
     key: str
     system_id: str
     agent_name: str
+    session: Session  # the one that watched the machine: the only MAAS asked about it
 
 
 class LeakAudit:
@@ -77,19 +85,21 @@ class LeakAudit:
         self.leaked = 0
 
     def deleted(self, body: Mapping[str, Any]) -> None:
-        """A MaasMachine's DELETED event (its last state)."""
+        """A MaasMachine is gone (its DELETED event, or its last state: deletionTimestamp and no finalizer).
+        Call it before the object's loop ends, while its session still watches the machine."""
         meta = body.get("metadata") or {}
         sid = str((body.get("spec") or {}).get("systemID") or "")
         annotations = meta.get("annotations") or {}
         if not sid or DELETE_FOR_MOVE_ANNOTATION in annotations:
             return
         agent = str(annotations.get(ANNOTATION_PREFIX + AGENT_NAME) or meta.get("uid") or "")
-        if not agent:
-            return
+        session = next((x for x in self._sessions() if x.snapshot(sid) is not None), None)
+        if not agent or session is None:
+            return  # no session watches it (a standby, or never deployed by this process): not auditable
         if len(self._gone) >= self._max:  # bounded: the oldest is forgotten first
             self._forget(next(iter(self._gone)))
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        self._gone[sid] = _Gone(key, sid, agent)
+        self._gone[sid] = _Gone(key, sid, agent, session)
 
     @property
     def remembered(self) -> int:
@@ -103,60 +113,55 @@ class LeakAudit:
         for sid in [s for s in self._gone if s in recorded]:
             self._forget(sid)
         sessions = list(self._sessions())
-        if not self._gone or not sessions:
-            self.leaked = len(self._leaking)
-            self._report(self.leaked)
-            return
-        seen: dict[str, maas.Machine] = {}
-        answered = True
+        for sid in [s for s, g in self._gone.items() if not any(g.session is x for x in sessions)]:
+            self._forget(sid)  # its session is closed (credentials rotated): nothing to ask any more
         for session in sessions:
-            sids = list(self._gone)
-            for i in range(0, len(sids), _BATCH):
-                try:
-                    for found in await session.client.machines.list(ids=sids[i : i + _BATCH]):
-                        seen.setdefault(found.system_id, found)
-                except maas.MaasError as exc:
-                    answered = False
-                    log.info("leak audit: listing machines failed: %s", exc)
-        for sid, gone in list(self._gone.items()):
-            m = seen.get(sid)
-            if m is None:
-                if answered:
-                    self._forget(sid)  # MAAS no longer knows it (a decomposed VM, a deleted machine)
+            mine = [g for g in self._gone.values() if g.session is session]
+            if mine:
+                await self._check(session, mine)
+        self.leaked = len(self._leaking)
+        self._report(self.leaked)
+
+    async def _check(self, session: Session, gone: list[_Gone]) -> None:
+        seen: dict[str, maas.Machine] = {}
+        try:
+            for i in range(0, len(gone), _BATCH):
+                batch = [g.system_id for g in gone[i : i + _BATCH]]
+                for found in await session.client.machines.list(ids=batch):
+                    seen[found.system_id] = found
+        except maas.MaasError as exc:
+            log.info("leak audit: listing machines failed: %s", exc)
+            return  # unknown this pass: counted as before
+        for g in gone:
+            m = seen.get(g.system_id)
+            if m is None or m.status in _LET_GO or m.owner is None:
+                self._forget(g.system_id)  # released, being released, or gone from MAAS (a decomposed VM)
                 continue
-            if m.status in _LET_GO or m.owner is None:
-                self._forget(sid)
-                continue
-            held = await self._held(sessions, gone)
+            held = await self._held(session, g)
             if held is None:
-                continue  # unknown this pass: counted as before
+                continue
             if not held:
-                self._forget(sid)  # held by someone else now
-            elif sid not in self._leaking:
-                self._leaking.add(sid)
+                self._forget(g.system_id)  # held by someone else now
+            elif g.system_id not in self._leaking:
+                self._leaking.add(g.system_id)
                 log.warning(
                     "MAAS machine %s is still held under the agent name of deleted MaasMachine %s "
                     "(its finalizer did not release it): release it in MAAS",
-                    sid,
-                    gone.key,
+                    g.system_id,
+                    g.key,
                 )
-        self.leaked = len(self._leaking)
-        self._report(self.leaked)
 
     def _forget(self, sid: str) -> None:
         self._gone.pop(sid, None)
         self._leaking.discard(sid)
 
-    async def _held(self, sessions: Sequence[Session], gone: _Gone) -> bool | None:
+    async def _held(self, session: Session, gone: _Gone) -> bool | None:
         """Whether MAAS shows ``gone``'s machine held under its agent name (None: it did not answer)."""
-        for session in sessions:
-            try:
-                if await session.client.machines.list(ids=[gone.system_id], agent_name=gone.agent_name):
-                    return True
-            except maas.MaasError as exc:
-                log.info("leak audit: checking %s failed: %s", gone.system_id, exc)
-                return None
-        return False
+        try:
+            return bool(await session.client.machines.list(ids=[gone.system_id], agent_name=gone.agent_name))
+        except maas.MaasError as exc:
+            log.info("leak audit: checking %s failed: %s", gone.system_id, exc)
+            return None
 
     async def run(self, interval: float) -> None:
         """:meth:`check` every ``interval`` seconds until cancelled."""

@@ -99,8 +99,14 @@ async def test_a_wake_during_a_pass_counts_from_the_wake() -> None:
 
 
 class _Session:
-    def __init__(self, client: maas.MaasClient) -> None:
+    """A MAAS session as the audit sees it: its client, and the machines its poller watches."""
+
+    def __init__(self, client: maas.MaasClient, watched: dict[str, maas.Machine]) -> None:
         self.client = client
+        self.watched = watched
+
+    def snapshot(self, system_id: str) -> maas.Machine | None:
+        return self.watched.get(system_id)
 
 
 @pytest.fixture
@@ -118,13 +124,19 @@ async def test_leak_audit_counts_machines_held_for_deleted_maasmachines(
     sim, c = client
     store = Store()
     reported: list[int] = []
-    audit = LeakAudit(store, lambda: [_Session(c)], report=reported.append)
+    watched: dict[str, maas.Machine] = {}
+    other = _Session(c, {})  # another tenant's MAAS session: never asked about these machines
+    sessions = [other, _Session(c, watched)]
+    audit = LeakAudit(store, lambda: sessions, report=reported.append)
     leaked = await c.machines.allocate(agent_name="uid-gone")  # its MaasMachine's finalizer was stripped
     given_back = await c.machines.allocate(agent_name="uid-done")  # released before its finalizer went
     await c.machines.release(given_back.system_id)
     moved = await c.machines.allocate(agent_name="uid-moved")
     adopted = await c.machines.allocate(agent_name="uid-old")  # a live MaasMachine records it now
     renamed = await c.machines.allocate(agent_name="kept-agent")  # agent name from the annotation
+    unwatched = await c.machines.allocate(agent_name="uid-unwatched")  # no session polls it: not auditable
+    for m in (leaked, given_back, moved, adopted, renamed):
+        watched[m.system_id] = m
 
     audit.deleted(body("gone", systemID=leaked.system_id))
     audit.deleted(body("done", systemID=given_back.system_id))
@@ -137,8 +149,15 @@ async def test_leak_audit_counts_machines_held_for_deleted_maasmachines(
     ren["metadata"]["annotations"] = {ANNOTATION_PREFIX + AGENT_NAME: "kept-agent"}
     audit.deleted(ren)
     audit.deleted(body("pending"))  # never had a machine: nothing to audit
+    audit.deleted(body("unwatched", systemID=unwatched.system_id))
 
+    requests: list[str] = []
+    other.client = maas.MaasClient(
+        "http://other.test/MAAS", api_key=sim.api_key, transport=httpx.ASGITransport(app=sim.app),
+        on_response=lambda method, path, status, s: requests.append(path),
+    )  # fmt: skip
     await audit.check()
+    assert requests == []  # the system IDs went to the MAAS they came from only
     assert audit.leaked == 2
     assert reported == [2]
     assert audit.remembered == 2
@@ -160,3 +179,5 @@ async def test_leak_audit_counts_machines_held_for_deleted_maasmachines(
     await audit.check()
     assert audit.leaked == 0
     assert audit.remembered == 0
+    assert requests == []
+    await other.client.aclose()

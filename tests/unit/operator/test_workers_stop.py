@@ -57,8 +57,10 @@ async def test_stop_finishes_in_a_task_cancelled_once_before() -> None:
 
 
 async def test_a_timeout_around_stop_still_ends_it() -> None:
-    w = workers(Store(), slow_exit=5.0)
+    w = workers(Store(), slow_exit=1.0)
     await asyncio.sleep(0.05)
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.2):
             await w.stop()
+    await asyncio.sleep(1.2)  # the loops end in their own time
+    assert len(w) == 0

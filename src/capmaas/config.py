@@ -128,6 +128,10 @@ class PollingSection(BaseModel):
     """Seconds a first connect of an identity that timed out is remembered: its connects fail at once
     meanwhile instead of each waiting for the endpoint again."""
 
+    leak_audit_interval: float = 60.0
+    """Seconds between leak audits: MAAS machines still held for MaasMachines seen deleted
+    (``capmaas_machines_leaked``; see capmaas.operator.leaks). 0 turns the audit off."""
+
 
 class MachineSection(BaseModel):
     """Bare-metal MaasMachine behaviour."""

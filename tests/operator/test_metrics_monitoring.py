@@ -16,7 +16,7 @@ import yaml
 from operator_harness import Harness
 from prometheus_client.parser import text_string_to_metric_families
 
-from capmaas import demo
+from capmaas import demo, maas
 from capmaas.operator.cachemetrics import CacheCollector
 from capmaas.operator.kube import Store
 from capmaas.operator.metrics import machine_phase
@@ -75,11 +75,14 @@ def test_dashboard_and_rules_are_well_formed() -> None:
         "CapmaasMaasUnreachable", "CapmaasDeployStuck", "CapmaasMachinesFailingRepeatedly",
         "CapmaasInvariantViolation",
     } <= set(names)  # fmt: skip
-    # Machines by phase and zone, MAAS requests/errors/latency, readiness lag, invariants.
+    # Machines by phase and zone, MAAS requests/errors/latency by endpoint, readiness and reconcile queue
+    # lag, adopted/released-extra/leaked machines, invariants.
     assert {
         "capmaas_machines", "capmaas_machines_by_zone", "capmaas_maas_requests_total",
         "capmaas_allocation_duration_seconds_bucket", "capmaas_machines_not_ready_seconds",
-        "capmaas_invariant_violations",
+        "capmaas_maas_request_duration_seconds_bucket", "capmaas_reconcile_queue_lag_seconds_bucket",
+        "capmaas_machines_adopted_total", "capmaas_extra_machines_released_total",
+        "capmaas_machines_leaked", "capmaas_invariant_violations",
     } <= named_metrics()  # fmt: skip
 
 
@@ -172,3 +175,112 @@ async def test_every_metric_in_the_dashboard_and_rules_is_exported(harness: Harn
     assert 'capmaas_clusters_not_ready{reason="IdentitySecretNotFound"} 1.0' in text
     assert 'capmaas_invariant_violations{invariant="shared_system_id"} 0.0' in text
     assert re.search(r'capmaas_machines_by_zone\{phase="Ready",zone="az\d"\} 1\.0', text), text
+    # MAAS latency per endpoint: one observation per answer, labelled like the request counter.
+    got = scraped(text)
+    allocate = {"method": "POST", "path": "machines/?op=allocate"}
+    assert value(got, "capmaas_maas_request_duration_seconds_count", **allocate) >= 2  # w0, huge
+    assert value(got, "capmaas_maas_request_duration_seconds_sum", **allocate) > 0
+    endpoints = {
+        name: {lb["endpoint"] for n, lb, _ in got if n == name}
+        for name in ("capmaas_maas_request_duration_seconds_count", "capmaas_maas_requests_total")
+    }
+    assert endpoints["capmaas_maas_requests_total"], endpoints
+    assert len(set(map(frozenset, endpoints.values()))) == 1, endpoints
+    assert value(got, "capmaas_reconcile_queue_lag_seconds_count", kind="maasmachines") >= 2
+    assert value(got, "capmaas_reconcile_queue_lag_seconds_count", kind="maasclusters") >= 2
+
+
+Sample = tuple[str, dict[str, str], float]
+
+
+def scraped(text: str) -> list[Sample]:
+    return [
+        (s.name, dict(s.labels), s.value) for f in text_string_to_metric_families(text) for s in f.samples
+    ]
+
+
+def value(samples: list[Sample], name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    return sum(v for n, lb, v in samples if n == name and labels.items() <= lb.items())
+
+
+async def _gone(h: Harness, name: str) -> bool:
+    return await h.get("maasmachines", name) is None
+
+
+async def scrape(h: Harness) -> list[Sample]:
+    port = h.operator.env["CAPMAAS_SERVER__METRICS_PORT"]
+    async with httpx.AsyncClient() as client:
+        return scraped((await client.get(f"http://127.0.0.1:{port}/metrics")).text)
+
+
+@pytest.mark.k8s
+async def test_adopted_released_extra_and_leaked_counts_move(harness: Harness) -> None:
+    """The counters behind the dashboard's "adopted / released extra / leaked" panel and the invariant alert,
+    each driven by the thing it counts on a running operator: a MaasMachine that finds two machines under its
+    agent name (an allocate whose answer was lost, then a second one) adopts one and releases the other; a
+    MaasMachine whose stuck deletion is ended by stripping its finalizer leaves its machine held in MAAS
+    (leaked) until someone releases it."""
+    h = harness
+    h.operator.env["CAPMAAS_POLLING__LEAK_AUDIT_INTERVAL"] = "0.5"
+    h.operator.start()
+    await h.cluster()
+    await h.machine("w0", cp=False)
+    await h.wait("w0 Ready", lambda: h.field("maasmachines", "w0", "status", "ready"))
+    got = await scrape(h)
+    for name in ("capmaas_machines_adopted_total", "capmaas_extra_machines_released_total"):
+        assert value(got, name) == 0, name
+    assert value(got, "capmaas_machines_leaked") == 0
+    assert value(got, "capmaas_invariant_violations", invariant="allocation_without_maasmachine") == 0
+    lag_before = value(got, "capmaas_reconcile_queue_lag_seconds_count")
+
+    # Lost answers: the operator is down; a0's allocate is in doubt (annotation written) and MAAS holds two
+    # machines under its agent name (the first allocate did happen, and a second one was sent after it).
+    h.operator.stop()
+    await h.machine("a0", cp=False)
+    await h.k(
+        "annotate", "maasmachines", "a0", "-n", h.namespace,
+        "capmaas.infrastructure.cluster.x-k8s.io/allocating=1",
+    )  # fmt: skip
+    uid = await h.uid("maasmachines", "a0")
+    async with maas.MaasClient(h.url, api_key=h.sim.api_key) as client:
+        held = sorted([(await client.machines.allocate(agent_name=uid)).system_id for _ in range(2)])
+    h.operator.start()
+    await h.wait("a0 Ready", lambda: h.field("maasmachines", "a0", "status", "ready"), within=90)
+    assert await h.field("maasmachines", "a0", "spec", "systemID") == held[0]
+    got = await scrape(h)
+    assert value(got, "capmaas_machines_adopted_total") == 1
+    assert value(got, "capmaas_extra_machines_released_total") == 1
+    assert value(got, "capmaas_reconcile_queue_lag_seconds_count") > 0  # a fresh process: its own passes
+    assert lag_before > 0
+
+    # A stuck deletion "fixed" by hand: w0 is deleted while paused (the operator keeps its hands off), then
+    # its finalizer is stripped, so it goes without its machine being released.
+    sid = await h.field("maasmachines", "w0", "spec", "systemID")
+    await h.k("annotate", "maasmachines", "w0", "-n", h.namespace, "cluster.x-k8s.io/paused=")
+
+    async def paused() -> bool:
+        c = await h.condition("maasmachines", "w0", "Paused")
+        return bool(c and c.get("status") == "True")
+
+    await h.wait("w0 paused", paused)
+    await h.k("delete", "maasmachines", "w0", "-n", h.namespace, "--wait=false")
+    await h.k(
+        "patch", "maasmachines", "w0", "-n", h.namespace, "--type=merge", "-p",
+        '{"metadata":{"finalizers":null}}',
+    )  # fmt: skip
+    await h.wait("w0 gone", lambda: _gone(h, "w0"))
+
+    async def leaked(n: int) -> bool:
+        got = await scrape(h)
+        return (
+            value(got, "capmaas_machines_leaked") == n
+            and value(got, "capmaas_invariant_violations", invariant="allocation_without_maasmachine") == n
+        )
+
+    await h.wait("w0's machine counted leaked", lambda: leaked(1))
+    assert h.sim.machine(sid)["status_name"] == "Deployed"
+    # Someone releases it in MAAS: the count falls back.
+    async with maas.MaasClient(h.url, api_key=h.sim.api_key) as client:
+        await client.machines.release(sid)
+    await h.wait("the leak count back to 0", lambda: leaked(0))

@@ -165,7 +165,9 @@ class Demo:
             return 130
         finally:
             stack.close()
-            self.say(f"cleaned up (processes stopped, {stack.workdir} removed)")
+            stopped = stack.timings.get("stop")
+            took = f" in {stopped:.1f}s" if stopped is not None else ""
+            self.say(f"cleaned up{took} (processes stopped, {stack.workdir} removed)")
 
     def _run(self, stack: Stack, cps: list[MachineSpec], workers: list[MachineSpec]) -> int:
         t = time.monotonic()

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -145,6 +147,8 @@ class Stack:
     def start(self) -> Stack:
         self.opts.say(f"  working directory {self.workdir} (removed at exit)")
         if self.opts.capi_core:
+            warm = threading.Thread(target=_import_kube_client, name="kube-client-import", daemon=True)
+            warm.start()  # the client's lazy API modules load while the control planes start
             with self._step("control planes: management (etcd, kube-apiserver, kube-controller-manager) "
                             "and workload stand-in (etcd, kube-apiserver)"):  # fmt: skip
                 with ThreadPoolExecutor(1, thread_name_prefix="workload-cp") as pool:
@@ -253,19 +257,23 @@ class Stack:
         with contextlib.suppress(ValueError):  # not the main thread
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
-            if self.operator is not None:
-                self.operator.stop()
-            if self.capi is not None:
-                self.capi.stop(uninstall=False)  # the control plane goes next, with everything in it
+            began = time.monotonic()
+            # The operator and the CAPI manager first (both talk to the apiserver), then the rest; each group
+            # stops in parallel.
+            capi = self.capi
+            _all(
+                self.operator.stop if self.operator is not None else None,
+                functools.partial(capi.stop, uninstall=False) if capi is not None else None,
+            )
             if self.kube is not None:
                 self.kube.close()
-            if self.sim is not None:
-                self.sim.stop()
-            if self.cp is not None:
-                self.cp.stop()
-            if self.workload_cp is not None:
-                self.workload_cp.stop()
+            _all(
+                self.sim.stop if self.sim is not None else None,
+                self.cp.stop if self.cp is not None else None,
+                self.workload_cp.stop if self.workload_cp is not None else None,
+            )
             shutil.rmtree(self.workdir, ignore_errors=True)
+            self.timings["stop"] = time.monotonic() - began
         finally:
             with contextlib.suppress(ValueError):
                 signal.signal(signal.SIGINT, old)
@@ -277,6 +285,29 @@ class Stack:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _all(*calls: Callable[[], object] | None) -> None:
+    """Run ``calls`` (None: skipped) in parallel threads and wait for all; errors are not raised (teardown
+    continues with what it can)."""
+    todo = [c for c in calls if c is not None]
+    threads = [threading.Thread(target=_quietly, args=(c,), name="demo-stop") for c in todo]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def _quietly(call: Callable[[], object]) -> None:
+    with contextlib.suppress(Exception):
+        call()
+
+
+def _import_kube_client() -> None:
+    """The Kubernetes client's API modules load lazily on first use, and the core one takes seconds: load it
+    in the background while the control planes start."""
+    import kubernetes.client.api.core_v1_api
+    import kubernetes.client.api.custom_objects_api  # noqa: F401
 
 
 def sigterm_as_interrupt() -> None:

@@ -85,8 +85,9 @@ class MaasClient:
     ``api_key`` is ``consumer_key:token_key:token_secret`` (or :class:`Credentials`). ``transport`` replaces
     the network (tests pass ``httpx.MockTransport`` or ``httpx.ASGITransport(app=sim.app)``). TLS is verified
     by default; ``verify`` takes a CA bundle path or an :class:`ssl.SSLContext`, ``ca_data`` PEM text (from a
-    Secret), and only ``insecure=True`` switches verification off. ``on_response(method, endpoint, status)``
-    is called once per HTTP answer (status 0 when there was none) with the endpoint *template*. ``limits``
+    Secret), and only ``insecure=True`` switches verification off. ``on_response(method, endpoint, status,
+    seconds)`` is called once per HTTP answer (status 0 when there was none) with the endpoint *template* and
+    how long that attempt took. ``limits``
     bounds each answer's size and each attempt's duration (:class:`Limits`; its deadline defaults to
     ``timeout``). ``allowed_endpoints`` (an :class:`EndpointAllowList`, empty: any) refuses, at construction,
     a URL whose host is not on it (:class:`~capmaas.maas.errors.EndpointNotAllowedError`).

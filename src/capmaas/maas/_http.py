@@ -20,6 +20,7 @@ import dataclasses
 import json
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
@@ -35,7 +36,8 @@ __all__ = ["FormFields", "Http", "Limits", "OnInvalidItem", "OnResponse", "Retry
 log = logging.getLogger("capmaas.maas")
 
 FormFields = Sequence[tuple[str, str]]
-OnResponse = Callable[[str, str, int], None]
+#: ``(method, endpoint template, status, seconds)`` per answer; status 0 and the time spent when none came.
+OnResponse = Callable[[str, str, int, float], None]
 #: ``on_invalid_item(endpoint)``: one item of a list answer did not parse and was left out.
 OnInvalidItem = Callable[[str], None]
 Sleep = Callable[[float], Awaitable[None]]
@@ -224,11 +226,12 @@ class Http:
     ) -> tuple[httpx.Response, bytes]:
         attempt = 0
         while True:
+            started = time.monotonic()
             try:
                 async with asyncio.timeout(self._limits.deadline):
-                    response, body = await self._exchange(build(), info, max_bytes)
+                    response, body = await self._exchange(build(), info, max_bytes, started)
             except _TRANSPORT_FAILURES as exc:  # builtin TimeoutError (the deadline) is an OSError
-                self._notify(info, 0)
+                self._notify(info, 0, started)
                 failure = self._transport_error(exc, info)
                 retryable = isinstance(exc, (httpx.TransportError, OSError)) and (
                     info.method in _IDEMPOTENT or isinstance(exc, _NOT_SENT)
@@ -238,7 +241,7 @@ class Http:
                 delay = self._retry.backoff(attempt)
                 reason = f"{type(exc).__name__}: {failure}"
             else:
-                self._notify(info, response.status_code)
+                self._notify(info, response.status_code, started)
                 retry_after = _retry_after(response)
                 if (
                     response.status_code not in (409, 503)
@@ -261,7 +264,7 @@ class Http:
             await self._sleep(delay)
 
     async def _exchange(
-        self, request: httpx.Request, info: errors.RequestInfo, max_bytes: int
+        self, request: httpx.Request, info: errors.RequestInfo, max_bytes: int, started: float
     ) -> tuple[httpx.Response, bytes]:
         """Send ``request`` and read its body as a stream: at most ``max_bytes`` of a success (more is
         :class:`~capmaas.maas.errors.ResponseTooLargeError`), the first :data:`ERROR_BODY_BYTES` of an
@@ -276,7 +279,7 @@ class Http:
                     if response.status_code >= 300:
                         del body[limit:]  # an error's start is all anyone reads
                         break
-                    self._notify(info, response.status_code)
+                    self._notify(info, response.status_code, started)
                     raise errors.ResponseTooLargeError(
                         f"answer to {info} is larger than {limit} bytes; not read further", request=info
                     )
@@ -284,12 +287,13 @@ class Http:
         finally:
             await response.aclose()
 
-    def _notify(self, info: errors.RequestInfo, status: int) -> None:
-        """Tell the metrics hook about one answer (status 0: no answer); a faulty hook never fails a call."""
+    def _notify(self, info: errors.RequestInfo, status: int, started: float) -> None:
+        """Tell the metrics hook about one answer (status 0: no answer) and how long the attempt took since
+        ``started`` (its body read); a faulty hook never fails a call."""
         if self._on_response is None:
             return
         try:
-            self._on_response(info.method, info.endpoint, status)
+            self._on_response(info.method, info.endpoint, status, time.monotonic() - started)
         except Exception:
             log.exception("on_response hook failed for %s %s", info.method, info.endpoint)
 

@@ -38,6 +38,7 @@ from capmaas.operator.leader import (
     default_lease_name,
     default_namespace,
 )
+from capmaas.operator.leaks import LeakAudit
 from capmaas.operator.metrics import Metrics
 from capmaas.operator.templates import register as register_templates
 from capmaas.operator.workers import Reconcile, Workers
@@ -196,6 +197,7 @@ class Runtime:
     machines: Workers
     clusters: Workers
     first_pass: list[float]  # wall time leadership began, until the first reconcile after it logs it
+    leaks: LeakAudit
     release: Callable[[], Awaitable[None]] = _nothing  # gives the Lease up (leader election on)
 
     async def lead(self) -> None:
@@ -305,13 +307,15 @@ def build_runtime(
             backoff_base=ms.retry_base_delay,
             backoff_max=ms.retry_max_delay,
             outcome=metrics.outcome,
+            lag=metrics.lag,
             **extra,
         )
 
     machines = workers("maasmachines", machine_rec.reconcile, on_exit=connections.forget_key)
     clusters = workers("maasclusters", cluster_rec.reconcile)
     holder.update(maasmachines=machines, maasclusters=clusters)
-    return Runtime(config, store, kube, metrics, connections, machines, clusters, first_pass)
+    leaks = LeakAudit(store, connections.sessions, report=metrics.leaked_machines)
+    return Runtime(config, store, kube, metrics, connections, machines, clusters, first_pass, leaks)
 
 
 def _deleting(body: Any) -> bool:
@@ -346,8 +350,18 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
         return info
 
+    audit: list[asyncio.Task[None]] = []
+
+    @kopf.on.startup(registry=registry)
+    async def start_leak_audit(**_: Any) -> None:
+        if config.polling.leak_audit_interval > 0:
+            task = asyncio.create_task(rt.leaks.run(config.polling.leak_audit_interval), name="leak audit")
+            audit.append(task)
+
     @kopf.on.cleanup(registry=registry)
     async def shutdown(**_: Any) -> None:
+        for task in audit:
+            task.cancel()
         await rt.machines.stop()
         await rt.clusters.stop()
         await rt.connections.aclose()
@@ -365,8 +379,11 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     async def maasmachine_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         ns, name = _meta(body)
         key = object_key("maasmachines", ns, name)
+        meta = body.get("metadata", {})
+        if type == "DELETED" or (meta.get("deletionTimestamp") and not meta.get("finalizers")):
+            rt.leaks.deleted(body)  # first: its loop's end stops the poll the audit needs
         if type == "DELETED":
-            rt.store.delete("maasmachines", ns, name, uid=body.get("metadata", {}).get("uid"))
+            rt.store.delete("maasmachines", ns, name, uid=meta.get("uid"))
             rt.machines.wake(key)
         elif rt.store.put("maasmachines", body):
             rt.machines.ensure(key)
@@ -491,14 +508,15 @@ async def run_operator(config: OperatorConfig, *, stop_flag: asyncio.Event | Non
         else None
     )
     namespaces = [config.kube.namespace] if config.kube.namespace else []
-    stop = stop_flag or asyncio.Event()
     operator = kopf.operator(
         registry=registry,
         standalone=True,  # kopf's peering is not a lock (issue 11): the Lease is
         liveness_endpoint=liveness,
         clusterwide=not namespaces,
         namespaces=namespaces,
-        stop_flag=stop,
+        # Only a flag someone sets: kopf waits on it in a task of its own that it does not cancel on a signal,
+        # and then waits five seconds for that "hung" task at every stop.
+        stop_flag=stop_flag,
     )
     if elector is None:
         await operator

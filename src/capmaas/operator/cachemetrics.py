@@ -14,7 +14,9 @@ nothing between scrapes:
   ``InvalidCredentials``, ``IdentitySecretNotFound``, ...);
 - ``capmaas_invariant_violations{invariant}``: what must never happen and can be seen from the cache:
   ``shared_system_id`` (two live MaasMachines naming the same MAAS machine: a double allocation) and
-  ``provider_id_mismatch`` (a providerID that does not end in the MaasMachine's own system ID). Every
+  ``provider_id_mismatch`` (a providerID that does not end in the MaasMachine's own system ID), and
+  ``allocation_without_maasmachine`` (a MAAS machine still held under a deleted MaasMachine's agent name:
+  not in the cache by definition, so it comes from the leak audit, :mod:`capmaas.operator.leaks`). Every
   invariant is exported, 0 when it holds, so an alert can tell "fine" from "not scraped".
 
 Labels are bounded: phases and reasons are the operator's own words, zones are MAAS zone names. No object
@@ -33,7 +35,7 @@ from prometheus_client.registry import Collector
 
 from capmaas.operator.kube import Store
 
-INVARIANTS = ("shared_system_id", "provider_id_mismatch")
+INVARIANTS = ("shared_system_id", "provider_id_mismatch", "allocation_without_maasmachine")
 
 
 def _ready_condition(body: dict[str, Any]) -> dict[str, Any]:
@@ -56,11 +58,17 @@ class CacheCollector(Collector):
     """The families above; ``phase_of`` is the phase function of "machines by phase", so both agree."""
 
     def __init__(
-        self, store: Store, phase_of: Callable[[dict[str, Any]], str], clock: Callable[[], float] = time.time
+        self,
+        store: Store,
+        phase_of: Callable[[dict[str, Any]], str],
+        clock: Callable[[], float] = time.time,
+        *,
+        leaked: Callable[[], int] = lambda: 0,
     ) -> None:
         self._store = store
         self._phase_of = phase_of
         self._clock = clock
+        self._leaked = leaked
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = self._clock()
@@ -136,4 +144,5 @@ class CacheCollector(Collector):
         )
         family.add_metric(["shared_system_id"], sum(1 for n in holders.values() if n > 1))
         family.add_metric(["provider_id_mismatch"], mismatched)
+        family.add_metric(["allocation_without_maasmachine"], self._leaked())
         yield family

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -26,6 +26,10 @@ from capmaas.operator.cachemetrics import CacheCollector
 from capmaas.operator.kube import Store
 
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, float("inf"))
+#: MAAS request latency: most answers take milliseconds; a BMC query waits up to a minute.
+REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, float("inf"))
+#: Reconcile queue lag: near zero on an idle event loop, seconds when it is saturated.
+LAG_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, float("inf"))
 
 
 def endpoint_label(endpoint: str) -> str:
@@ -85,6 +89,42 @@ class Metrics:
             ["endpoint", "method", "path", "status"],
             registry=self.registry,
         )
+        self.maas_latency = Histogram(
+            "capmaas_maas_request_duration_seconds",
+            "MAAS API request duration (one attempt, answer read) by endpoint (a hash of its URL), method "
+            "and path template",
+            ["endpoint", "method", "path"],
+            buckets=REQUEST_BUCKETS,
+            registry=self.registry,
+        )
+        self.queue_lag = Histogram(
+            "capmaas_reconcile_queue_lag_seconds",
+            "Time from an object becoming due (changed, woken, or its requeue delay over) to its reconcile "
+            "starting, by kind",
+            ["kind"],
+            buckets=LAG_BUCKETS,
+            registry=self.registry,
+        )
+        self.adopted = Counter(
+            "capmaas_machines_adopted_total",
+            "MAAS machines adopted by their MaasMachine after the answer to its allocate was lost",
+            registry=self.registry,
+        )
+        self.released_extra = Counter(
+            "capmaas_extra_machines_released_total",
+            "Extra MAAS machines found under a MaasMachine's agent name (a second allocate after a lost "
+            "answer) and released",
+            registry=self.registry,
+        )
+        #: Set by the leak audit (:mod:`capmaas.operator.leaks`): MAAS machines still held under the agent
+        #: name of a deleted MaasMachine.
+        self.leaked = 0
+        leaked = Gauge(
+            "capmaas_machines_leaked",
+            "MAAS machines still held under the agent name of a MaasMachine this operator saw deleted",
+            registry=self.registry,
+        )
+        leaked.set_function(lambda: self.leaked)
         self.allocation = Histogram(
             "capmaas_allocation_duration_seconds", "MAAS allocate call duration", registry=self.registry
         )
@@ -95,7 +135,8 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(_PhaseCollector(store))
-        self.registry.register(CacheCollector(store, machine_phase))  # zones, reasons, ages, invariants
+        # zones, reasons, ages, invariants
+        self.registry.register(CacheCollector(store, machine_phase, leaked=lambda: self.leaked))
 
     def outcome(self, kind: str, result: str) -> None:
         self.reconciles.labels(kind, result).inc()
@@ -110,13 +151,17 @@ class Metrics:
 
         return hook
 
-    def on_response(self, endpoint: str) -> Callable[[str, str, int], None]:
+    def on_response(self, endpoint: str) -> Callable[[str, str, int, float], None]:
         label = endpoint_label(endpoint)
 
-        def hook(method: str, path: str, status: int) -> None:
+        def hook(method: str, path: str, status: int, seconds: float) -> None:
             self.maas_requests.labels(label, method, path, str(status)).inc()
+            self.maas_latency.labels(label, method, path).observe(seconds)
 
         return hook
+
+    def lag(self, kind: str, seconds: float) -> None:
+        self.queue_lag.labels(kind).observe(seconds)
 
     # Recorder
     def allocation_duration(self, seconds: float) -> None:
@@ -127,6 +172,16 @@ class Metrics:
 
     def machine_phase(self, key: str, phase: str | None) -> None:
         return None  # computed from the cache at scrape time
+
+    def leaked_machines(self, count: int) -> None:
+        """The leak audit's latest count."""
+        self.leaked = count
+
+    def machine_adopted(self) -> None:
+        self.adopted.inc()
+
+    def extra_machine_released(self) -> None:
+        self.released_extra.inc()
 
     def serve(self, address: str, port: int) -> None:
         if port:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 
 from capmaas import backoff
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 Reconcile = Callable[[Body], Awaitable[Requeue]]
 Outcome = Callable[[str, str], None]  # (kind, result) for metrics
+Lag = Callable[[str, float], None]  # (kind, seconds from due to the reconcile starting) for metrics
 
 
 class Workers:
@@ -47,6 +49,7 @@ class Workers:
         outcome: Outcome,
         on_exit: Callable[[str], None] = lambda key: None,
         active: bool = True,
+        lag: Lag = lambda kind, seconds: None,
     ) -> None:
         self.plural = plural
         self._reconcile = reconcile
@@ -58,6 +61,8 @@ class Workers:
         self._on_exit = on_exit
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._wake: dict[str, asyncio.Event] = {}
+        self._due: dict[str, float] = {}  # key -> when it became due (the oldest wake not yet served)
+        self._lag = lag
         self.active = active
 
     def ensure(self, key: str, *, wake: bool = True) -> None:
@@ -70,11 +75,12 @@ class Workers:
             self._tasks[key] = asyncio.get_running_loop().create_task(self._loop(key), name=f"capmaas {key}")
             wake = True
         if wake:
-            self._wake[key].set()
+            self.wake(key)
 
     def wake(self, key: str) -> None:
         event = self._wake.get(key)
         if event is not None:
+            self._due.setdefault(key, time.monotonic())
             event.set()
 
     def __len__(self) -> int:
@@ -97,11 +103,14 @@ class Workers:
     async def stop(self) -> None:
         """:meth:`cancel`, then wait for the loops to end."""
         me = asyncio.current_task()
+        # Cancellation requests this task already had (kopf cancels its cleanup task once, and swallows that,
+        # before it runs the cleanup handlers): only a new one means "stop waiting".
+        before = me.cancelling() if me is not None else 0
         for t in self.cancel():
             try:
                 await t
             except asyncio.CancelledError:
-                if me is not None and me.cancelling():
+                if me is not None and me.cancelling() > before:
                     raise  # we are being cancelled ourselves (a timeout around stop()): do not swallow it
 
     def _delay(self, failures: int) -> float:
@@ -116,6 +125,9 @@ class Workers:
                 if body is None:
                     return
                 wake.clear()
+                due = self._due.pop(key, None)
+                if due is not None:
+                    self._lag(self.plural, max(0.0, time.monotonic() - due))
                 delay: float | None
                 try:
                     result = await self._reconcile(body)
@@ -141,10 +153,15 @@ class Workers:
                     self._outcome(self.plural, "success")
                 timeout = self._resync if delay is None else delay
                 if timeout > 0:
+                    until = time.monotonic() + timeout
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(timeout):
                             await wake.wait()
+                    self._due.setdefault(key, min(until, time.monotonic()))  # woken: its wake's time stays
+                else:
+                    self._due.setdefault(key, time.monotonic())
         finally:
             self._tasks.pop(key, None)
             self._wake.pop(key, None)
+            self._due.pop(key, None)
             self._on_exit(key)

@@ -206,6 +206,7 @@ class BareMetal:
         keep, *extra = sorted(found, key=lambda m: m.system_id)
         await self._release_extra(scope, port, extra, ReleaseOptions())
         scope.event("Normal", "MachineAdopted", f"adopted MAAS machine {keep.system_id} allocated earlier")
+        self.life.recorder.machine_adopted()
         self._record(scope, keep)
         await scope.flush()
         return keep.system_id
@@ -235,6 +236,7 @@ class BareMetal:
                 "ExtraMachineReleased",
                 f"MAAS machine {x.system_id} was also held under this MaasMachine's agent name; released it",
             )
+            self.life.recorder.extra_machine_released()
 
     async def _held(self, scope: MachineScope, port: MaasPort, doing: str) -> Sequence[maas.Machine]:
         """The machines MAAS shows held under this object's agent name (the ownership test)."""

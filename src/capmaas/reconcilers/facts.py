@@ -13,8 +13,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import pydantic
+
 from capmaas import maas
-from capmaas.api.v1beta1 import MaasMachineSpec
+from capmaas.api.v1beta1 import PROVISIONING_MODE_LXD, MaasClusterSpec, MaasMachineSpec
 from capmaas.reconcilers.ports import Body
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,7 @@ __all__ = [
     "maas_text",
     "powered",
     "refusal_text",
+    "registers_vm_host",
 ]
 
 
@@ -91,6 +94,21 @@ def bootstrap_secret(machine: Body) -> str | None:
     spec: Mapping[str, Any] = machine.get("spec") or {}
     name = (spec.get("bootstrap") or {}).get("dataSecretName")
     return str(name) if name else None
+
+
+def registers_vm_host(spec: MaasMachineSpec, maascluster: Body | None) -> bool:
+    """Whether the deploy asks MAAS to register the machine as an LXD VM host (``register_vmhost``): its own
+    ``registerVMHost``, or, for a bare-metal machine, its MaasCluster's ``lxdConfig.enabled`` (the Go
+    provider's HCP mode, where every bare-metal machine of the cluster becomes a VM host)."""
+    if spec.register_vm_host:
+        return True
+    if spec.provisioning_mode == PROVISIONING_MODE_LXD or maascluster is None:
+        return False
+    try:
+        lxd = MaasClusterSpec.model_validate(maascluster.get("spec") or {}).lxd_config
+    except pydantic.ValidationError:
+        return False  # the cluster reconciler reports a spec it cannot read
+    return bool(lxd is not None and lxd.enabled)
 
 
 def deploy_inputs(spec: MaasMachineSpec, machine: Body | None) -> str:

@@ -226,7 +226,7 @@ class Lifecycle:
                 hwe_kernel=spec.hwe_kernel,
                 ephemeral_deploy=bool(spec.deploy_in_memory),
                 comment=f"capmaas {scope.key}",
-                register_vmhost=bool(spec.register_vm_host),
+                register_vmhost=facts.registers_vm_host(spec, scope.maascluster),
             )
         except maas_errors.ConflictError as exc:
             raise TransientError(C.MACHINE_DEPLOYING_REASON, f"deploy refused: {exc}", delay=5) from exc

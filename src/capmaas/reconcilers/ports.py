@@ -237,6 +237,15 @@ class Recorder(Protocol):
         """The current phase of MaasMachine ``key`` (None: forget it)."""
         ...
 
+    def machine_adopted(self) -> None:
+        """A MaasMachine adopted the machine an earlier allocate (whose answer was lost) left under its agent
+        name."""
+        ...
+
+    def extra_machine_released(self) -> None:
+        """A second machine found under a MaasMachine's agent name was released."""
+        ...
+
 
 class NullRecorder:
     """A :class:`Recorder` that records nothing (tests, tools)."""
@@ -248,4 +257,10 @@ class NullRecorder:
         return None
 
     def machine_phase(self, key: str, phase: str | None) -> None:
+        return None
+
+    def machine_adopted(self) -> None:
+        return None
+
+    def extra_machine_released(self) -> None:
         return None

@@ -38,6 +38,6 @@ async def client(
         api_key=API_KEY,
         transport=httpx.MockTransport(fake),
         sleep=sleep,
-        on_response=lambda m, e, s: responses.append((m, e, s)),
+        on_response=lambda m, e, s, _seconds: responses.append((m, e, s)),
     ) as maas:
         yield maas

@@ -57,7 +57,7 @@ async def test_an_oversized_answer_is_refused_while_streaming() -> None:
     fake.route("GET", "machines/abc123/", None, httpx.Response(200, stream=body))
     statuses: list[int] = []
     async with client_for(
-        fake, limits=Limits(max_response_bytes=64 * 1024), on_response=lambda m, e, s: statuses.append(s)
+        fake, limits=Limits(max_response_bytes=64 * 1024), on_response=lambda m, e, s, _t: statuses.append(s)
     ) as maas:
         with pytest.raises(ResponseTooLargeError, match="larger than 65536 bytes") as info:
             await maas.machines.get("abc123")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import httpx
@@ -202,7 +203,7 @@ async def test_transport_failures_reach_on_response_as_status_0() -> None:
         api_key=API_KEY,
         transport=httpx.MockTransport(flaky),
         sleep=lambda _: _noop(),
-        on_response=lambda *a: seen.append(a),
+        on_response=lambda m, e, s, _seconds: seen.append((m, e, s)),
     ) as maas:
         await maas.zones.list()
     assert seen == [("GET", "zones/", 0), ("GET", "zones/", 200)]
@@ -212,10 +213,31 @@ async def _noop() -> None:
     return None
 
 
+async def test_on_response_gets_how_long_each_attempt_took() -> None:
+    """The latency histogram's input: each attempt's own time, including reading the answer's body."""
+    seen: list[tuple[int, float]] = []
+
+    async def slow(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.3 if len(seen) == 0 else 0.0)
+        return httpx.Response(503, headers={"Retry-After": "0"}) if not seen else httpx.Response(200, json=[])
+
+    async with MaasClient(
+        URL,
+        api_key=API_KEY,
+        transport=httpx.MockTransport(slow),
+        sleep=lambda _: _noop(),
+        on_response=lambda m, e, s, seconds: seen.append((s, seconds)),
+    ) as maas:
+        await maas.zones.list()
+    assert [s for s, _ in seen] == [503, 200]
+    assert seen[0][1] >= 0.3  # the slow first attempt, measured on its own
+    assert seen[1][1] >= 0
+
+
 async def test_a_failing_on_response_hook_does_not_fail_the_call(
     fake: FakeMaas, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def hook(method: str, endpoint: str, status: int) -> None:
+    def hook(method: str, endpoint: str, status: int, seconds: float) -> None:
         raise RuntimeError("metrics down")
 
     fake.route("GET", "zones/", None, ok([]))

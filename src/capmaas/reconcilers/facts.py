@@ -135,6 +135,9 @@ _MAAS_409 = re.compile(
     r"|Invalid transition: [\w -]{1,40} -> [\w -]{1,40}\."
     r"|Cannot abort in current state: .{1,200}"
     r"|Machine\(s\) cannot be released in their current state: .{1,600}"
+    r"|Unable to compose KVM instance in '[^']{1,100}'\. .{1,600}"
+    r"|Unable to compose machine because: .{1,600}"
+    r"|Not enough storage space on storage pools: .{1,600}"
 )
 #: What a MAAS form field name looks like (the keys of its 400 JSON).
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")

@@ -32,6 +32,7 @@ from capmaas import maas, placement
 from capmaas.api import conditions as C
 from capmaas.api.v1beta1 import PROVISIONING_MODE_LXD, VMResourceUsage
 from capmaas.maas import errors as maas_errors
+from capmaas.reconcilers import facts
 from capmaas.reconcilers.credentials import maas_failure
 from capmaas.reconcilers.errors import TerminalError, TransientError
 from capmaas.reconcilers.keys import (
@@ -96,9 +97,11 @@ def _gone_error(exc: maas_errors.MaasError, endpoint: str) -> TerminalError:
 
 
 def _short(exc: maas_errors.MaasError) -> str:
-    body = getattr(exc, "body", None)
-    text = body if isinstance(body, str) and body else str(exc)
-    return text.strip()[:400]
+    """What a condition or Event may say of a refused compose: MAAS's own answer shapes only (its form
+    errors, its compose and over-commit phrasings), otherwise the status alone (facts.maas_text)."""
+    if isinstance(exc, maas_errors.ApiError):
+        return facts.maas_text(exc.body, exc.status)
+    return str(exc)  # no answer: the client's own message, which never carries a body
 
 
 def _forget_status(scope: MachineScope) -> None:

@@ -9,7 +9,8 @@ import logging
 
 import pytest
 
-from capmaas.reconcilers import facts
+from capmaas.maas import errors as maas_errors
+from capmaas.reconcilers import facts, lxd
 
 WITHHELD = "MAAS answered 409 (body withheld; see the operator log)"
 
@@ -66,3 +67,33 @@ def test_control_characters_never_reach_a_condition() -> None:
     assert facts.refusal_text({"distro_series": ("bad\x00\nvalue",), "not a field": ("leak",)}) == (
         "distro_series: bad? value"
     )
+
+
+# LXD compose refusals (issue 10 item 5): MAAS's compose phrasings are quoted; any other answer of a tenant's
+# "VM host" endpoint is withheld from LXDVMCreated and the VMComposeRefused Event.
+_INFO = maas_errors.RequestInfo(
+    "POST", "http://127.0.0.1:1/MAAS/api/2.0/pods/1/?op=compose", "pods/{id}/?op=compose"
+)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "Unable to compose KVM instance in 'lxd-az1-0'. CPU overcommit ratio is 1.0 and there are 2 "
+        "available resources; 6 requested.",
+        "Unable to compose machine because: Not enough storage space on storage pools: default",
+    ],
+)
+def test_lxd_compose_refusal_quotes_maas_phrasing(body: str) -> None:
+    exc = maas_errors.ServiceUnavailableError(503, body, _INFO)
+    assert lxd._short(exc) == body
+
+
+@pytest.mark.parametrize(
+    ("cls", "status"), [(maas_errors.ServiceUnavailableError, 503), (maas_errors.BadRequestError, 400)]
+)
+def test_lxd_compose_refusal_withholds_anything_else(cls: type[maas_errors.ApiError], status: int) -> None:
+    body = '{"access_token": "s3cr3t-from-an-internal-service"}' + " " * 10 + "x" * 500
+    text = lxd._short(cls(status, body, _INFO))
+    assert "s3cr3t" not in text
+    assert text == f"MAAS answered {status} (body withheld; see the operator log)"

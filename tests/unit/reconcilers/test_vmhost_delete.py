@@ -30,7 +30,9 @@ def ready_condition(env: Env, name: str) -> dict[str, Any]:
 
 
 def vm_host_deletes(env: Env) -> list[tuple[str, ...]]:
-    return [k for k in env.sim.counters if k[0] == "DELETE" and k[1] in ("vm-hosts", "pods")]
+    return [
+        k for k in env.sim.counters if k[0] == "DELETE" and k[1].endswith(("/vm-hosts/{id}/", "/pods/{id}/"))
+    ]
 
 
 async def start_deleting(env: Env, name: str, rounds: int = 4) -> None:
@@ -59,9 +61,11 @@ async def test_vm_host_without_vms_is_removed_and_the_machine_released() -> None
     env, sid = await vm_host_env()
     try:
         assert len(env.sim.state.hosts_of(sid)) == 1
+        env.sim.reset_counters()
         await delete_all(env, ["host0"])
         assert env.sim.machine(sid)["status_name"] == "Ready"
         assert env.sim.state.hosts_of(sid) == []
+        assert env.sim.counters[vm_host_deletes(env)[0]] == 1  # the VM host removed once
         assert "VMHostRemoved" in env.kube.reasons()
         assert env.sim.check_invariants() == []
     finally:

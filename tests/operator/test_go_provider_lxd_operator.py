@@ -14,10 +14,9 @@ for LXD on ``capmaas run`` with the real apiserver and the simulator:
   and releases the machine: nothing is left on the VM hosts or held in MAAS.
 - ``templates/cluster-template-hcp.yaml``: its MaasCluster's ``lxdConfig`` (``enabled: true``; storage
   settings MAAS has no equivalent for) turns the cluster's bare-metal machines into LXD VM hosts as they
-  deploy (MAAS ``register_vmhost``), and the cluster says which fields it does not apply. (Deleting such a
-  machine is not covered here: MAAS refuses to release a machine that hosts a VM host unless asked to
-  ``force`` it, which would also decompose the VMs on it; the deletion path does not handle that yet, for
-  ``registerVMHost: true`` machines either.)
+  deploy (MAAS ``register_vmhost``), and the cluster says which fields it does not apply. Deleting such a
+  machine removes the VM host it registered (no VM is on it), then releases it: MAAS refuses to release a
+  machine that hosts a VM host unless asked to ``force`` it, which capmaas never does.
 """
 
 from __future__ import annotations
@@ -215,4 +214,10 @@ async def test_cluster_template_hcp_cluster_turns_its_machines_into_vm_hosts(har
     assert len(registered) == 1, "lxdConfig.enabled: the deployed machine must be registered as a VM host"
     assert registered[0].type == "lxd"
     assert len(h.sim.state.vm_hosts) == hosts_before + 1
+    assert h.sim.check_invariants() == []
+
+    await delete_all(h)
+    assert h.sim.machine(sid)["status_name"] == "Ready"
+    assert h.sim.state.hosts_of(sid) == []
+    assert len(h.sim.state.vm_hosts) == hosts_before
     assert h.sim.check_invariants() == []

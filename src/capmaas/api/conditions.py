@@ -85,6 +85,7 @@ NO_VM_HOST_AVAILABLE_REASON = "NoVMHostAvailable"  # placement found no VM host 
 VM_HOST_NOT_FOUND_REASON = "VMHostNotFound"  # lxdConfig.vmHost names a host MAAS does not have
 VM_COMPOSE_FAILED_REASON = "VMComposeFailed"  # MAAS refused the compose (over-commit, host gone)
 VM_HOSTS_UNSUPPORTED_REASON = "VMHostsUnsupported"  # the MAAS region has no VM-host API (410, MAAS >= 4.0)
+VM_HOST_IN_USE_REASON = "VMHostInUse"  # deleting a machine that hosts a VM host: VMs left, or not ours
 KUBECONFIG_REJECTED_REASON = "KubeconfigRejected"  # <cluster>-kubeconfig not CAPI's, or a field not allowed
 NODE_PROVIDER_ID_SET_REASON = "NodeProviderIDSet"  # NodeProviderIDSet=True: the problem is solved
 NO_MAAS_EQUIVALENT_REASON = "NoMaasEquivalent"  # SettingsApplied=False: ClusterLXDConfig.not_applied() fields

@@ -196,6 +196,18 @@ class MaasSession:
             self.poller.unwatch(system_id)
         return True
 
+    async def vms_on(self, host_name: str) -> Sequence[maas.Machine]:
+        machines = await self.client.machines.list(pods=[host_name])
+        return [m for m in machines if m.pod is not None and m.pod.name == host_name]
+
+    async def delete_vm_host(self, host_id: int) -> bool:
+        try:
+            async with self._writes:
+                await self.client.vm_hosts.delete(host_id)
+        except maas_errors.NotFoundError:
+            return False
+        return True
+
     async def aclose(self) -> None:
         await self.poller.stop()
         await self.client.aclose()

@@ -184,6 +184,20 @@ class BadRequestError(ApiError):
         names = [n for n in self.field_errors if _FIELD_NAME.fullmatch(n)][:5]
         return f": MAAS refused field(s) {', '.join(names)}" if names else ""
 
+    @property
+    def hosted_vm_hosts(self) -> tuple[str, ...] | None:
+        """The VM host names of MAAS's refusal to release or delete a machine that hosts VM hosts (3.7
+        ``Node.maybe_delete_pods``: text ``The following VM hosts must be removed first: a, b``), names that
+        are not plain host names left out; None for any other 400."""
+        if self.field_errors or not self.body.startswith(_HOSTS_VM_HOSTS):
+            return None
+        names = (n.strip() for n in self.body[len(_HOSTS_VM_HOSTS) :].split(","))
+        return tuple(n for n in names if _HOST_NAME.fullmatch(n))[:5]
+
+
+_HOSTS_VM_HOSTS = "The following VM hosts must be removed first:"
+_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
 
 class UnauthorizedError(ApiError):
     """401: the key is unknown, deleted or mis-signed (also MAAS's ``Forbidden`` for no credentials)."""

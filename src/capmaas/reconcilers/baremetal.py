@@ -41,7 +41,7 @@ from capmaas.api.v1beta1 import (
     ReleaseOptions,
 )
 from capmaas.maas import errors as maas_errors
-from capmaas.reconcilers import facts
+from capmaas.reconcilers import facts, vmhost
 from capmaas.reconcilers.credentials import maas_failure
 from capmaas.reconcilers.errors import TerminalError, TransientError
 from capmaas.reconcilers.keys import (
@@ -463,6 +463,8 @@ class BareMetal:
         if m.status in IN_PROGRESS:
             scope.set_deletion(C.RELEASING_REASON, f"{sid}: {m.status_name}")
             return Requeue()
+        if (hosting := await vmhost.clear_for_release(scope, port, m, agent_name(scope))) is not None:
+            return hosting
         opts = scope.want.release_options or ReleaseOptions()
         # The ownership test, once, right before the only MAAS write of a deletion: spec.systemID is just a
         # field of an object someone created; MAAS must show the machine held under this object's agent name.

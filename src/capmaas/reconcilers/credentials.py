@@ -56,6 +56,8 @@ INSECURE_SETTING = "maas.insecure_skip_tls_verify (env CAPMAAS_MAAS__INSECURE_SK
 #: Retry delay (s) for a credentials problem: a person has to fix the Secret, so do not hammer anything.
 CREDENTIALS_RETRY = 15.0
 UNREACHABLE_RETRY = 10.0
+#: A machine that hosts VM hosts someone else must remove (or whose VMs are still being deleted).
+VM_HOST_RETRY = 30.0
 TRUE = ("1", "true", "yes")
 
 
@@ -295,6 +297,15 @@ def maas_failure(
             C.INVALID_CREDENTIALS_REASON,
             f"{doing}: MAAS at {where} rejected the API key (HTTP {exc.status})",
             delay=CREDENTIALS_RETRY,
+        )
+    hosts = exc.hosted_vm_hosts if isinstance(exc, maas_errors.BadRequestError) else None
+    if hosts is not None:
+        return TransientError(
+            C.VM_HOST_IN_USE_REASON,
+            f"{doing}: MAAS refuses while the machine hosts VM host(s) {', '.join(hosts) or '(unnamed)'}: "
+            "remove them in MAAS first (the operator removes only a VM host this MaasMachine registered, "
+            "once no VM is left on it)",
+            delay=VM_HOST_RETRY,
         )
     if isinstance(exc, maas_errors.TransportError):
         return TransientError(

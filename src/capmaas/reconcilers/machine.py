@@ -70,7 +70,9 @@ class MachineReconciler:
                 return await self._delete(scope)
             return await self._normal(scope)
         except ReconcileError as exc:
-            if not scope.deleting:
+            if scope.deleting:  # the deletion's condition says why it does not go on (not just the log)
+                scope.set_deletion(exc.reason, exc.message)
+            else:
                 scope.wait(exc.reason, exc.message)
             raise
         finally:

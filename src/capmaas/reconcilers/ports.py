@@ -151,6 +151,14 @@ class VmHostPort(Protocol):
         """``DELETE machines/{id}/`` (a composed VM is decomposed); False when MAAS no longer knows it."""
         ...
 
+    async def vms_on(self, host_name: str) -> Sequence[maas.Machine]:
+        """The machines composed on the VM host ``host_name`` (``GET machines/?pod=``), whoever holds them."""
+        ...
+
+    async def delete_vm_host(self, host_id: int) -> bool:
+        """``DELETE vm-hosts/{id}/`` without decompose; False when MAAS no longer knows it."""
+        ...
+
 
 class MaasPort(VmHostPort, Protocol):
     """One MAAS endpoint and identity: pooled client plus the shared machine poller (+ ``VmHostPort``)."""

@@ -227,15 +227,13 @@ class Simulator(Lifecycle):
             self.delete_vm_host(host, decompose=True)
 
     def delete_vm_host(self, host: VmHost, *, decompose: bool) -> None:
+        """3.7 ``Pod.async_delete``: the machines of the host's VMs are deleted from MAAS either way;
+        ``decompose`` only decides whether the VMs are destroyed on the host too (which the simulator does not
+        model). The host's own machine stays as it is."""
         for sid in list(host.vms):
             vm = self.state.machines.get(sid)
-            if vm is None:
-                continue
-            if decompose:
+            if vm is not None:
                 self.delete_machine(vm)
-            else:
-                vm.pod_id = vm.virtualmachine_id = None
-                vm.cached_json = None
         host.vms.clear()
         del self.state.vm_hosts[host.id]
 

@@ -173,7 +173,7 @@ def update_host(sim: Simulator, req: Request) -> dict[str, object]:
 
 
 def delete_host(sim: Simulator, req: Request) -> Response:
-    """Delete a VM host; with ``decompose=true`` its VMs are decomposed, otherwise they stay as machines."""
+    """Delete a VM host and its VMs' machines (``decompose=true`` also destroys the VMs on the host)."""
     host = get_host(sim, req)
     require_admin(req)
     sim.delete_vm_host(host, decompose=bool_opt(req.query, "decompose") or bool_opt(req.form, "decompose"))

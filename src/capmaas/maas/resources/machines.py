@@ -59,10 +59,13 @@ class Machines:
         pool: str | None = None,
         status: models.NodeStatus | Iterable[models.NodeStatus] | None = None,
         tags: Sequence[str] | None = None,
+        pods: Sequence[str] | None = None,
     ) -> builtins.list[models.Machine]:
-        """Machines visible to us matching every filter (a filter's values OR, except tags: AND)."""
+        """Machines visible to us matching every filter (a filter's values OR, except tags: AND). ``pods``
+        names VM hosts: their VMs (MAAS matches the machine's BMC name)."""
         query: builtins.list[tuple[str, str]] = [("id", i) for i in ids or ()]
         query += [("hostname", h) for h in hostnames or ()]
+        query += [("pod", p) for p in pods or ()]
         query += _optional(agent_name=agent_name, zone=zone, pool=pool)
         query += [("status", s) for s in _statuses(status)]
         query += [("tags", t) for t in tags or ()]

@@ -1,0 +1,89 @@
+"""Deleting a bare-metal machine that was registered as a MAAS VM host (``registerVMHost``, or its
+MaasCluster's ``lxdConfig.enabled``; :func:`capmaas.reconcilers.facts.registers_vm_host`).
+
+MAAS 3.7 refuses to release a machine that hosts VM hosts: 400 ``The following VM hosts must be removed first:
+<names>`` (``Node.start_releasing`` → ``maybe_delete_pods``), unless ``force``, which deletes the VM hosts and
+the machines of their VMs too. Before the release, therefore:
+
+1. While VMs are composed on the host (other MaasMachines' LXD VMs, or anyone's), wait with a deletion
+   condition naming the host and how many remain. Each is decomposed by its own deletion; never by this one.
+2. Then remove the VM host registration: ``DELETE vm-hosts/{id}/`` without ``decompose`` (3.7
+   ``Pod.async_delete``: the pod's VM machines, none by now, would be deleted from MAAS; the host machine
+   stays Deployed, since only a ``dynamic`` machine without a BMC is deleted with its pod).
+3. The release follows as usual (``BareMetal.delete``).
+
+Which VM host is ours: MAAS registers it itself after the deploy (nothing of it is in the deploy answer, so
+the MaasMachine records no id); it is the VM host whose ``host.system_id`` is this machine, and only when this
+MaasMachine asked for the registration and MAAS shows the machine held under its agent name (the ownership
+rule of docs/security.md). Any other VM host on the machine is left alone: the release's 400 then reads
+``VMHostInUse`` (:func:`capmaas.reconcilers.credentials.maas_failure`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from capmaas import maas
+from capmaas.api import conditions as C
+from capmaas.maas import errors as maas_errors
+from capmaas.reconcilers import facts
+from capmaas.reconcilers.credentials import VM_HOST_RETRY, maas_failure
+from capmaas.reconcilers.ports import MaasPort
+from capmaas.reconcilers.scope import MachineScope, Requeue
+
+#: MAAS's VM host type that ``register_vmhost`` creates.
+LXD = "lxd"
+
+
+async def clear_for_release(
+    scope: MachineScope, port: MaasPort, m: maas.Machine, agent_name: str
+) -> Requeue | None:
+    """Before releasing ``m``: remove the VM host this MaasMachine registered on it once no VM is left on it.
+    None when the release may go ahead (no VM host of ours, or removed now), else the end of this pass."""
+    sid = m.system_id
+    if not facts.registers_vm_host(scope.want, scope.maascluster):
+        return None  # no request: a VM host someone else put there makes the release say VMHostInUse
+    hosts = await _hosts_on(port, sid)
+    if not hosts:
+        return None
+    try:
+        held = await port.find_by_agent(agent_name)
+    except maas_errors.MaasError as exc:
+        raise maas_failure(exc, None, f"checking who holds {sid}") from exc
+    if sid not in {h.system_id for h in held}:
+        return None  # not ours: BareMetal.delete forgets it and sends nothing
+    for host in hosts:
+        try:
+            vms = await port.vms_on(host.name)
+        except maas_errors.MaasError as exc:
+            raise maas_failure(exc, None, f"listing the VMs on VM host {host.name}") from exc
+        if vms:
+            names = ", ".join(sorted(v.hostname for v in vms)[:5])
+            scope.set_deletion(
+                C.VM_HOST_IN_USE_REASON,
+                f"{sid} is VM host {host.name} (id {host.id}); waiting for its {len(vms)} VM(s) to be "
+                f"deleted by their own MaasMachines or owners ({names}) before removing it and releasing",
+            )
+            return Requeue(VM_HOST_RETRY)
+    for host in hosts:
+        try:
+            await port.delete_vm_host(host.id)
+        except maas_errors.MaasError as exc:
+            raise maas_failure(
+                exc, None, f"removing VM host {host.name}", reason=C.VM_HOST_IN_USE_REASON
+            ) from exc
+        scope.event(
+            "Normal", "VMHostRemoved", f"removed VM host {host.name} (id {host.id}) registered on {sid}"
+        )
+    return None
+
+
+async def _hosts_on(port: MaasPort, sid: str) -> Sequence[maas.VmHost]:
+    """The LXD VM hosts MAAS shows running on machine ``sid`` (none on a MAAS without VM hosts)."""
+    try:
+        hosts = await port.list_vm_hosts()
+    except maas_errors.GoneError:
+        return ()  # MAAS 4.0: no VM hosts, nothing refuses the release
+    except maas_errors.MaasError as exc:
+        raise maas_failure(exc, None, f"listing the VM hosts on {sid}") from exc
+    return [h for h in hosts if h.type == LXD and h.host is not None and h.host.system_id == sid]

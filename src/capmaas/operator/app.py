@@ -260,6 +260,9 @@ def build_runtime(
             retry_max=ms.retry_max_delay,
             power_on_retry=ms.power_on_retry,
             node_retry=ms.node_retry,
+            allocate_in_doubt=maas.in_doubt_window(
+                config.maas.request_timeout, maas.RetryPolicy(max_retries=config.maas.max_retries)
+            ),
         ),
         recorder=metrics,
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from capmaas.maas._allowlist import EndpointAllowList
 from capmaas.maas._auth import Credentials
 from capmaas.maas._client import MaasClient, normalize_base_url
-from capmaas.maas._http import IN_DOUBT_MARGIN, Limits, RetryPolicy, in_doubt_window
+from capmaas.maas._http import Limits, RetryPolicy, in_doubt_window
 from capmaas.maas._transports import AiohttpTransport, ssl_context
 from capmaas.maas.errors import (
     ApiError,
@@ -82,7 +82,6 @@ __all__ = [
     "EndpointNotAllowedError",
     "ForbiddenError",
     "GoneError",
-    "IN_DOUBT_MARGIN",
     "Interface",
     "InterfaceLink",
     "InvalidApiKeyError",

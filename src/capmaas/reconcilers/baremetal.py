@@ -36,7 +36,9 @@ Deletion releases the machine and waits for the shared poller to see it released
 to MAAS) while clusterctl moves the object or the cluster is paused (see :mod:`capmaas.reconcilers.machine`).
 Before the release, MAAS must show the machine held under this object's agent name (``spec.systemID`` is
 just a field someone wrote): otherwise the reference is forgotten with a Warning Event and nothing is sent.
-Every other machine held under that agent name (a second allocate after a lost answer) is released too.
+Every other machine held under that agent name (a second allocate after a lost answer) is released too. The
+lookup is shared by the deletions under way at the same time (``MaasPort.find_for_release``: one list call for
+many, exact whenever a shared answer could mislead).
 """
 
 from __future__ import annotations
@@ -429,7 +431,10 @@ class BareMetal:
         opts = scope.want.release_options or ReleaseOptions()
         # The ownership test, once, right before the only MAAS write of a deletion: spec.systemID is just a
         # field of an object someone created; MAAS must show the machine held under this object's agent name.
-        held = await self._held(scope, port, f"checking who holds {sid}")
+        try:  # shared with the other deletions under way (one list call for many)
+            held = await port.find_for_release(agent_name(scope), sid)
+        except maas_errors.MaasError as exc:
+            raise maas_failure(exc, None, f"checking who holds {sid}") from exc
         if sid not in {m.system_id for m in held}:
             port.unwatch(sid)
             scope.event(

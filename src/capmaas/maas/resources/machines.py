@@ -54,14 +54,17 @@ class Machines:
         *,
         ids: Sequence[str] | None = None,
         agent_name: str | None = None,
+        agent_names: Sequence[str] | None = None,
         hostnames: Sequence[str] | None = None,
         zone: str | None = None,
         pool: str | None = None,
         status: models.NodeStatus | Iterable[models.NodeStatus] | None = None,
         tags: Sequence[str] | None = None,
     ) -> builtins.list[models.Machine]:
-        """Machines visible to us matching every filter (a filter's values OR, except tags: AND)."""
+        """Machines visible to us matching every filter (a filter's values OR, except tags: AND;
+        ``agent_names``: held under any of them)."""
         query: builtins.list[tuple[str, str]] = [("id", i) for i in ids or ()]
+        query += [("agent_name", a) for a in agent_names or ()]
         query += [("hostname", h) for h in hostnames or ()]
         query += _optional(agent_name=agent_name, zone=zone, pool=pool)
         query += [("status", s) for s in _statuses(status)]

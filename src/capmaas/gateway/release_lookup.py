@@ -28,8 +28,11 @@ from capmaas import maas
 
 #: Agent names per list call: a UID is 36 characters, so the query string stays a few KiB.
 CHUNK = 50
-#: Seconds a lookup waits for others to share its list call (deletions of one burst arrive together).
-COALESCE = 0.05
+#: Seconds a lookup waits for others to share its list call, unless :data:`CHUNK` deletions are waiting
+#: sooner. The deletions of a burst reach the operator over several seconds (the apiserver marks the objects
+#: of a collection deleted one by one, and each pass runs when its watch event arrives); a deletion is not
+#: waited on by anyone, so its release may start this much later.
+COALESCE = 2.0
 
 FindByAgent = Callable[[str], Awaitable[Sequence[maas.Machine]]]
 FindByAgents = Callable[[Sequence[str]], Awaitable[Sequence[maas.Machine]]]
@@ -53,6 +56,7 @@ class ReleaseLookups:
         self._chunk = max(1, chunk)
         self._queue: list[_Ask] = []
         self._task: asyncio.Task[None] | None = None
+        self._full = asyncio.Event()  # a chunk is waiting: no need to wait out the coalescing pause
         self.calls = 0  # shared list calls made (for tests and figures)
 
     async def find(self, agent_name: str, system_id: str) -> Sequence[maas.Machine]:
@@ -62,13 +66,18 @@ class ReleaseLookups:
         loop = asyncio.get_running_loop()
         ask = _Ask(agent_name, system_id, loop.create_future())
         self._queue.append(ask)
+        if len(self._queue) >= self._chunk:
+            self._full.set()
         if self._task is None:
             self._task = loop.create_task(self._drain(), name="capmaas-release-lookups")
         return await ask.answer
 
     async def _drain(self) -> None:
         try:
-            await asyncio.sleep(COALESCE)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(COALESCE):
+                    await self._full.wait()
+            self._full.clear()
             while self._queue:
                 batch, self._queue = self._queue[: self._chunk], self._queue[self._chunk :]
                 batch = [a for a in batch if not a.answer.done()]  # callers that gave up

@@ -332,3 +332,48 @@ async def test_lease_protocol_between_two_candidates(kube: Any, namespace: str) 
     finally:
         await a.aclose()
         await b.aclose()
+
+
+async def test_a_busy_main_loop_does_not_lose_the_lease(kube: Any, namespace: str) -> None:
+    """A saturated operator: its main loop runs reconciles for longer than the renew deadline without
+    yielding. The renewals run on the election's own thread and loop, so the Lease is kept (before, they
+    waited for the main loop: the fence closed and the leader gave up its own Lease)."""
+    import kubernetes
+
+    from capmaas.operator.kubehttp import KubeHttp
+    from capmaas.operator.leader import LeaseSettings, LeaseThread
+
+    cfg = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(config_file=str(kube.kubeconfig), client_configuration=cfg)
+    settings = LeaseSettings(namespace, "busy", "busy_x", 8.0, 6.0, 0.5)
+    election = LeaseThread(lambda: KubeHttp(cfg, connections=2, timeout=5.0), settings)
+    began = asyncio.Event()
+
+    async def on_started() -> None:
+        began.set()
+
+    run = asyncio.create_task(election.run(on_started))
+    try:
+        await asyncio.wait_for(began.wait(), 60)
+        busy_until = time.monotonic() + 2 * settings.renew_deadline
+        while time.monotonic() < busy_until:  # CPU-bound, never yielding to the loop
+            sum(range(10_000))
+        assert election.is_leader()
+        await asyncio.sleep(2 * settings.retry_period)  # the loop runs again: nothing reported lost
+        assert not run.done()
+        assert election.is_leader()
+        lease = json.loads(
+            (
+                await asyncio.to_thread(kube.kubectl, "get", "lease", "busy", "-n", namespace, "-o", "json")
+            ).stdout
+        )
+        assert lease["spec"]["holderIdentity"] == "busy_x"
+        assert lease["spec"].get("leaseTransitions", 0) == 0
+    finally:
+        await election.release()
+        run.cancel()
+    assert not election.is_leader()
+    lease = json.loads(
+        (await asyncio.to_thread(kube.kubectl, "get", "lease", "busy", "-n", namespace, "-o", "json")).stdout
+    )
+    assert lease["spec"]["holderIdentity"] == ""  # released on the way out

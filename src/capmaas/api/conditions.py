@@ -71,6 +71,7 @@ DEPLOY_REQUEST_REFUSED_REASON = "DeployRequestRefused"  # MAAS refused another f
 MACHINE_BROKEN_REASON = "MachineBroken"  # the allocated machine turned Broken
 MACHINE_NOT_FOUND_REASON = "MachineNotFound"  # spec.systemID no longer exists in MAAS
 MACHINE_POWERED_OFF_REASON = "MachinePoweredOff"  # Deployed but MAAS reports power off
+ALLOCATION_IN_DOUBT_REASON = "AllocationInDoubt"  # an allocate whose answer was lost may still reach MAAS
 RETRIES_EXHAUSTED_REASON = "RetriesExhausted"  # allocate/deploy failed too often; needs a person
 INVALID_SPEC_REASON = "InvalidSpec"  # the spec does not parse into the API model (an older CRD)
 MAAS_UNREACHABLE_REASON = "MaasUnreachable"  # connection refused / timed out / 5xx from the MAAS region

@@ -17,8 +17,9 @@ Sessions are keyed by (endpoint, sha256 of key+CA+insecure); a rotated identity 
 hence a new session, and the session it replaced for that source is closed. The API key never leaves
 :class:`~capmaas.reconcilers.ports.MaasCredentials` (not in repr, logs or messages).
 
-Modules: :mod:`~capmaas.gateway.poller` (the shared poll), :mod:`~capmaas.gateway.session` (the port over one
-client and poller), :mod:`~capmaas.gateway.connections` (the pool).
+Modules: :mod:`~capmaas.gateway.poller` (the shared poll), :mod:`~capmaas.gateway.release_lookup` (the
+deletions' shared ownership lookups), :mod:`~capmaas.gateway.session` (the port over one client and poller),
+:mod:`~capmaas.gateway.connections` (the pool).
 """
 
 from capmaas.gateway.connections import ClientFactory, MaasConnections, credentials_key

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from capmaas import maas
 from capmaas.gateway.poller import MachinePoller
+from capmaas.gateway.release_lookup import ReleaseLookups
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers.ports import DnsRecord, MaasCredentials
 
@@ -39,6 +40,7 @@ class MaasSession:
         self._zones: tuple[float, tuple[str, ...]] | None = None
         self._zones_in_use: tuple[float, tuple[str, ...]] | None = None
         self.last_used = time.monotonic()
+        self.release_lookups = ReleaseLookups(self.find_by_agent, self._find_by_agents)
 
     @property
     def endpoint(self) -> str:
@@ -62,6 +64,16 @@ class MaasSession:
         for m in machines:
             self.poller.put(m)
         return machines
+
+    async def _find_by_agents(self, agent_names: Sequence[str]) -> Sequence[maas.Machine]:
+        async with self._writes:
+            machines = await self.client.machines.list(agent_names=agent_names)
+        for m in machines:
+            self.poller.put(m)
+        return machines
+
+    async def find_for_release(self, agent_name: str, system_id: str) -> Sequence[maas.Machine]:
+        return await self.release_lookups.find(agent_name, system_id)
 
     async def allocate(
         self, constraints: maas.AllocateConstraints, *, agent_name: str, comment: str
@@ -210,6 +222,7 @@ class MaasSession:
 
     async def aclose(self) -> None:
         await self.poller.stop()
+        await self.release_lookups.aclose()
         await self.client.aclose()
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from capmaas.maas._allowlist import EndpointAllowList
 from capmaas.maas._auth import Credentials
 from capmaas.maas._client import MaasClient, normalize_base_url
-from capmaas.maas._http import Limits, RetryPolicy
+from capmaas.maas._http import Limits, RetryPolicy, in_doubt_window
 from capmaas.maas._transports import AiohttpTransport, ssl_context
 from capmaas.maas.errors import (
     ApiError,
@@ -120,6 +120,7 @@ __all__ = [
     "VmHostResources",
     "Zone",
     "ZoneRef",
+    "in_doubt_window",
     "normalize_base_url",
     "ssl_context",
 ]

@@ -31,7 +31,17 @@ import pydantic
 from capmaas import backoff as _backoff
 from capmaas.maas import _auth, errors
 
-__all__ = ["FormFields", "Http", "Limits", "OnInvalidItem", "OnResponse", "RetryPolicy", "Sleep"]
+__all__ = [
+    "IN_DOUBT_MARGIN",
+    "FormFields",
+    "Http",
+    "Limits",
+    "OnInvalidItem",
+    "OnResponse",
+    "RetryPolicy",
+    "Sleep",
+    "in_doubt_window",
+]
 
 log = logging.getLogger("capmaas.maas")
 
@@ -78,6 +88,26 @@ class RetryPolicy:
     def backoff(self, attempt: int) -> float:
         """Delay before retry number ``attempt`` (0-based) after a transport failure (full jitter)."""
         return _backoff.full_jitter(attempt, base=self.base_delay, cap=self.max_delay, rand=self.jitter)
+
+    def longest_call(self, deadline: float) -> float:
+        """The longest one call can take, from its first attempt being sent to the client giving up: every
+        attempt runs up to ``deadline`` seconds, and between them the longest wait (a capped ``Retry-After``
+        or the backoff's cap). A write whose answer was lost may have been taken up by MAAS at any point of
+        that span (see :func:`in_doubt_window`)."""
+        longest_wait = max(self.max_retry_after, self.max_delay)
+        return (self.max_retries + 1) * deadline + self.max_retries * longest_wait
+
+
+#: Seconds added to :meth:`RetryPolicy.longest_call` for a request MAAS took up just before the client gave up
+#: (queued in the region's worker pool, or a clock step between the processes that compare the times).
+IN_DOUBT_MARGIN = 30.0
+
+
+def in_doubt_window(deadline: float, retry: RetryPolicy, margin: float = IN_DOUBT_MARGIN) -> float:
+    """Seconds after sending a non-idempotent write (an allocate) during which a client that lost its answer
+    cannot tell "MAAS never got it" from "MAAS has not acted on it yet": a lookup that finds nothing proves
+    nothing until this much time has passed since the write was first sent."""
+    return retry.longest_call(deadline) + margin
 
 
 MIB = 1024 * 1024

@@ -32,8 +32,8 @@ from capmaas.gateway import MaasConnections
 from capmaas.operator.kube import KubeAdapter, Store, object_key
 from capmaas.operator.kubehttp import KubeHttp, KubeHttpError, load_configuration
 from capmaas.operator.leader import (
-    LeaderElector,
     LeaseSettings,
+    LeaseThread,
     default_identity,
     default_lease_name,
     default_namespace,
@@ -279,6 +279,9 @@ def build_runtime(
             retry_max=ms.retry_max_delay,
             power_on_retry=ms.power_on_retry,
             node_retry=ms.node_retry,
+            allocate_in_doubt=maas.in_doubt_window(
+                config.maas.request_timeout, maas.RetryPolicy(max_retries=config.maas.max_retries)
+            ),
         ),
         recorder=metrics,
     )
@@ -489,9 +492,10 @@ async def run_operator(config: OperatorConfig, *, stop_flag: asyncio.Event | Non
     but the per-object loops start only once the Lease is held, and every MAAS and Kubernetes write is fenced
     by it (see :mod:`capmaas.operator.leader`)."""
     kube_cfg = load_configuration()
-    elector: LeaderElector | None = None
+    elector: LeaseThread | None = None
     if config.leader_election.enabled:
-        elector = LeaderElector(KubeHttp(kube_cfg, connections=2, timeout=5.0), lease_settings(config))
+        # On a thread of its own: renewals never wait behind reconciles on this loop (see leader.py).
+        elector = LeaseThread(lambda: KubeHttp(kube_cfg, connections=2, timeout=5.0), lease_settings(config))
     fence = elector.is_leader if elector else always
     http = FencedKubeHttp(
         kube_cfg, fence=fence, connections=KUBE_CONNECTIONS, field_validation=config.kube.field_validation

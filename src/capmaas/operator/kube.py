@@ -38,7 +38,7 @@ from capmaas.operator.events import EventRecorder
 from capmaas.operator.kubeconfig import KubeconfigRejected, WorkloadKubeconfig, parse_kubeconfig
 from capmaas.operator.kubehttp import KubeHttp, KubeHttpError, Retries, Target
 from capmaas.operator.ttlcache import TtlLru
-from capmaas.reconcilers.errors import TransientError
+from capmaas.reconcilers.errors import ConflictError, TransientError
 from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL
 from capmaas.reconcilers.ports import Body, EventType, NodePatchResult, ObjectPlural
 
@@ -355,14 +355,24 @@ class KubeAdapter:
                 self.store.delete(plural, namespace, name)
                 return None
             if exc.status == 409:
-                raise TransientError(
-                    "Conflict", f"{plural}/{name} changed meanwhile; retrying", delay=1
-                ) from exc
+                await self._reread(plural, namespace, name)
+                raise ConflictError(f"{plural}/{name} changed since it was read; retrying") from exc
             detail = f"HTTP {exc.status}" if exc.status else str(exc)
             raise TransientError("KubernetesError", f"patching {plural}/{name}: {detail}") from exc
         self.writes += 1
         self.store.put(plural, new)
         return new
+
+    async def _reread(self, plural: ObjectPlural, namespace: str, name: str) -> None:
+        """After a 409: the current object into the store, so the next pass starts from it (the watch event
+        that brings it may be seconds behind in a burst, and every pass until then would get 409 again)."""
+        try:
+            current = await self._http.get_object(f"{GROUP}/{VERSION}", plural, namespace, name)
+        except KubeHttpError as exc:
+            if exc.status == 404:
+                self.store.delete(plural, namespace, name)
+            return  # otherwise the watch brings it
+        self.store.put(plural, current)
 
     def _workload_for(self, kubeconfig: bytes) -> _Workload:
         problem = trust_problem(kubeconfig)

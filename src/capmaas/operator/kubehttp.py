@@ -271,6 +271,13 @@ class KubeHttp:
         priority = -1 if status and done else 0 if status else 1
         return await self.request("PATCH", path, body=body, content_type=MERGE, priority=priority)
 
+    async def get_object(
+        self, api: str, plural: str, namespace: str, name: str, *, priority: int = 0
+    ) -> dict[str, Any]:
+        """GET ``api`` (``group/version``) object ``plural/name`` (after a 409: the current version)."""
+        path = f"/apis/{api}/namespaces/{quote(namespace)}/{plural}/{quote(name)}"
+        return await self.request("GET", path, priority=priority)
+
     async def get_secret(self, namespace: str, name: str, *, priority: int = 1) -> dict[str, Any]:
         path = f"/api/v1/namespaces/{quote(namespace)}/secrets/{quote(name)}"
         return await self.request("GET", path, priority=priority)

@@ -24,7 +24,10 @@ already on the wire when leadership ends; MAAS has no fencing token, so the reco
 (agent-name lookups, the ``…/allocating`` mark) still has to hold for such a request.
 
 The Lease requests use a :class:`KubeHttp` of their own (two connections), never queued behind a burst of
-object writes.
+object writes, and the operator runs the election on a thread of its own with its own event loop
+(:class:`LeaseThread`): on a saturated process the main loop can be busy with reconciles for longer than the
+renew deadline, and a renewal that had to wait for it made the leader drop its own Lease. The fence stays a
+monotonic-clock check that any thread may read; losing the Lease still stops every loop and ends the process.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import logging
 import os
 import random
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -329,3 +333,109 @@ class LeaderElector:
             "lost the Lease %s/%s (no renew within %.1fs): stopping every loop", s.namespace, s.name,
             s.renew_deadline,
         )  # fmt: skip
+
+
+class LeaseThread:
+    """:class:`LeaderElector` on a thread of its own, with its own event loop and HTTP client: the renewals
+    never wait for the operator's main loop. Same use as the elector: :meth:`run` returns (on the caller's
+    loop) when leadership is lost, :meth:`is_leader` is the fence, :meth:`release` gives the Lease up.
+
+    ``make_http`` builds the Lease client; it opens its connections on the thread's loop (an aiohttp session
+    belongs to the loop it is used on)."""
+
+    def __init__(self, make_http: Callable[[], KubeHttp], settings: LeaseSettings) -> None:
+        self.elector = LeaderElector(make_http(), settings)
+        self.settings = settings
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._ended: asyncio.Future[None] | None = None  # on the caller's loop: the thread has finished
+        self._stop_requested = False
+
+    def is_leader(self) -> bool:
+        return self.elector.is_leader()
+
+    def remaining(self) -> float:
+        return self.elector.remaining()
+
+    @property
+    def acquired_at(self) -> float | None:
+        return self.elector.acquired_at
+
+    async def run(self, on_started: Callable[[], Awaitable[None]]) -> None:
+        """Start the election thread; once it holds the Lease, call ``on_started`` here; return when the
+        thread reports leadership lost (the fence has closed by then, whatever this loop was doing)."""
+        main = asyncio.get_running_loop()
+        won: asyncio.Future[None] = main.create_future()
+        lost: asyncio.Future[None] = main.create_future()
+        self._ended = main.create_future()
+
+        def settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:
+            if fut.done():
+                return
+            if exc is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(exc)
+
+        def post(fut: asyncio.Future[None], exc: BaseException | None = None) -> None:
+            with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody to tell
+                main.call_soon_threadsafe(settle, fut, exc)
+
+        async def started() -> None:
+            post(won)  # not awaited: the renewals must not wait for the caller's loop
+
+        async def thread_main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            if self._stop_requested:  # release() ran before this loop existed
+                self._stop.set()
+            election = asyncio.create_task(self.elector.run(started), name="lease")
+            stopping = asyncio.create_task(self._stop.wait(), name="lease stop")
+            try:
+                await asyncio.wait({election, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if election.done():
+                    error = election.exception()
+                    post(won, error or LeaderElectionError("leadership lost before it began"))
+                    post(lost, error)
+                    return
+                election.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await election
+                await self.elector.release()
+            finally:
+                stopping.cancel()
+                await self.elector.aclose()
+
+        def body() -> None:
+            try:
+                asyncio.run(thread_main())
+            except BaseException as exc:  # reported to the caller, which ends the process
+                log.exception("leader election thread failed")
+                post(won, exc)
+                post(lost, exc)
+            finally:
+                if self._ended is not None:
+                    post(self._ended)
+
+        self._thread = threading.Thread(target=body, name="leader-election", daemon=True)
+        self._thread.start()
+        await asyncio.shield(won)
+        await on_started()
+        await asyncio.shield(lost)
+
+    async def release(self) -> None:
+        """Give the Lease up (if held) and end the thread; idempotent."""
+        self._stop_requested = True
+        loop, stop, thread = self._loop, self._stop, self._thread
+        if thread is None or not thread.is_alive():
+            return
+        if loop is not None and stop is not None:
+            with contextlib.suppress(RuntimeError):  # its loop just ended
+                loop.call_soon_threadsafe(stop.set)
+        if self._ended is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._ended), self.settings.renew_deadline)
+
+    async def aclose(self) -> None:
+        await self.release()

@@ -11,6 +11,17 @@ A pass that finds ``…/allocating`` but no system ID (a crash between 1 and 3) 
 adopts what it finds instead of allocating again; without the annotation no allocation can have happened, so
 the happy path spends no lookup request.
 
+A lookup that finds nothing does not prove the allocate never happened: an allocate whose answer was lost
+(the client timed out) may still be queued at MAAS and take effect later. The mark holds the wall-clock time
+it was written, just before the allocate was first sent, and another allocate is sent only once
+``MachineSettings.allocate_in_doubt`` (:func:`capmaas.maas.in_doubt_window` of the client's timeout and retry
+policy) has passed since; until then the pass looks again later, with the condition
+``AllocationInDoubt``. Wall-clock, since the pass that reads the mark may run in another process.
+
+The mark and every other annotation that closes a crash window are written with a resourceVersion
+precondition (:mod:`capmaas.reconcilers.scope`): a writer holding a stale copy of the object gets 409 and
+sends nothing to MAAS.
+
 Giving a machine back (failed, broken, timed out, gone) is crash-safe too. A released machine is back in
 MAAS's pool at once, and another MaasMachine's allocate can take it within milliseconds. Should this process
 die (or the spec write fail) after the release but before ``spec.systemID`` is cleared, the next pass would
@@ -25,7 +36,9 @@ Deletion releases the machine and waits for the shared poller to see it released
 to MAAS) while clusterctl moves the object or the cluster is paused (see :mod:`capmaas.reconcilers.machine`).
 Before the release, MAAS must show the machine held under this object's agent name (``spec.systemID`` is
 just a field someone wrote): otherwise the reference is forgotten with a Warning Event and nothing is sent.
-Every other machine held under that agent name (a second allocate after a lost answer) is released too.
+Every other machine held under that agent name (a second allocate after a lost answer) is released too. The
+lookup is shared by the deletions under way at the same time (``MaasPort.find_for_release``: one list call for
+many, exact whenever a shared answer could mislead).
 """
 
 from __future__ import annotations
@@ -126,7 +139,10 @@ class BareMetal:
             waiting = self._backing_off(scope)
             if waiting is not None:
                 return waiting
-            sid = await self._allocate(scope, port)
+            got = await self._allocate(scope, port)
+            if isinstance(got, Requeue):
+                return got
+            sid = got
         elif (scope.uid, sid) not in self._verified and not await self._holds(scope, port, sid):
             # spec.systemID is just a field someone wrote: before the lifecycle deploys, releases or marks
             # it broken, MAAS must show it held under this object's agent name.
@@ -139,16 +155,24 @@ class BareMetal:
         self._verified.add((scope.uid, str(sid)))
         return str(sid)
 
-    async def _allocate(self, scope: MachineScope, port: MaasPort) -> str:
+    async def _allocate(self, scope: MachineScope, port: MaasPort) -> str | Requeue:
         life = self.life
         agent = agent_name(scope)
-        if scope.annotation(ALLOCATING):
+        if marked := scope.annotation(ALLOCATING):
             try:
                 found = await port.find_by_agent(agent)
             except maas_errors.MaasError as exc:
                 raise maas_failure(exc, None, "looking up an earlier allocation") from exc
             if found:
                 return await self._adopt(scope, port, found)
+            left = self._in_doubt(marked)
+            if left > 0:
+                msg = (
+                    f"an earlier allocate's answer was lost and MAAS holds nothing under agent name {agent} "
+                    f"yet; it may still take effect, so no other machine is allocated for {int(left) + 1}s"
+                )
+                scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.ALLOCATION_IN_DOUBT_REASON, msg)
+                return Requeue(min(left, life.settings.retry_base))
         attempts = scope.attempts
         if attempts >= life.settings.max_deploy_attempts:
             raise TerminalError(
@@ -198,6 +222,16 @@ class BareMetal:
         )
         await scope.flush()
         return m.system_id
+
+    def _in_doubt(self, marked: str) -> float:
+        """Seconds an allocate sent at the ``…/allocating`` mark's time may still take effect at MAAS (0: it
+        cannot any more, or the mark has no time)."""
+        try:
+            sent = float(marked)
+        except ValueError:
+            return 0.0
+        window = self.life.settings.allocate_in_doubt
+        return min(window, max(0.0, sent + window - self.life.clock()))  # a mark from the future: one window
 
     async def _adopt(self, scope: MachineScope, port: MaasPort, found: Sequence[maas.Machine]) -> str:
         """Adopt what an earlier allocate (whose answer was lost) left under our agent name. A lost answer
@@ -468,7 +502,10 @@ class BareMetal:
         opts = scope.want.release_options or ReleaseOptions()
         # The ownership test, once, right before the only MAAS write of a deletion: spec.systemID is just a
         # field of an object someone created; MAAS must show the machine held under this object's agent name.
-        held = await self._held(scope, port, f"checking who holds {sid}")
+        try:  # shared with the other deletions under way (one list call for many)
+            held = await port.find_for_release(agent_name(scope), sid)
+        except maas_errors.MaasError as exc:
+            raise maas_failure(exc, None, f"checking who holds {sid}") from exc
         if sid not in {m.system_id for m in held}:
             port.unwatch(sid)
             scope.event(

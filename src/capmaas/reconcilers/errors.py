@@ -35,6 +35,14 @@ class TransientError(ReconcileError):
         return f"TransientError(reason={self.reason!r}, message={self.message!r}, delay={self.delay!r})"
 
 
+class ConflictError(TransientError):
+    """A write whose ``resourceVersion`` precondition failed (HTTP 409): the object changed since this pass
+    read it, so the pass stops before acting on a stale copy (the next one starts from the current object)."""
+
+    def __init__(self, message: str, *, delay: float | None = 1.0) -> None:
+        super().__init__("Conflict", message, delay=delay)
+
+
 class TerminalError(ReconcileError):
     """Do not retry: a person has to change something (the condition says what)."""
 

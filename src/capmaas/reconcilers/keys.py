@@ -60,6 +60,21 @@ HOST_ID_ANNOTATION = "lxd-host-id"
 #: ``status.network``). clusterctl move restores no status but keeps annotations: this is how the moved
 #: MaasCluster (new UID) knows its record. The admission policy keeps tenants from writing it.
 DNS_RECORD = "dns-record"
+#: The annotations that close a crash window: a write that sets or clears one carries the resourceVersion the
+#: pass read (:meth:`capmaas.reconcilers.scope.ObjectScope.flush`), so a writer acting on a stale copy of the
+#: object (a replica that lost the Lease, a cache behind the apiserver) gets 409 instead of going on.
+GUARDED_ANNOTATIONS = frozenset(
+    {
+        ALLOCATING,
+        AGENT_NAME,
+        REPLACING,
+        DEPLOY_STARTED,
+        DEPLOY_REFUSED,
+        COMPOSING,
+        DECOMPOSING,
+        HOST_ID_ANNOTATION,
+    }
+)
 
 # --- providerIDs -----------------------------------------------------------------------------------------
 BARE_METAL_SCHEME = "maas"

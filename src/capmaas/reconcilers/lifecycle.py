@@ -53,6 +53,9 @@ class MachineSettings:
     retry_max: float = 300.0
     power_on_retry: float = 60.0
     node_retry: float = 30.0
+    #: How long after an allocate was first sent a lookup by agent name that finds nothing still proves
+    #: nothing (:func:`capmaas.maas.in_doubt_window` of the operator's MAAS client settings).
+    allocate_in_doubt: float = maas.in_doubt_window(30.0, maas.RetryPolicy())
 
 
 class Provisioner(Protocol):
@@ -113,7 +116,10 @@ class Provisioner(Protocol):
 
 
 class Lifecycle:
-    """The shared steps, with the soft memory they need (rebuilt after a restart at one request's cost)."""
+    """The shared steps, with the soft memory they need (rebuilt after a restart at one request's cost).
+
+    ``clock`` is wall-clock time (epoch seconds): the times it stamps into annotations (``…/allocating``,
+    ``…/deploy-started``) are read by whichever process runs the next pass."""
 
     def __init__(
         self,

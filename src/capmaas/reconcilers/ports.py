@@ -184,6 +184,13 @@ class MaasPort(VmHostPort, Protocol):
         """Machines currently allocated with ``agent_name`` (the crash-recovery lookup)."""
         ...
 
+    async def find_for_release(self, agent_name: str, system_id: str) -> Sequence[maas.Machine]:
+        """The machines held under ``agent_name``, as the deletion about to release ``system_id`` needs them
+        (is it held there; what else to release): lookups of deletions under way together share list calls,
+        and the answer is :meth:`find_by_agent`'s, or only ``system_id``'s machine when the shared answer
+        proves no other machine is held under ``agent_name``."""
+        ...
+
     async def allocate(
         self, constraints: maas.AllocateConstraints, *, agent_name: str, comment: str
     ) -> maas.Machine: ...

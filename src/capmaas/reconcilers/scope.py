@@ -10,6 +10,13 @@ would write, and every write would wake another reconcile).
 The one deliberate exception is :meth:`ObjectScope.flush`: right after MAAS allocates a machine, its system ID
 must reach ``spec`` before anything else can fail (that is what makes allocation crash-safe).
 
+Fencing: a metadata/spec write that sets or clears one of the annotations that close a crash window
+(:data:`~capmaas.reconcilers.keys.GUARDED_ANNOTATIONS`: ``…/allocating``, ``…/replacing``, ...) carries the
+``resourceVersion`` this pass read (or its own last write returned). Should anyone have written the object
+since, the apiserver answers 409 (:class:`~capmaas.reconcilers.errors.ConflictError`) and nothing of the
+pass is written: a writer acting on a stale copy (a replica that lost the Lease and does not know it yet, a
+watch cache behind the apiserver) stops before its MAAS request instead of allocating a second machine.
+
 Reconcilers read and write the object through the ``capmaas.api`` models, never through raw keys: ``want`` is
 the spec parsed into its model, ``set_spec``/``set_status`` take the models' Python field names and write
 their wire names (an unknown name raises at once, so a mistyped key fails a test instead of being pruned by
@@ -34,11 +41,18 @@ import pydantic
 from capmaas.api import conditions as C
 from capmaas.api.schema import K8sModel
 from capmaas.api.v1beta1 import MaasMachineSpec, MaasMachineStatus
-from capmaas.reconcilers.errors import TerminalError
-from capmaas.reconcilers.keys import ANNOTATION_PREFIX, CLUSTER_NAME_LABEL, PAUSED_ANNOTATION
+from capmaas.reconcilers.errors import ConflictError, TerminalError
+from capmaas.reconcilers.keys import (
+    ANNOTATION_PREFIX,
+    CLUSTER_NAME_LABEL,
+    GUARDED_ANNOTATIONS,
+    PAUSED_ANNOTATION,
+)
 from capmaas.reconcilers.ports import Body, EventType, KubePort, ObjectPlural
 
 ConditionStatus = Literal["True", "False", "Unknown"]
+
+_GUARDED = frozenset(ANNOTATION_PREFIX + name for name in GUARDED_ANNOTATIONS)
 
 
 @dataclass(frozen=True)
@@ -129,6 +143,8 @@ class ObjectScope:
         self._annotation_patch: dict[str, str | None] = {}
         self._events: list[tuple[EventType, str, str]] = []
         self.gone = False
+        #: A write of this pass was refused as based on a stale copy (409): nothing more is written.
+        self.stale = False
         #: What a deletion is waiting for, as (reason, message): Ready says it while the object is deleted.
         self.deletion: tuple[str, str] | None = None
         self._want: K8sModel | None = None
@@ -294,6 +310,9 @@ class ObjectScope:
             if self._orig_finalizers:
                 # Optimistic lock: the finalizer list is replaced whole; fail rather than drop someone else's.
                 meta["resourceVersion"] = self.body.get("metadata", {}).get("resourceVersion")
+        if _GUARDED & self._annotation_patch.keys():
+            # Fencing (module docstring): only if the object is still the version this pass acted on.
+            meta["resourceVersion"] = self.body.get("metadata", {}).get("resourceVersion")
         if meta:
             patch["metadata"] = meta
         if self._spec_patch:
@@ -313,9 +332,13 @@ class ObjectScope:
     async def flush(self) -> None:
         """Write the metadata/spec changes now (not status); see the module docstring."""
         patch = self._meta_patch()
-        if not patch or self.gone:
+        if not patch or self.gone or self.stale:
             return
-        new = await self.kube.patch(self.plural, self.namespace, self.name, patch, status=False)
+        try:
+            new = await self.kube.patch(self.plural, self.namespace, self.name, patch, status=False)
+        except ConflictError:
+            self.stale = True
+            raise
         self._spec_patch.clear()
         self._annotation_patch.clear()
         self._orig_finalizers = list(self.finalizers)
@@ -335,7 +358,7 @@ class ObjectScope:
             if not set(self._orig_finalizers) - set(self.finalizers):
                 await self.flush()
             status_patch = self._status_patch()
-            if status_patch and not self.gone:
+            if status_patch and not self.gone and not self.stale:
                 new = await self.kube.patch(
                     self.plural, self.namespace, self.name, {"status": status_patch}, status=True
                 )
@@ -347,7 +370,7 @@ class ObjectScope:
             # Metadata last: removing the final finalizer may delete the object, after which status is moot.
             await self.flush()
         finally:
-            for type_, reason, message in self._events:
+            for type_, reason, message in () if self.stale else self._events:
                 self.kube.emit_event(self.body, type_, reason, message)
             self._events.clear()
 

@@ -1,8 +1,11 @@
 """A small in-memory stand-in for *our own* Kubernetes port (not for Kubernetes itself).
 
 Used only where the apiserver is beside the point: the reconcilers' domain rules against the real simulator.
-Patches are applied as JSON merge patches with a resourceVersion bump, like the apiserver does, and checked
-like the apiserver's ``fieldValidation=Strict``: a field the MaasMachine/MaasCluster models do not have (a
+Patches are applied as JSON merge patches with a resourceVersion bump, like the apiserver does; a patch that
+names a ``metadata.resourceVersion`` other than the stored one is refused as the apiserver refuses it (409,
+which our port turns into :class:`~capmaas.reconcilers.errors.ConflictError`, as
+:class:`~capmaas.operator.kube.KubeAdapter` does), and applied writes are checked like the apiserver's
+``fieldValidation=Strict``: a field the MaasMachine/MaasCluster models do not have (a
 mistyped key), or a value of the wrong type, fails the write (the apiserver would prune the one silently by
 default and refuse the other).
 """
@@ -18,6 +21,7 @@ from typing import Any
 import pydantic
 
 from capmaas.api.v1beta1 import MaasCluster, MaasMachine
+from capmaas.reconcilers.errors import ConflictError
 from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL
 from capmaas.reconcilers.ports import Body, EventType, NamespaceAllowList, NodePatchResult, ObjectPlural
 
@@ -102,6 +106,7 @@ class FakeKube:
         self.nodes: dict[str, str] = {}  # node name -> providerID ("" = unset)
         self.events: list[tuple[str, str, str, str]] = []
         self.writes = 0
+        self.conflicts = 0  # patches refused by their resourceVersion precondition (409)
         self._rv = 1
 
     # helpers for tests
@@ -159,8 +164,17 @@ class FakeKube:
         obj = self.objects.get((plural, namespace, name))
         if obj is None:
             return None
+        # The apiserver's precondition: a resourceVersion in the patch must be the stored one (a null one, as
+        # in any merge patch, means "not given"); the main resource and the status subresource alike.
+        wanted = (body.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and wanted != obj["metadata"]["resourceVersion"]:
+            self.conflicts += 1
+            raise ConflictError(
+                f"Operation cannot be fulfilled on {plural} {name!r}: the object has been modified; "
+                "please apply your changes to the latest version and try again"
+            )
         self.writes += 1
-        patch = dict(body)
+        patch = copy.deepcopy(dict(body))
         if status:
             patch = {"status": patch["status"]}
         else:

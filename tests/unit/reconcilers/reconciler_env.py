@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,11 @@ from capmaas.reconcilers.scope import Requeue
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
 
 ENDPOINT = "http://maas.test/MAAS"
+#: The env's MAAS client: one attempt per call, the client's default timeout.
+CLIENT_TIMEOUT = 30.0
+CLIENT_RETRY = maas.RetryPolicy(max_retries=0)
+#: ``MachineSettings.allocate_in_doubt`` as the operator computes it, for this env's client.
+IN_DOUBT = maas.in_doubt_window(CLIENT_TIMEOUT, CLIENT_RETRY)
 
 
 @dataclass
@@ -31,6 +37,10 @@ class Env:
     machines: MachineReconciler
     clusters: ClusterReconciler
     creds: MaasCredentials
+    #: The reconcilers' wall clock when the env was made with ``clock_step``: it moves that many seconds per
+    #: :meth:`settle` (a round of :meth:`drive`), so waits measured in wall time end within a test.
+    now: list[float] | None = None
+    clock_step: float = 0.0
 
     def requests(self) -> int:
         return sum(self.sim.counters.values())
@@ -40,6 +50,8 @@ class Env:
         self.sim.tick()
         for s in self.connections.sessions():
             await s.poller.poll_once()
+        if self.now is not None:
+            self.now[0] += self.clock_step
 
     async def cluster(self, name: str = "c1") -> dict[str, Any]:
         self.kube.add("clusters", demo.cluster(name, "ns"))
@@ -95,12 +107,18 @@ class Env:
         raise AssertionError({n: self.kube.get("maasmachines", n).get("status") for n in names})
 
 
-def make_env(sim: Simulator, settings: MachineSettings | None = None) -> Env:
+def make_env(
+    sim: Simulator, settings: MachineSettings | None = None, *, clock_step: float | None = None
+) -> Env:
     kube = FakeKube()
 
     def factory(c: MaasCredentials) -> maas.MaasClient:
         return maas.MaasClient(
-            c.endpoint, api_key=c.api_key, transport=httpx.ASGITransport(app=sim.app), max_retries=0
+            c.endpoint,
+            api_key=c.api_key,
+            transport=httpx.ASGITransport(app=sim.app),
+            timeout=CLIENT_TIMEOUT,
+            retry=CLIENT_RETRY,
         )
 
     conns = MaasConnections(
@@ -114,13 +132,20 @@ def make_env(sim: Simulator, settings: MachineSettings | None = None) -> Env:
         allow_plaintext=True,
         namespaces=NamespaceAllowList(frozenset({"ns"})),
     )
+    now = None if clock_step is None else [time.time()]
+    clock = time.time if now is None else (lambda: now[0])
+    machines = MachineReconciler(
+        kube, conns, default_credentials=creds, settings=settings or MachineSettings(), clock=clock
+    )
     return Env(
         sim,
         kube,
         conns,
-        MachineReconciler(kube, conns, default_credentials=creds, settings=settings or MachineSettings()),
+        machines,
         ClusterReconciler(kube, conns, default_credentials=creds),
         creds,
+        now,
+        clock_step or 0.0,
     )
 
 

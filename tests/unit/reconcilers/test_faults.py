@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from reconciler_env import make_env
+from reconciler_env import IN_DOUBT, make_env
 
 from capmaas.reconcilers.machine import MachineSettings
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
@@ -26,7 +26,10 @@ async def test_faulty_maas_converges_without_leaks(seed: int) -> None:
             seed=seed, unavailable_rate=0.15, drop_rate=0.05, deploy_failure_rate=0.15, broken_rate=0.05
         ),
     )
-    env = make_env(sim, MachineSettings(max_deploy_attempts=10))
+    # A dropped allocate may have reached MAAS: no second one until the client's in-doubt window has passed
+    # since the first was sent (wall time; here each round of drive() moves the reconcilers' clock on).
+    settings = MachineSettings(max_deploy_attempts=10, allocate_in_doubt=IN_DOUBT)
+    env = make_env(sim, settings, clock_step=IN_DOUBT / 4)
     try:
         await env.cluster_with_retries()
         names = [f"m{i}" for i in range(10)]

@@ -54,6 +54,7 @@ class Machines:
         *,
         ids: Sequence[str] | None = None,
         agent_name: str | None = None,
+        agent_names: Sequence[str] | None = None,
         hostnames: Sequence[str] | None = None,
         zone: str | None = None,
         pool: str | None = None,
@@ -61,9 +62,11 @@ class Machines:
         tags: Sequence[str] | None = None,
         pods: Sequence[str] | None = None,
     ) -> builtins.list[models.Machine]:
-        """Machines visible to us matching every filter (a filter's values OR, except tags: AND). ``pods``
-        names VM hosts: their VMs (MAAS matches the machine's BMC name)."""
+        """Machines visible to us matching every filter (a filter's values OR, except tags: AND;
+        ``agent_names``: held under any of them). ``pods`` names VM hosts: their VMs (MAAS matches the
+        machine's BMC name)."""
         query: builtins.list[tuple[str, str]] = [("id", i) for i in ids or ()]
+        query += [("agent_name", a) for a in agent_names or ()]
         query += [("hostname", h) for h in hostnames or ()]
         query += [("pod", p) for p in pods or ()]
         query += _optional(agent_name=agent_name, zone=zone, pool=pool)

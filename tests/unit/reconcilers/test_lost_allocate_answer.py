@@ -29,7 +29,7 @@ from capmaas.reconcilers.cluster import ClusterReconciler
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.keys import ALLOCATING, ANNOTATION_PREFIX
 from capmaas.reconcilers.machine import MachineReconciler, MachineSettings
-from capmaas.reconcilers.ports import MaasCredentials
+from capmaas.reconcilers.ports import MaasCredentials, NamespaceAllowList
 from capmaas.reconcilers.scope import Requeue
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
 
@@ -78,7 +78,13 @@ async def make(sim: Simulator, transport: DetachedTransport, now: list[float]) -
     conns = MaasConnections(
         client_factory=factory, fast=3600, idle=3600, batch_size=200, wake=lambda key: None
     )
-    creds = MaasCredentials(endpoint=ENDPOINT, api_key=sim.api_key)
+    # As reconciler_env does: the objects live in namespace "ns", the simulator is in-process (ASGI).
+    creds = MaasCredentials(
+        endpoint=ENDPOINT,
+        api_key=sim.api_key,
+        allow_plaintext=True,
+        namespaces=NamespaceAllowList(frozenset({"ns"})),
+    )
     # As the operator computes it from its MAAS client settings.
     settings = MachineSettings(allocate_in_doubt=maas.in_doubt_window(TIMEOUT, RETRY))
     machines = MachineReconciler(

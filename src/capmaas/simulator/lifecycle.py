@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from capmaas.simulator.faults import Faults, Timings
@@ -242,25 +242,31 @@ class Lifecycle:
         architecture: str,
         skip_commissioning: bool = False,
         dynamic: bool = False,
-        subnet_id: int | None = None,
-        ip: str | None = None,
+        nics: Sequence[tuple[str, int | None, str | None]] = (),
     ) -> Machine:
         """Create the VM's machine and charge the host; the caller has checked the capacity.
 
-        Its NIC sits on ``subnet_id`` with a static ``ip``, or without one on the host's own network (LXD
-        bridges it there) as an AUTO link, which gets its address when deployment starts, like any machine.
+        One NIC per ``(name, subnet_id, ip)`` of ``nics`` (the compose ``interfaces`` labels; none asked:
+        one ``eth0``). A NIC sits on its subnet with a static ``ip``, or without one as an AUTO link, which
+        gets its address when deployment starts, like any machine; without a subnet it is on the host's own
+        network (LXD bridges it there).
         """
         state = self.state
         sid = new_system_id(state, self.rng)
-        iface_id = state.new_id("interface")
-        if subnet_id is None and ip is None:
-            host_machine = state.machines.get(host.host_system_id or "")
-            subnet_id = (
-                next((i.subnet_id for i in host_machine.interfaces if i.subnet_id), None)
-                if host_machine
-                else None
+        host_machine = state.machines.get(host.host_system_id or "")
+        host_subnet = (
+            next((i.subnet_id for i in host_machine.interfaces if i.subnet_id), None)
+            if host_machine
+            else None
+        )
+        interfaces = []
+        for name, asked, ip in nics or [("eth0", None, None)]:
+            iface_id = state.new_id("interface")
+            mac = f"00:16:3e:{(iface_id >> 16) & 255:02x}:{(iface_id >> 8) & 255:02x}:{iface_id & 255:02x}"
+            subnet_id = host_subnet if asked is None and ip is None else asked
+            interfaces.append(
+                Interface(iface_id, name, mac, subnet_id, ip, auto=ip is None and subnet_id is not None)
             )
-        mac = f"00:16:3e:{(iface_id >> 16) & 255:02x}:{(iface_id >> 8) & 255:02x}:{iface_id & 255:02x}"
         m = Machine(
             id=state.new_id("machine"),
             system_id=sid,
@@ -272,9 +278,7 @@ class Lifecycle:
             cpu_count=cores,
             memory=memory,
             disks=[Disk(state.new_id("disk"), label, size, pool_id=pool.id) for label, size, pool in disks],
-            interfaces=[
-                Interface(iface_id, "eth0", mac, subnet_id, ip, auto=ip is None and subnet_id is not None)
-            ],
+            interfaces=interfaces,
             power_type=host.type,
             power_state="off",
             status=S.READY if skip_commissioning else S.NEW,

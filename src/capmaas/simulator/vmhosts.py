@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
+import re
+import zlib
 from typing import TYPE_CHECKING
 
 from capmaas.simulator.constraints import parse_storage
@@ -234,7 +236,7 @@ def compose(sim: Simulator, req: Request) -> dict[str, str]:
         errors["storage"] = [f'Malformed storage constraint, "{storage_text}".']
     if form.get("interfaces") and host.host_system_id is None:
         raise bad_request("Pod must be on a known host if interfaces are specified.")
-    subnet_id, ip = compose_network(sim, form.get("interfaces") or "", errors)
+    nics = compose_network(sim, host, form.get("interfaces") or "", errors)
     if errors:
         raise bad_request(errors)
     assert groups is not None
@@ -257,39 +259,128 @@ def compose(sim: Simulator, req: Request) -> dict[str, str]:
         pool_id=pool_id,
         architecture=arch,
         skip_commissioning=bool_opt(form, "skip_commissioning"),
-        subnet_id=subnet_id,
-        ip=ip,
+        nics=nics,
     )
     return {"system_id": m.system_id, "resource_uri": f"{API}/machines/{m.system_id}/"}
 
 
-def compose_network(
-    sim: Simulator, value: str, errors: dict[str, list[str]]
-) -> tuple[int | None, str | None]:
-    """The VM NIC's subnet and static IP from the first label of ``interfaces``
-    (``eth0:subnet_cidr=<cidr>,ip=<address>``); nothing asked: the host's network (see ``compose``)."""
-    label, sep, rest = value.split(";", maxsplit=1)[0].partition(":")
-    pairs = dict(kv.partition("=")[::2] for kv in (rest if sep else label).split(",") if kv)
-    want, ip = pairs.get("subnet_cidr") or pairs.get("subnet"), pairs.get("ip") or None
-    if not (want or ip):
-        return None, None
+#: One VM NIC asked for by a compose ``interfaces`` label: its name, subnet and static address (None: the
+#: host's network, an AUTO link).
+Nic = tuple[str, int | None, str | None]
+_LABEL = re.compile(r"[a-zA-Z0-9]+[a-zA-Z0-9_-]*$")
+_FORMAT = "'<label>:<key>=<value>[,<key2>=<value2>[,...]]'"
+
+
+def ifname_for_label(label: str) -> str:
+    """provisioningserver ``get_ifname_for_label``: ``0`` is ``eth0``; a name over 15 bytes is hashed."""
+    if label.isnumeric():
+        label = f"eth{int(label)}"
+    raw = label.encode()
+    if len(raw) > 15:
+        digest = f"{zlib.crc32(raw) & 0xFFFFFFFF:05x}"[-5:]
+        return f"eth-{digest}-{raw[-5:].decode(errors='replace')}"
+    return label
+
+
+def parse_label_map(value: str) -> dict[str, dict[str, list[str]]]:
+    """``parse_labeled_constraint_map`` (provisioningserver/utils/constraints.py), raising its messages
+    as ``ValueError``. A bare ``key=value,...`` (no label) is the simulator's one-NIC shorthand: ``eth0``."""
+    if ":" not in value and ";" not in value:
+        value = f"eth0:{value}"
+    result: dict[str, dict[str, list[str]]] = {}
+    for constraint in value.split(";"):
+        label, sep, rest = constraint.partition(":")
+        if not sep:
+            raise ValueError(f"Malformed constraint: '{constraint}' (required format: {_FORMAT})")
+        if not _LABEL.match(label):
+            raise ValueError(
+                f"Invalid label name: '{label}' (Must begin with an alphanumeric character, and include only "
+                "alphanumeric characters, dashes, and underscores.)"
+            )
+        if label in result:
+            raise ValueError(f"Constraint label defined more than once: '{label}'")
+        pairs: dict[str, list[str]] = {}
+        for kvp in rest.split(","):
+            key, eq, item = kvp.partition("=")
+            if not eq:
+                raise ValueError(f"Malformed key/value pair in constraint: '{kvp}'")
+            pairs.setdefault(key, []).append(item)
+        result[label] = pairs
+    return result
+
+
+def compose_network(sim: Simulator, host: VmHost, value: str, errors: dict[str, list[str]]) -> list[Nic]:
+    """One VM NIC per label of ``interfaces`` (``eth0:subnet=<subnet>,ip=<address>;eth1:space=<space>``), in
+    the map's order, like ``ComposeMachineForm._get_requested_machine_interfaces_via_constraints``; [] when
+    nothing is asked (``compose`` then gives the VM one NIC on the host's network)."""
+    if not value.strip():
+        return []
+    try:
+        labels = parse_label_map(value)
+    except ValueError as exc:
+        errors["interfaces"] = [str(exc)]
+        return []
+    host_machine = sim.state.machines.get(host.host_system_id or "")
+    host_ifaces = {i.name: i.subnet_id for i in host_machine.interfaces} if host_machine else {}
+    nics: list[Nic] = []
+    problems: list[str] = []
+    taken = set(sim.state.used_ips)
+    for label, pairs in labels.items():
+        subnet_id, ip, problem = _label_nic(sim, label, pairs, host_ifaces, taken)
+        if problem:
+            problems.append(problem)
+        if ip:
+            taken.add(ip)
+        nics.append((ifname_for_label(label), subnet_id, ip))
+    if problems:
+        errors["interfaces"] = problems
+    return nics
+
+
+def _label_nic(
+    sim: Simulator,
+    label: str,
+    pairs: dict[str, list[str]],
+    host_ifaces: dict[str, int | None],
+    taken: set[str],
+) -> tuple[int | None, str | None, str | None]:
+    """The subnet and static address of one label, or the problem with it (the simulator's sentences)."""
+    first = {k: v[0] for k, v in pairs.items() if v}
+    want, ip = first.get("subnet_cidr") or first.get("subnet"), first.get("ip") or None
     try:
         address = ipaddress.ip_address(ip) if ip else None
     except ValueError:
-        errors["interfaces"] = [f"'{ip}' is not a valid IP address."]
-        return None, None
+        return None, None, f"'{ip}' is not a valid IP address."
+    on_host = host_ifaces.get(first.get("name", ""))  # ``name=``: the host interface's network
+    if not (want or ip or "vid" in first or "space" in first):
+        return on_host, None, None
 
     def fits(s: Subnet) -> bool:
-        return want in (s.cidr, s.name, str(s.id)) if want else address in ipaddress.ip_network(s.cidr, False)
+        if want:
+            return want in (s.cidr, s.name, str(s.id))
+        if address is not None:
+            return address in ipaddress.ip_network(s.cidr, strict=False)
+        if "vid" in first and first["vid"] != str(s.vid):
+            return False
+        return "space" not in first or first["space"] == s.space
 
-    subnet = next(filter(fits, sim.state.subnets.values()), None)
+    # ``get_best_subnet_for_ip``: the most specific subnet holding the address
+    matches = sorted(
+        filter(fits, sim.state.subnets.values()), key=lambda s: -ipaddress.ip_network(s.cidr).prefixlen
+    )
+    if on_host is not None and any(s.id == on_host for s in matches):
+        matches = [sim.state.subnets[on_host]]
+    subnet = matches[0] if matches else None
     if subnet is None:
-        errors["interfaces"] = [f"No subnet matches {value!r}."]
-    elif address is not None and address not in ipaddress.ip_network(subnet.cidr, strict=False):
-        errors["interfaces"] = [f"IP address {ip} is not in subnet {subnet.cidr}."]
-    elif ip in sim.state.used_ips:
-        errors["interfaces"] = [f"IP address {ip} is already in use."]
-    return (subnet.id if subnet else None), ip
+        if not (want or ip or "vid" in first):  # a space no subnet is in: the host's network, as before
+            return on_host, None, None
+        shown = f"{label}:" + ",".join(f"{k}={v}" for k, vs in pairs.items() for v in vs)
+        return None, None, f"No subnet matches {shown!r}."
+    if address is not None and address not in ipaddress.ip_network(subnet.cidr, strict=False):
+        return subnet.id, ip, f"IP address {ip} is not in subnet {subnet.cidr}."
+    if ip in taken:
+        return subnet.id, ip, f"IP address {ip} is already in use."
+    return subnet.id, ip, None
 
 
 def pick_storage_pool(host: VmHost, tags: set[str]) -> StoragePool | None:

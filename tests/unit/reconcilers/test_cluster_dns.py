@@ -16,7 +16,6 @@ from capmaas.api import conditions as C
 from capmaas.reconcilers.cluster import ClusterReconciler, dns_name
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, DELETE_FOR_MOVE_ANNOTATION, DNS_RECORD
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
-from capmaas.simulator.models import Interface
 
 RECORD = ANNOTATION_PREFIX + DNS_RECORD
 PXE, API = "10.40.0.0/24", "10.50.0.0/24"
@@ -380,7 +379,7 @@ async def test_a_machine_with_no_address_in_the_preferred_subnets_is_left_out(
 
 
 def lxd_two_subnet_inventory() -> Inventory:
-    """One LXD VM host whose VMs land on the PXE network; the API network is the VMs' second NIC."""
+    """One LXD VM host on the PXE and the API networks; its VMs ask for a NIC on each (compose)."""
     return Inventory(
         {
             "zones": [{"name": "az1"}],
@@ -389,7 +388,8 @@ def lxd_two_subnet_inventory() -> Inventory:
             "machines": [
                 {"hostname": "kvm0", "zone": "az1", "status": "deployed", "owner": "admin", "cpu_count": 32,
                  "memory": 65536, "disks": [{"name": "sda", "size": "1T"}],
-                 "interfaces": [{"name": "eth0", "subnet": "pxe", "ip": "10.40.0.200"}]}
+                 "interfaces": [{"name": "eth0", "subnet": "pxe", "ip": "10.40.0.200"},
+                                {"name": "eth1", "subnet": "api", "ip": "10.50.0.200"}]}
             ],
             "vm_hosts": [
                 {"name": "lxd0", "host": "kvm0", "storage_pools": [{"name": "default", "size": "500G",
@@ -405,16 +405,16 @@ async def test_an_lxd_vm_with_two_addresses_uses_the_preferred_one(clock: Clock)
     try:
         mc = await add_cluster(env, preferredSubnets=[API])
         short = mc["spec"]["controlPlaneEndpoint"]["host"].split(".")[0]
-        env.machine("cp0", cp=True, lxd_config={})
+        # lxdConfig.network.subnets: compose interfaces eth0:subnet=pxe;eth1:subnet=api, two AUTO-linked NICs
+        env.machine("cp0", cp=True, lxd_config={"network": {"subnets": ["pxe", "api"]}})
         await env.drive(["cp0"], lambda b: bool(b.get("spec", {}).get("systemID")))
         vm = sim.state.machines[env.kube.get("maasmachines", "cp0")["spec"]["systemID"]]
         assert vm.pod_id is not None
-        # The VM's second NIC on the API network (a profile with two bridges), AUTO-linked like the first.
         api_subnet = next(s.id for s in sim.state.subnets.values() if s.cidr == API)
-        vm.interfaces.append(
-            Interface(sim.state.new_id("interface"), "eth1", "00:16:3e:00:99:01", api_subnet, None, auto=True)
-        )
-        vm.cached_json = None
+        assert [(i.name, i.subnet_id == api_subnet, i.auto) for i in vm.interfaces] == [
+            ("eth0", False, True),
+            ("eth1", True, True),
+        ]
         await env.drive(["cp0"], lambda b: bool(b.get("status", {}).get("ready")))
         pxe, api = (i.ip for i in vm.interfaces)
         assert pxe

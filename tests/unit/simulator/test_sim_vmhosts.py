@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from simtools import ALICE_KEY, client, lxd_sim
+from simtools import ADMIN_KEY, ALICE_KEY, client, lxd_sim
 
-from capmaas.simulator import Simulator
+from capmaas.simulator import Inventory, Simulator, Timings
 
 AUTH_METHODS = ("plaintext", "hmac")  # every admin/alice/ladmin test runs with both signatures
 
@@ -430,3 +430,109 @@ async def test_compose_with_a_static_ip_and_its_refusals(lsim: Simulator, ladmin
     r = await compose("eth0:space=default")  # nothing about the address: the host's network
     assert r.status_code == 200
     assert lsim.check_invariants() == []
+
+
+def three_network_sim() -> Simulator:
+    """An LXD host on two of three networks: pxe (eth0), api (eth1, space ``apis``), store (VLAN 60)."""
+    return Simulator(
+        Inventory(
+            {
+                "subnets": [
+                    {"cidr": "10.40.0.0/24", "name": "pxe", "gateway_ip": "10.40.0.1"},
+                    {"cidr": "10.50.0.0/24", "name": "api", "space": "apis", "vid": 50},
+                    {"cidr": "10.60.0.0/24", "name": "store", "vid": 60},
+                ],
+                "boot_resources": [{"name": "ubuntu/jammy"}],
+                "machines": [
+                    {"hostname": "kvm0", "status": "deployed", "owner": "admin", "cpu_count": 32,
+                     "memory": 65536, "disks": [{"name": "sda", "size": "1T"}],
+                     "interfaces": [{"name": "eth0", "subnet": "pxe", "ip": "10.40.0.200"},
+                                    {"name": "eth1", "subnet": "api", "ip": "10.50.0.200"}]}
+                ],
+                "vm_hosts": [{"name": "lxd0", "host": "kvm0",
+                              "storage_pools": [{"name": "default", "size": "500G", "default": True}]}],
+            }
+        ),
+        api_key=ADMIN_KEY,
+        timings=Timings.fast(),
+    )  # fmt: skip
+
+
+async def test_compose_makes_one_nic_per_interfaces_label() -> None:
+    """ComposeMachineForm: each label of the map is a VM NIC, in order, on its subnet; ``ip=`` is static, the
+    others are AUTO links that get their addresses when the deployment starts."""
+    sim = three_network_sim()
+    async with client(sim) as c:
+        r = await c.post(
+            "vm-hosts/1/",
+            params={"op": "compose"},
+            data={
+                "interfaces": "eth0:subnet=10.40.0.0/24;eth1:space=apis,ip=10.50.0.77;2:vid=60;"
+                "data:name=eth1;averyveryverylonglabel:name=eth0,subnet=pxe",
+                "skip_commissioning": "true",
+            },
+        )
+        assert r.status_code == 200, r.text
+        vm = r.json()["system_id"]
+        m = (await c.get(f"machines/{vm}/")).json()
+        links = [(i["name"], i["links"][0]) for i in m["interface_set"]]
+        nics = [(name, k["mode"], k["subnet"]["cidr"], k.get("ip_address")) for name, k in links]
+        long_name = nics[4][0]
+        assert nics == [
+            ("eth0", "auto", "10.40.0.0/24", None),
+            ("eth1", "static", "10.50.0.0/24", "10.50.0.77"),
+            ("eth2", "auto", "10.60.0.0/24", None),  # a numeric label is eth<n>
+            ("data", "auto", "10.50.0.0/24", None),  # name=: the host interface's network
+            (long_name, "auto", "10.40.0.0/24", None),
+        ]
+        assert long_name.startswith("eth-")
+        assert long_name.endswith("-label")
+        assert len(long_name) == 15  # IFNAMSIZ
+        assert len({i["mac_address"] for i in m["interface_set"]}) == 5
+        assert m["ip_addresses"] == ["10.50.0.77"]
+        await c.post(f"machines/{vm}/", params={"op": "deploy"})
+        m = (await c.get(f"machines/{vm}/")).json()
+        assert sorted(m["ip_addresses"]) == ["10.40.0.2", "10.40.0.3", "10.50.0.1", "10.50.0.77", "10.60.0.1"]
+        await c.post(f"machines/{vm}/", params={"op": "release"})
+        assert (await c.get(f"machines/{vm}/")).json()["ip_addresses"] == ["10.50.0.77"]
+        assert sim.check_invariants() == []
+
+
+@pytest.mark.parametrize(
+    ("interfaces", "messages"),
+    [
+        (
+            "eth0:subnet=pxe;eth1",
+            [
+                "Malformed constraint: 'eth1' (required format: "
+                "'<label>:<key>=<value>[,<key2>=<value2>[,...]]')"
+            ],
+        ),
+        ("eth0:subnet=pxe;eth0:subnet=api", ["Constraint label defined more than once: 'eth0'"]),
+        (
+            "-x:subnet=pxe",
+            [
+                "Invalid label name: '-x' (Must begin with an alphanumeric character, and include only "
+                "alphanumeric characters, dashes, and underscores.)"
+            ],
+        ),
+        ("eth0:subnet=pxe,space", ["Malformed key/value pair in constraint: 'space'"]),
+        (
+            "eth0:subnet=pxe;eth1:subnet=nope;eth2:subnet=api,ip=10.40.0.9;eth3:vid=99",
+            [
+                "No subnet matches 'eth1:subnet=nope'.",
+                "IP address 10.40.0.9 is not in subnet 10.50.0.0/24.",
+                "No subnet matches 'eth3:vid=99'.",
+            ],
+        ),
+        ("eth0:ip=10.50.0.5;eth1:ip=10.50.0.5", ["IP address 10.50.0.5 is already in use."]),
+        ("eth0:subnet=pxe;eth1:ip=10.50.0.200", ["IP address 10.50.0.200 is already in use."]),
+    ],
+)
+async def test_compose_refuses_bad_interfaces_labels(interfaces: str, messages: list[str]) -> None:
+    sim = three_network_sim()
+    async with client(sim) as c:
+        r = await c.post("vm-hosts/1/", params={"op": "compose"}, data={"interfaces": interfaces})
+        assert (r.status_code, r.json()) == (400, {"interfaces": messages})
+    assert len(sim.state.machines) == 1  # nothing composed
+    assert sim.state.vm_hosts[1].vms == {}

@@ -106,7 +106,6 @@ class BareMetal:
         self.spread = ZoneSpread(life.clock)
         #: (MaasMachine UID, system ID) pairs MAAS has shown held under the object's agent name (or that this
         #: process allocated): checked once per process, before any deploy, release or mark-broken.
-        self._verified: set[tuple[str, str]] = set()
 
     def provider_id(self, zone: str, system_id: str) -> str:
         return provider_id(BARE_METAL_SCHEME, zone, system_id)
@@ -134,7 +133,7 @@ class BareMetal:
                 await scope.flush()
                 return Requeue(0.0)
             scope.set_annotation(REPLACING, None)  # still ours: decide again below
-            self._verified.add((scope.uid, sid))
+            self.life.verified[scope.uid] = sid
         if not sid:
             waiting = self._backing_off(scope)
             if waiting is not None:
@@ -143,7 +142,7 @@ class BareMetal:
             if isinstance(got, Requeue):
                 return got
             sid = got
-        elif (scope.uid, sid) not in self._verified and not await self._holds(scope, port, sid):
+        elif self.life.verified.get(scope.uid) != sid and not await self._holds(scope, port, sid):
             # spec.systemID is just a field someone wrote: before the lifecycle deploys, releases or marks
             # it broken, MAAS must show it held under this object's agent name.
             self._forget(scope, port, sid)
@@ -152,7 +151,7 @@ class BareMetal:
             scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.MACHINE_NOT_FOUND_REASON, msg)
             await scope.flush()
             return Requeue(0.0)
-        self._verified.add((scope.uid, str(sid)))
+        self.life.verified[scope.uid] = str(sid)
         return str(sid)
 
     async def _allocate(self, scope: MachineScope, port: MaasPort) -> str | Requeue:
@@ -448,6 +447,7 @@ class BareMetal:
         the machine held: none until the next one is seen (its state, power, host name and zone fill in then),
         not the one given back."""
         port.unwatch(sid)
+        self.life.verified.pop(scope.uid, None)  # a spec naming it again is checked again
         scope.set_spec(system_id=None, provider_id=None)
         scope.set_annotation(DEPLOY_STARTED, None)
         scope.set_annotation(REPLACING, None)

@@ -134,7 +134,11 @@ class Lifecycle:
         self.recorder = recorder
         self.clock = clock
         self._power_on_sent: dict[str, float] = {}
-        self._node_done: set[str] = set()
+        # Per MaasMachine UID, forgotten when its deletion finishes (bounded by the objects alive, not by
+        # every object ever seen): the providerID already on its Node, and the MAAS system ID this process
+        # has seen MAAS hold under the object's agent name (the ownership test, once per machine held).
+        self._node_done: dict[str, str] = {}
+        self.verified: dict[str, str] = {}
 
     def backoff(self, attempt: int, *, cap: float | None = None) -> float:
         """The delay before retry ``attempt`` (0-based) of a reconcile step (full jitter)."""
@@ -315,10 +319,9 @@ class Lifecycle:
     async def node(self, scope: MachineScope) -> Requeue:
         """Put our providerID on the workload Node (no cloud provider does it on bare metal)."""
         pid = scope.want.provider_id or ""
-        done_key = f"{scope.uid}/{pid}"
         name = scope.cluster_name
         hostname = scope.hostname
-        if done_key in self._node_done or not name or not hostname:
+        if self._node_done.get(scope.uid) == pid or not name or not hostname:
             return Requeue()
         secret = await self.kube.get_secret(scope.namespace, f"{name}-kubeconfig")
         if secret is None or not secret.get("value"):
@@ -328,14 +331,14 @@ class Lifecycle:
             scope.set_condition(C.NODE_PROVIDER_ID_CONDITION, False, C.KUBECONFIG_REJECTED_REASON, current)
             return Requeue(self.settings.node_retry * 2)
         if result in (NodePatchResult.PATCHED, NodePatchResult.ALREADY_SET):
-            self._node_done.add(done_key)
+            self._node_done[scope.uid] = pid
             if scope.condition(C.NODE_PROVIDER_ID_CONDITION) is not None:
                 scope.set_condition(C.NODE_PROVIDER_ID_CONDITION, True, C.NODE_PROVIDER_ID_SET_REASON, "")
             if result is NodePatchResult.PATCHED:
                 scope.event("Normal", "NodeProviderIDSet", f"Node {hostname} providerID={pid}")
             return Requeue()
         if result is NodePatchResult.CONFLICT:
-            self._node_done.add(done_key)
+            self._node_done[scope.uid] = pid
             # Never overwritten (the apiserver would refuse anyway): another provider or a person owns it.
             scope.event(
                 "Warning",
@@ -351,4 +354,6 @@ class Lifecycle:
         """Nothing of ours is left in MAAS: drop the finalizer (the object goes) and its phase metric."""
         scope.remove_finalizer(MACHINE_FINALIZER)
         self.recorder.machine_phase(scope.key, None)
+        self._node_done.pop(scope.uid, None)
+        self.verified.pop(scope.uid, None)
         return Requeue()

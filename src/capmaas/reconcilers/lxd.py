@@ -134,7 +134,6 @@ class Lxd:
         self.placer = LxdPlacer()  # reservation book + shared VM-host listing per endpoint
         #: (MaasMachine UID, system ID) pairs that passed the ownership test (:meth:`_owns`) or were composed
         #: by this process: checked once per process, before any allocate, deploy or decompose.
-        self._verified: set[tuple[str, str]] = set()
 
     def provider_id(self, zone: str, system_id: str) -> str:
         return provider_id(LXD_SCHEME, zone, system_id)
@@ -161,7 +160,7 @@ class Lxd:
         sid = scope.want.system_id
         if not sid:
             sid = await self._place_and_compose(scope, port)
-        elif (scope.uid, sid) not in self._verified and not await self._owns(scope, port, sid):
+        elif self.life.verified.get(scope.uid) != sid and not await self._owns(scope, port, sid):
             # spec.systemID is just a field someone wrote: never allocate, deploy or decompose someone's VM.
             port.unwatch(sid)
             scope.set_spec(system_id=None, provider_id=None)
@@ -173,7 +172,7 @@ class Lxd:
             scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.MACHINE_NOT_FOUND_REASON, msg)
             await scope.flush()
             return Requeue(0.0)
-        self._verified.add((scope.uid, str(sid)))
+        self.life.verified[scope.uid] = str(sid)
         return str(sid)
 
     def _no_fit_delay(self, uid: str) -> float:
@@ -478,6 +477,7 @@ class Lxd:
                 raise maas_failure(exc, None, f"decomposing failed VM {sid}") from exc
             self.placer.invalidate(port.endpoint)
         port.unwatch(sid)
+        self.life.verified.pop(scope.uid, None)  # a spec naming it again is checked again
         self.placer.book(port.endpoint).release(scope.uid)
         scope.set_spec(system_id=None, provider_id=None)
         scope.set_annotation(DEPLOY_STARTED, None)

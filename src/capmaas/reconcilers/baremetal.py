@@ -200,7 +200,8 @@ class BareMetal:
             # Every pass until then ends before MAAS (see _backing_off): a wake-up from a CAPI Machine or
             # MaasCluster update within the backoff sends no allocate.
             delay = life.backoff(failures - 1)
-            scope.set_annotation(ALLOCATE_AFTER, f"{life.clock() + delay:.3f}")
+            # With the spec's generation: a spec edit (smaller sizes, another pool) ends the backoff at once.
+            scope.set_annotation(ALLOCATE_AFTER, f"{life.clock() + delay:.3f}@{scope.generation}")
             msg = self._no_machine(constraints, source, facts.maas_text(exc.body))
             if failures == 1:  # one Event per streak; the condition stays current
                 scope.event("Warning", C.NO_MACHINE_AVAILABLE_REASON, msg)
@@ -300,8 +301,11 @@ class BareMetal:
         condition, the MaasCluster changes), and each would otherwise send another allocate."""
         if scope.annotation(ALLOCATING):
             return None  # an allocate in doubt is looked up first, whatever the backoff
+        due_text, _, generation = (scope.annotation(ALLOCATE_AFTER) or "").partition("@")
+        if generation and generation != str(scope.generation):
+            return None  # the spec changed since the failure: try the new one now
         try:
-            due = float(scope.annotation(ALLOCATE_AFTER) or 0.0)
+            due = float(due_text or 0.0)
         except ValueError:
             return None
         left = due - self.life.clock()

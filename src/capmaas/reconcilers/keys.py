@@ -31,8 +31,9 @@ ALLOCATING = "allocating"
 DEPLOY_STARTED = "deploy-started"
 #: Consecutive allocation failures (no machine available): the allocation backoff's count.
 FAILURES = "failures"
-#: After an allocation failure: when (epoch seconds) the next allocate may be sent. A pass woken earlier (a
-#: CAPI Machine update, the MaasCluster) sends nothing to MAAS until then.
+#: After an allocation failure: ``<epoch seconds>@<metadata.generation>``, when the next allocate may be sent.
+#: A pass woken earlier (a CAPI Machine update, the MaasCluster) sends nothing to MAAS until then, unless the
+#: spec changed since (another generation).
 ALLOCATE_AFTER = "allocate-after"
 #: Where the machine's zone came from, written at the first allocation: ``user`` (the MaasMachine as created
 #: or ``Machine.spec.failureDomain``: kept on every replacement), ``operator`` (the spread rule chose it) or

@@ -273,3 +273,20 @@ async def test_a_zone_found_empty_costs_the_cluster_one_failed_allocate(env: Env
     zones = [zone_of(env.sim, env.kube.get("maasmachines", n)["spec"]["systemID"]) for n in names]
     assert sorted(zones) == ["az2"] * 3 + ["az3"] * 3  # spread over the zones that have machines
     assert env.sim.counters[ALLOCATE] <= len(names) + 1, env.sim.counters
+
+
+async def test_a_spec_edit_ends_the_allocation_backoff(env: Env) -> None:
+    """A user who fixes an impossible size does not wait out the old one's backoff (up to five minutes)."""
+    await env.cluster("c1")
+    add(env, "big", "c1", min_cpu=999)
+    with pytest.raises(TransientError) as err:
+        await env.step("big")
+    assert err.value.reason == C.NO_MACHINE_AVAILABLE_REASON
+    env.sim.reset_counters()
+    await env.step("big")  # woken within the backoff: nothing sent
+    assert env.sim.counters[ALLOCATE] == 0
+    b = env.kube.get("maasmachines", "big")
+    b["spec"]["minCPU"] = 1
+    b["metadata"]["generation"] += 1  # what the apiserver does on a spec change
+    await env.drive(["big"], ready, rounds=5)
+    assert env.sim.counters[ALLOCATE] == 1

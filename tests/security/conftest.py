@@ -15,6 +15,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 
 from operator_harness import crds, harness, operator_env, sim
-from security_support import tenant
+from security_support import attacker, policy, tenant
 
-__all__ = ["crds", "harness", "operator_env", "sim", "tenant"]
+__all__ = ["attacker", "crds", "harness", "operator_env", "policy", "sim", "tenant"]

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import ssl
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,29 @@ def grant_tenant(kubectl: Any, user: str, namespace: str) -> Tenant:
 def tenant(kubectl: Any, namespace: str) -> Tenant:
     """The attacker: user ``mallory``, tenant of the test's namespace (the operator's namespace)."""
     return grant_tenant(kubectl, "mallory", namespace)
+
+
+@pytest.fixture
+def policy(kubectl: Any, namespace: str) -> Iterator[Installed]:
+    """The chart's admission policy and RBAC, installed for the test and removed after it."""
+    installed = install_policy_and_rbac(kubectl, namespace)
+    try:
+        yield installed
+    finally:
+        uninstall(kubectl, installed)
+
+
+@pytest.fixture
+def attacker(kubectl: Any) -> Iterator[Tenant]:
+    """The attacker ``mallory`` in a namespace of its own (the victims live in the harness namespace)."""
+    name = f"attacker-{secrets.token_hex(3)}"
+    kubectl("create", "namespace", name)
+    try:
+        yield grant_tenant(kubectl, "mallory", name)
+    finally:
+        patch = '{"metadata":{"finalizers":null}}'
+        kubectl("patch", "maasclusters", "--all", "-n", name, "--type=merge", "-p", patch, check=False)
+        kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def helm_template(*args: str, namespace: str, release: str = "sec") -> list[dict[str, Any]]:

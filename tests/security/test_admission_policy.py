@@ -12,7 +12,6 @@ own) are untouched. Without the policy every forgery is admitted.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,9 +20,6 @@ from operator_harness import Harness
 from security_support import (
     Installed,
     Tenant,
-    grant_tenant,
-    install_policy_and_rbac,
-    uninstall,
     wait_policy_active,
 )
 
@@ -32,28 +28,6 @@ from capmaas import demo, maas
 pytestmark = pytest.mark.k8s
 
 PREFIX = "capmaas.infrastructure.cluster.x-k8s.io/"
-
-
-@pytest.fixture
-def policy(kubectl: Any, namespace: str) -> Iterator[Installed]:
-    installed = install_policy_and_rbac(kubectl, namespace)
-    try:
-        yield installed
-    finally:
-        uninstall(kubectl, installed)
-
-
-@pytest.fixture
-def attacker(kubectl: Any) -> Iterator[Tenant]:
-    """The attacker's own namespace (the victim's machines live in the harness namespace)."""
-    import secrets
-
-    name = f"attacker-{secrets.token_hex(3)}"
-    kubectl("create", "namespace", name)
-    try:
-        yield grant_tenant(kubectl, "mallory", name)
-    finally:
-        kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def forged(namespace: str, name: str, **spec: Any) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,9 +23,6 @@ from operator_harness import Harness
 from security_support import (
     Installed,
     Tenant,
-    grant_tenant,
-    install_policy_and_rbac,
-    uninstall,
     wait_policy_active,
 )
 
@@ -37,27 +33,6 @@ from capmaas.reconcilers.keys import ANNOTATION_PREFIX, DNS_RECORD
 pytestmark = pytest.mark.k8s
 
 FILTER_KEY = "capmaas-test-dns"
-
-
-@pytest.fixture
-def policy(kubectl: Any, namespace: str) -> Iterator[Installed]:
-    installed = install_policy_and_rbac(kubectl, namespace)
-    try:
-        yield installed
-    finally:
-        uninstall(kubectl, installed)
-
-
-@pytest.fixture
-def attacker(kubectl: Any) -> Iterator[Tenant]:
-    name = f"attacker-{secrets.token_hex(3)}"
-    kubectl("create", "namespace", name)
-    try:
-        yield grant_tenant(kubectl, "mallory", name)
-    finally:
-        patch = '{"metadata":{"finalizers":null}}'
-        kubectl("patch", "maasclusters", "--all", "-n", name, "--type=merge", "-p", patch, check=False)
-        kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def labelled(obj: dict[str, Any], token: str) -> dict[str, Any]:

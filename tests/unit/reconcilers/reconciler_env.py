@@ -107,6 +107,18 @@ class Env:
         raise AssertionError({n: self.kube.get("maasmachines", n).get("status") for n in names})
 
 
+def default_credentials(sim: Simulator) -> MaasCredentials:
+    """The operator's default credentials for the unit tests. Their objects live in namespace "ns" (fakes.py);
+    the simulator is in-process (ASGI), so the http:// endpoint carries nothing over a network: both are the
+    explicit configuration an admin gives."""
+    return MaasCredentials(
+        endpoint=ENDPOINT,
+        api_key=sim.api_key,
+        allow_plaintext=True,
+        namespaces=NamespaceAllowList(frozenset({"ns"})),
+    )
+
+
 def make_env(
     sim: Simulator, settings: MachineSettings | None = None, *, clock_step: float | None = None
 ) -> Env:
@@ -124,14 +136,7 @@ def make_env(
     conns = MaasConnections(
         client_factory=factory, fast=3600, idle=3600, batch_size=200, wake=lambda key: None
     )
-    # The unit tests' objects live in namespace "ns" (fakes.py); the simulator is in-process (ASGI), so the
-    # http:// endpoint carries nothing over a network: both are the explicit configuration an admin gives.
-    creds = MaasCredentials(
-        endpoint=ENDPOINT,
-        api_key=sim.api_key,
-        allow_plaintext=True,
-        namespaces=NamespaceAllowList(frozenset({"ns"})),
-    )
+    creds = default_credentials(sim)
     now = None if clock_step is None else [time.time()]
     clock = time.time if now is None else (lambda: now[0])
     machines = MachineReconciler(

@@ -20,7 +20,7 @@ import time
 import httpx
 import pytest
 from fakes import FakeKube
-from reconciler_env import ENDPOINT, Env
+from reconciler_env import Env, default_credentials
 
 from capmaas import maas
 from capmaas.api import conditions as C
@@ -29,7 +29,7 @@ from capmaas.reconcilers.cluster import ClusterReconciler
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.keys import ALLOCATING, ANNOTATION_PREFIX
 from capmaas.reconcilers.machine import MachineReconciler, MachineSettings
-from capmaas.reconcilers.ports import MaasCredentials, NamespaceAllowList
+from capmaas.reconcilers.ports import MaasCredentials
 from capmaas.reconcilers.scope import Requeue
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
 
@@ -78,13 +78,7 @@ async def make(sim: Simulator, transport: DetachedTransport, now: list[float]) -
     conns = MaasConnections(
         client_factory=factory, fast=3600, idle=3600, batch_size=200, wake=lambda key: None
     )
-    # As reconciler_env does: the objects live in namespace "ns", the simulator is in-process (ASGI).
-    creds = MaasCredentials(
-        endpoint=ENDPOINT,
-        api_key=sim.api_key,
-        allow_plaintext=True,
-        namespaces=NamespaceAllowList(frozenset({"ns"})),
-    )
+    creds = default_credentials(sim)
     # As the operator computes it from its MAAS client settings.
     settings = MachineSettings(allocate_in_doubt=maas.in_doubt_window(TIMEOUT, RETRY))
     machines = MachineReconciler(

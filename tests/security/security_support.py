@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 import yaml
@@ -192,8 +192,30 @@ class Recorder:
             yield self
 
 
+class _Listener:
+    """A loopback server of the tests: ``running()`` listens (on a free port when ``port`` is 0) and serves
+    ``_handle``; ``url`` is where the operator is pointed."""
+
+    host: str
+    port: int
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Self]:
+        server = await asyncio.start_server(self._handle, self.host, self.port)
+        self.port = server.sockets[0].getsockname()[1]
+        async with server:
+            yield self
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/MAAS"
+
+
 @dataclass
-class Hostile:
+class Hostile(_Listener):
     """A loopback HTTP server that answers every request with ``body_size`` bytes, either as fast as it can or
     ``trickle`` seconds per byte; records per connection how many body bytes went out and how long it stayed
     open (until the client hung up)."""
@@ -235,17 +257,6 @@ class Hostile:
             if hung_up is not None:
                 hung_up.cancel()
             writer.close()
-
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[Hostile]:
-        server = await asyncio.start_server(self._handle, self.host, self.port)
-        self.port = server.sockets[0].getsockname()[1]
-        async with server:
-            yield self
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}/MAAS"
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -289,7 +300,7 @@ def json_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 
 @dataclass
-class Tarpit:
+class Tarpit(_Listener):
     """A loopback listener that accepts connections, reads the request and never answers (until the client
     hangs up): a tenant's endpoint parking the operator's requests. Counts the connections it got."""
 
@@ -308,14 +319,3 @@ class Tarpit:
             pass
         finally:
             writer.close()
-
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[Tarpit]:
-        server = await asyncio.start_server(self._handle, self.host, self.port)
-        self.port = server.sockets[0].getsockname()[1]
-        async with server:
-            yield self
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}/MAAS"

@@ -24,6 +24,7 @@ from operator_harness import Harness, Operator
 from test_chaos import create_wave, describe, held, leaks, maasmachines
 
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas.simulator.faults import WriteFault
 
 pytestmark = pytest.mark.k8s
 
@@ -69,9 +70,37 @@ def became_leader(op: Operator) -> list[str]:
     return [ln for ln in op.log.read_text(errors="replace").splitlines() if "became leader of Lease" in ln]
 
 
+def is_ready(mm: dict[str, Any]) -> bool:
+    return bool((mm.get("status") or {}).get("ready"))
+
+
 async def all_ready(h: Harness, n: int) -> bool:
     mms = await maasmachines(h)
-    return len(mms) == n and all((m.get("status") or {}).get("ready") for m in mms)
+    return len(mms) == n and all(map(is_ready, mms))
+
+
+def doubled(sim: Simulator) -> dict[str, list[str]]:
+    """agent name → system IDs, for every agent MAAS holds several machines for."""
+    return {agent: sids for agent, sids in held(sim).items() if len(sids) > 1}
+
+
+async def watch_doubles(sim: Simulator, seen: dict[str, set[str]]) -> None:
+    """Adds every double allocation MAAS shows to ``seen`` (agent name → system IDs), until cancelled: one
+    that is later given back was a double allocation all the same."""
+    while True:
+        for agent, sids in doubled(sim).items():
+            seen.setdefault(agent, set()).update(sids)
+        await asyncio.sleep(0.1)
+
+
+async def settle(h: Harness, what: str, check: Callable[[], Awaitable[bool]], within: float) -> str | None:
+    """Waits like ``h.wait``; the failure (with every MaasMachine's state) as a message instead of raising,
+    so the figures that matter more are printed and checked first."""
+    try:
+        await h.wait(what, check, within=within, interval=1.0)
+    except AssertionError as exc:
+        return f"{exc}\n{await describe(h)}"
+    return None
 
 
 async def provision_and_delete(
@@ -79,35 +108,48 @@ async def provision_and_delete(
 ) -> None:
     """A Cluster, ``n`` MaasMachines, all Ready; then all deleted and released. Checks MAAS against the
     MaasMachines at both ends (the checks print every MaasMachine's state when they fail). ``meanwhile``
-    runs once the MaasMachines exist."""
+    runs once the MaasMachines exist. The figures (doubles, machines held after the delete) are printed
+    before anything is asserted, and double allocations (even one given back later) are checked first."""
     uid = await h.cluster(within=180)
     names = [f"m{i:02d}" for i in range(n)]
-    await create_wave(h, uid, names)
-    if meanwhile is not None:
-        await meanwhile()
+    seen: dict[str, set[str]] = {}
+    watcher = asyncio.create_task(watch_doubles(h.sim, seen))
     try:
-        await h.wait(f"{n} MaasMachines Ready", lambda: all_ready(h, n), within=120, interval=1.0)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{await describe(h)}") from None
-    mms = await maasmachines(h)
-    ours = held(h.sim)
-    doubled = {agent: sids for agent, sids in ours.items() if len(sids) > 1}
+        await create_wave(h, uid, names)
+        if meanwhile is not None:
+            await meanwhile()
+        not_ready = await settle(h, f"{n} MaasMachines Ready", lambda: all_ready(h, n), within=120)
+        mms = await maasmachines(h)
+        ours = held(h.sim)
+        doubled_when_ready = doubled(h.sim)
+        problems = leaks(h.sim, mms)
+        print(
+            f"\n{sum(is_ready(m) for m in mms)}/{n} MaasMachines Ready:"
+            f" {sum(map(len, ours.values()))} MAAS machines held, {len(doubled_when_ready)} doubled",
+            flush=True,
+        )
+        await h.k("delete", "maasmachines", "--all", "-n", h.namespace, "--wait=false")
+
+        async def gone() -> bool:
+            return not await maasmachines(h)
+
+        not_gone = await settle(h, "every MaasMachine deleted", gone, within=90)
+    finally:
+        if watcher.done():
+            watcher.result()  # it never ends by itself: a failure of its own must not pass for "no doubles"
+        watcher.cancel()
+    left = held(h.sim)
     print(
-        f"\n{n} MaasMachines Ready: {sum(map(len, ours.values()))} MAAS machines held,"
-        f" {len(doubled)} doubled",
+        f"after the delete: {sum(map(len, left.values()))} MAAS machines still held;"
+        f" {len(seen)} MaasMachines held several MAAS machines at some point",
         flush=True,
     )
-    assert doubled == {}, f"{len(doubled)} MaasMachines hold several MAAS machines: {doubled}"
-    assert leaks(h.sim, mms) == []
+    assert seen == {}, f"{len(seen)} MaasMachines held several MAAS machines: {seen}"
+    assert doubled_when_ready == {}
+    assert not_ready is None, not_ready
+    assert problems == []
     assert sum(map(len, ours.values())) == n
-    await h.k("delete", "maasmachines", "--all", "-n", h.namespace, "--wait=false")
-
-    async def gone() -> bool:
-        return not await maasmachines(h)
-
-    await h.wait("every MaasMachine deleted", gone, within=90, interval=1.0)
-    left = held(h.sim)
-    print(f"after the delete: {sum(map(len, left.values()))} MAAS machines still held", flush=True)
+    assert not_gone is None, not_gone
     assert left == {}, f"leaked: {left}"
     assert leaks(h.sim, []) == []
 
@@ -176,11 +218,39 @@ KOPF_PEERING_CRD = {
 }
 
 
+class SlowAllocates(Faults):
+    """A loaded MAAS: every allocate is held ``delay`` seconds before it takes effect and is answered (well
+    within the client's timeout: nothing is in doubt). ``arrived`` is set when the first one comes in."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(
+            late_commit_rate=1.0, late_commit_delay=delay, write_fault_ops=frozenset({"allocate"})
+        )
+        self.arrived = asyncio.Event()
+
+    def write_fault(self, method: str, query: str) -> WriteFault | None:
+        fault = super().write_fault(method, query)
+        if fault is not None:
+            self.arrived.set()
+        return fault
+
+
+#: Seconds each allocate takes at MAAS in the peering scenario: longer than B takes to start and look A's
+#: MaasMachines up, so A's allocates are still in flight when B decides (the race of the issue).
+SLOW_ALLOCATE = 6.0
+
+
 async def test_kopf_peering_options_no_longer_double_allocate(harness: Harness, tmp_path: Path) -> None:
     """Issue 11 (c): the scenario with kopf peering (A priority 0, B priority 10, a KopfPeering object):
     before, A paused kopf's handlers in favour of B but its loops went on allocating (8 of 20 doubled).
-    ``--peering NAME`` is now leader election on the Lease NAME and ``--priority`` is ignored."""
+    ``--peering NAME`` is now leader election on the Lease NAME and ``--priority`` is ignored.
+
+    MAAS answers each allocate only after :data:`SLOW_ALLOCATE` seconds, and B starts once A's first allocate
+    has reached MAAS: without leader election, B finds A's MaasMachines marked ``…/allocating`` with nothing
+    yet in MAAS under their agent names and allocates again while A's allocates are still in flight."""
     h = harness
+    faults = SlowAllocates(SLOW_ALLOCATE)
+    h.sim.faults = faults
     await h.k("apply", "-f", "-", input=json.dumps(KOPF_PEERING_CRD))
     await h.k("wait", "--for=condition=Established", "crd/kopfpeerings.kopf.dev")
     peering = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "capmaas"}}
@@ -192,11 +262,7 @@ async def test_kopf_peering_options_no_longer_double_allocate(harness: Harness, 
     async def second_replica() -> None:
         """B (priority 10) joins once A is at work, as in a rollout: before, A paused kopf in B's favour
         while its loops went on allocating."""
-
-        async def allocating() -> bool:
-            return bool(held(h.sim))
-
-        await h.wait("A to allocate", allocating, within=120)
+        await asyncio.wait_for(faults.arrived.wait(), 120)
         ops[1].start()
 
     try:

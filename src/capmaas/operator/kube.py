@@ -5,10 +5,12 @@ kopf has no public API to patch arbitrary objects outside a handler's ``patch`` 
 run outside handlers, and the synchronous ``kubernetes`` client on threads cost a noticeable share of the
 operator's CPU at scale (figures: docs/benchmarks/README.md). The workload-cluster Node patch uses the same
 async client. Why caches for reads: kopf already watches MaasMachines, MaasClusters, Machines and Clusters for
-us (``on.event``), so every owner/Cluster/sibling lookup is a dict read, not a GET. Objects are stored only if
-their ``resourceVersion`` is not older than the stored one, and our own patch responses go into the store at
-once, so a reconcile never acts on a version older than its own last write (which is what keeps a second
-``allocate`` from ever happening).
+us (``on.event``), so every owner/Cluster/sibling lookup is a dict read, not a GET. (Under a watch filter
+the Machine and Cluster watches carry it as a label selector; an owner without the label is read by a GET
+that is kept :data:`UNWATCHED_TTL` seconds, see :meth:`KubeAdapter.read_unwatched`.) Objects are stored
+only if their ``resourceVersion`` is not older than the stored one, and our own patch responses go into the
+store at once, so a reconcile never acts on a version older than its own last write (which is what keeps a
+second ``allocate`` from ever happening).
 
 Secrets are not watched (there can be thousands). Identity and kubeconfig Secrets are read through a bounded
 cache whose entries expire after ``secret_ttl`` (:class:`~capmaas.operator.ttlcache.TtlLru`); bootstrap

@@ -2,8 +2,10 @@
 
 Each shard is what a sharded installation runs (the chart's ``shards``): ``capmaas run --watch-filter
 cluster.x-k8s.io/watch-filter=shard-<i>`` with leader election on a Lease of its own, serving one CAPI
-Cluster whose MaasCluster and MaasMachines carry that label. The processes are started here (not by the demo
-stack, whose single operator runs without leader election and without a filter).
+Cluster whose Machines, MaasCluster and MaasMachines carry that label like the Cluster (each shard then caches
+only its own CAPI objects: the watch filter is a label selector on those watches too). The processes are
+started here (not by the demo stack, whose single operator runs without leader election and without a
+filter).
 """
 
 from __future__ import annotations

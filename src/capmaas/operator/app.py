@@ -29,7 +29,7 @@ import kopf
 from capmaas import maas
 from capmaas.config import OperatorConfig
 from capmaas.gateway import MaasConnections
-from capmaas.operator.kube import KubeAdapter, Store, object_key
+from capmaas.operator.kube import KubeAdapter, Store, object_key, parse_watch_filter
 from capmaas.operator.kubehttp import KubeHttp, KubeHttpError, load_configuration
 from capmaas.operator.leader import (
     LeaseSettings,
@@ -117,8 +117,10 @@ class FencedTransport(httpx.AsyncBaseTransport):
 class FencedKubeAdapter(KubeAdapter):
     """The Events and workload-cluster Node writes, fenced like the rest (the patches are, in KubeHttp)."""
 
-    def __init__(self, store: Store, http: KubeHttp, *, secret_ttl: float, fence: Fence) -> None:
-        super().__init__(store, http, secret_ttl=secret_ttl)
+    def __init__(
+        self, store: Store, http: KubeHttp, *, secret_ttl: float, fence: Fence, watch_filter: str | None
+    ) -> None:
+        super().__init__(store, http, secret_ttl=secret_ttl, watch_filter=watch_filter)
         self._fence = fence
 
     async def set_node_provider_id(
@@ -149,10 +151,20 @@ class NoDiffBase(kopf.DiffBaseStorage):
 
 def label_filter(watch_filter: str | None) -> dict[str, Any] | None:
     """``key=value`` → ``{key: value}``; ``key`` → ``{key: kopf.PRESENT}``; None → no filter."""
-    if not watch_filter:
+    parsed = parse_watch_filter(watch_filter)
+    if parsed is None:
         return None
-    key, sep, value = watch_filter.partition("=")
-    return {key.strip(): value.strip() if sep else kopf.PRESENT}
+    key, value = parsed
+    return {key: kopf.PRESENT if value is None else value}
+
+
+def label_selector(watch_filter: str | None) -> str | None:
+    """The watch filter as a Kubernetes label selector (``key=value`` or ``key``); None → no filter."""
+    parsed = parse_watch_filter(watch_filter)
+    if parsed is None:
+        return None
+    key, value = parsed
+    return key if value is None else f"{key}={value}"
 
 
 def default_credentials(config: OperatorConfig) -> MaasCredentials | None:
@@ -220,7 +232,13 @@ def build_runtime(
 ) -> Runtime:
     store = Store()
     metrics = Metrics(store)
-    kube = FencedKubeAdapter(store, http, secret_ttl=config.kube.secret_cache_ttl, fence=fence)
+    kube = FencedKubeAdapter(
+        store,
+        http,
+        secret_ttl=config.kube.secret_cache_ttl,
+        fence=fence,
+        watch_filter=config.kube.watch_filter,
+    )
     first_pass: list[float] = []
     holder: dict[str, Workers] = {}
 
@@ -335,6 +353,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     ones would run in kopf's thread pool, away from the event loop the per-object loops live on."""
     config = rt.config
     labels = label_filter(config.kube.watch_filter)
+    selector = label_selector(config.kube.watch_filter)
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -346,6 +365,12 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         settings.watching.client_timeout = 330
         settings.networking.request_timeout = 60
         settings.queueing.worker_limit = None
+        if selector:
+            # CAPI Machines and Clusters outside the filter are not even sent (a label selector on the watch):
+            # each shard caches only its own. A MaasMachine whose owner lacks the label still gets it, by a
+            # GET (capmaas.reconcilers.owners).
+            for plural in ("machines", "clusters"):
+                settings.watching.label_selectors[CAPI, plural] = selector
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -425,10 +450,13 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     # handler and holds every other handler (of every resource) until the initial listings are indexed, so no
     # MaasMachine pass runs against a half-filled cache at start-up (it would wait for an owner that is
     # there). Index handlers are not called for deletions: the on.event handlers below take those.
+    # A DELETED event also comes when an object loses the watch filter's label (the apiserver sends it with
+    # the labels it had), so these are forgotten without a tombstone: relabelled, the object is cached again.
+    # (Nothing but these watches writes CAPI objects into the store, so no late write can bring one back.)
     def machine_seen(type: str | None, body: kopf.Body) -> None:
         ns, name = _meta(body)
         if type == "DELETED":
-            rt.store.delete("machines", ns, name)
+            rt.store.forget("machines", ns, name)
         elif not rt.store.put("machines", body) and rt.store.find("machines", ns, name) is not None:
             return  # a version already seen (e.g. kopf re-listing after a watch restart)
         ref = (body.get("spec") or {}).get("infrastructureRef") or {}
@@ -438,7 +466,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     def cluster_seen(type: str | None, body: kopf.Body) -> None:
         ns, name = _meta(body)
         if type == "DELETED":
-            rt.store.delete("clusters", ns, name)
+            rt.store.forget("clusters", ns, name)
         elif not rt.store.put("clusters", body) and rt.store.find("clusters", ns, name) is not None:
             return  # a version already seen: waking every machine of a large cluster for it costs a lot
         mc = maascluster_key_for(ns, name)

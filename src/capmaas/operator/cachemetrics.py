@@ -17,7 +17,10 @@ nothing between scrapes:
   ``provider_id_mismatch`` (a providerID that does not end in the MaasMachine's own system ID), and
   ``allocation_without_maasmachine`` (a MAAS machine still held under a deleted MaasMachine's agent name:
   not in the cache by definition, so it comes from the leak audit, :mod:`capmaas.operator.leaks`). Every
-  invariant is exported, 0 when it holds, so an alert can tell "fine" from "not scraped".
+  invariant is exported, 0 when it holds, so an alert can tell "fine" from "not scraped";
+- ``capmaas_watch_cache_objects{kind}``: objects held in the watch cache, by kind (``maasmachines``,
+  ``maasclusters``, ``machines``, ``clusters``): with a watch filter, only the shard's own
+  (docs/operating.md).
 
 Labels are bounded: phases and reasons are the operator's own words, zones are MAAS zone names. No object
 name, system ID or endpoint URL becomes a label.
@@ -36,6 +39,7 @@ from prometheus_client.registry import Collector
 from capmaas.operator.kube import Store
 
 INVARIANTS = ("shared_system_id", "provider_id_mismatch", "allocation_without_maasmachine")
+CACHED_KINDS = ("maasmachines", "maasclusters", "machines", "clusters")
 
 
 def _ready_condition(body: dict[str, Any]) -> dict[str, Any]:
@@ -145,4 +149,14 @@ class CacheCollector(Collector):
         family.add_metric(["shared_system_id"], sum(1 for n in holders.values() if n > 1))
         family.add_metric(["provider_id_mismatch"], mismatched)
         family.add_metric(["allocation_without_maasmachine"], self._leaked())
+        yield family
+
+        counts = self._store.counts()
+        family = GaugeMetricFamily(
+            "capmaas_watch_cache_objects",
+            "Objects held in the operator's watch cache, by kind",
+            labels=["kind"],
+        )
+        for kind in CACHED_KINDS:
+            family.add_metric([kind], counts.get(kind, 0))
         yield family

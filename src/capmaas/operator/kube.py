@@ -5,10 +5,12 @@ kopf has no public API to patch arbitrary objects outside a handler's ``patch`` 
 run outside handlers, and the synchronous ``kubernetes`` client on threads cost a noticeable share of the
 operator's CPU at scale (figures: docs/benchmarks/README.md). The workload-cluster Node patch uses the same
 async client. Why caches for reads: kopf already watches MaasMachines, MaasClusters, Machines and Clusters for
-us (``on.event``), so every owner/Cluster/sibling lookup is a dict read, not a GET. Objects are stored only if
-their ``resourceVersion`` is not older than the stored one, and our own patch responses go into the store at
-once, so a reconcile never acts on a version older than its own last write (which is what keeps a second
-``allocate`` from ever happening).
+us (``on.event``), so every owner/Cluster/sibling lookup is a dict read, not a GET. (Under a watch filter
+the Machine and Cluster watches carry it as a label selector; an owner without the label is read by a GET
+that is kept :data:`UNWATCHED_TTL` seconds, see :meth:`KubeAdapter.read_unwatched`.) Objects are stored
+only if their ``resourceVersion`` is not older than the stored one, and our own patch responses go into the
+store at once, so a reconcile never acts on a version older than its own last write (which is what keeps a
+second ``allocate`` from ever happening).
 
 Secrets are not watched (there can be thousands). Identity and kubeconfig Secrets are read through a bounded
 cache whose entries expire after ``secret_ttl`` (:class:`~capmaas.operator.ttlcache.TtlLru`); bootstrap
@@ -40,7 +42,7 @@ from capmaas.operator.kubehttp import KubeHttp, KubeHttpError, Retries, Target
 from capmaas.operator.ttlcache import TtlLru
 from capmaas.reconcilers.errors import ConflictError, TransientError
 from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL
-from capmaas.reconcilers.ports import Body, EventType, NodePatchResult, ObjectPlural
+from capmaas.reconcilers.ports import Body, CapiPlural, EventType, NodePatchResult, ObjectPlural, Unwatched
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,11 @@ WORKLOAD_CLIENT_CACHE_SIZE = 256
 #: Seconds a workload client (its TLS session and parsed credentials) is kept after it was made.
 WORKLOAD_CLIENT_TTL = 300.0
 WORKLOAD_TIMEOUT = 10.0
+#: The CAPI API version owners are read with when the watch filter keeps them out of the cache.
+CAPI_API = "cluster.x-k8s.io/v1beta2"
+#: Seconds an owner read outside the watch cache (or its absence) is kept: a resync of many objects that share
+#: it (a Cluster) is one GET, not one each.
+UNWATCHED_TTL = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +107,21 @@ class _Workload:
 
     client: KubeHttp | None
     rejected: str | None = None
+
+
+def parse_watch_filter(watch_filter: str | None) -> tuple[str, str | None] | None:
+    """``key=value`` → ``(key, value)``; ``key`` → ``(key, None)`` (the label present); None → no filter."""
+    if not watch_filter:
+        return None
+    key, sep, value = watch_filter.partition("=")
+    return key.strip(), value.strip() if sep else None
+
+
+def carries_label(body: Body, label: tuple[str, str | None]) -> bool:
+    """Whether ``body`` matches a parsed watch filter."""
+    key, value = label
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    return key in labels and (value is None or labels[key] == value)
 
 
 def _rv(body: Body) -> int:
@@ -171,6 +193,22 @@ class Store:
         if plural == "maasmachines":
             self._index(key, old, None)
 
+    def forget(self, plural: str, namespace: str, name: str) -> None:
+        """Drop an object, unlike :meth:`delete` leaving no tombstone: stored again if it comes back (a CAPI
+        object that lost the watch filter's label and got it again)."""
+        key = object_key(plural, namespace, name)
+        old = self._objects.pop(key, None)
+        if plural == "maasmachines":
+            self._index(key, old, None)
+
+    def counts(self) -> dict[str, int]:
+        """Objects stored, by plural."""
+        out: dict[str, int] = {}
+        for key in self._objects:
+            plural = key.split("/", 1)[0]
+            out[plural] = out.get(plural, 0) + 1
+        return out
+
     def get(self, key: str) -> dict[str, Any] | None:
         return self._objects.get(key)
 
@@ -197,9 +235,16 @@ class KubeAdapter:
         secret_cache_size: int = SECRET_CACHE_SIZE,
         workload_cache_size: int = WORKLOAD_CLIENT_CACHE_SIZE,
         workload_ttl: float = WORKLOAD_CLIENT_TTL,
+        watch_filter: str | None = None,
     ) -> None:
         self.store = store
         self._http = http
+        #: The watch filter as (label key, value or None for "present"); None: every object is watched.
+        self._filter = parse_watch_filter(watch_filter)
+        self._unwatched: TtlLru[tuple[str, str, str], tuple[Unwatched | None]] = TtlLru(
+            secret_cache_size, UNWATCHED_TTL
+        )
+        self._reading_unwatched: dict[tuple[str, str, str], asyncio.Task[Unwatched | None]] = {}
         # Values are 1-tuples so that "the Secret does not exist" is cached too (None inside).
         self._secrets: TtlLru[tuple[str, str], tuple[Mapping[str, bytes] | None]] = TtlLru(
             secret_cache_size, secret_ttl
@@ -246,6 +291,45 @@ class KubeAdapter:
 
     def get_maascluster(self, namespace: str, name: str) -> Body | None:
         return self.store.find("maasclusters", namespace, name)
+
+    async def read_unwatched(self, plural: CapiPlural, namespace: str, name: str) -> Unwatched | None:
+        if self._filter is None:
+            return None
+        key = (plural, namespace, name)
+        cached = self._unwatched.get(key)
+        if cached is not None:
+            return cached[0]
+        task = self._reading_unwatched.get(key)  # one GET shared by every pass asking meanwhile
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._read_unwatched(key))
+            self._reading_unwatched[key] = task
+            task.add_done_callback(lambda t: self._unwatched_done(key, t))
+        return await asyncio.shield(task)
+
+    async def _read_unwatched(self, key: tuple[str, str, str]) -> Unwatched | None:
+        plural, namespace, name = key
+        assert self._filter is not None
+        try:
+            body = await self._http.get_object(CAPI_API, plural, namespace, name, priority=-1)
+        except KubeHttpError as exc:
+            if exc.status != 404:
+                raise TransientError(
+                    "KubernetesError",
+                    f"reading {plural}/{name}: " + (f"HTTP {exc.status}" if exc.status else str(exc)),
+                ) from exc
+            found = None
+        else:
+            label_key, value = self._filter
+            label = label_key if value is None else f"{label_key}={value}"
+            found = None if carries_label(body, self._filter) else Unwatched(body, label)
+        self._unwatched.expire()
+        self._unwatched.put(key, (found,))
+        return found
+
+    def _unwatched_done(self, key: tuple[str, str, str], task: asyncio.Task[Unwatched | None]) -> None:
+        self._reading_unwatched.pop(key, None)
+        if not task.cancelled():
+            task.exception()
 
     def list_maasmachines(self, namespace: str, cluster_name: str) -> Sequence[Body]:
         out = []

@@ -50,6 +50,7 @@ from capmaas.reconcilers.keys import (
     DNS_RECORD,
     MANAGED_BY_ANNOTATION,
 )
+from capmaas.reconcilers.owners import Owners, recheck
 from capmaas.reconcilers.ports import (
     MAASCLUSTER,
     Body,
@@ -212,6 +213,7 @@ class ClusterReconciler:
         # The DNS record as last read or written, per MaasCluster UID: a pass whose control-plane IPs did not
         # change costs no MAAS request. Soft state: lost on restart, re-read once.
         self._dns: dict[str, DnsRecord] = {}
+        self.owners = Owners(kube)
 
     async def reconcile(self, body: Body) -> Requeue:
         if MANAGED_BY_ANNOTATION in (body.get("metadata", {}).get("annotations") or {}):
@@ -219,8 +221,8 @@ class ClusterReconciler:
         scope = ClusterScope(self.kube, MAASCLUSTER, body)
         try:
             if scope.deleting:
-                return await self._delete(scope)
-            return await self._normal(scope)
+                return recheck(scope, await self._delete(scope))
+            return recheck(scope, await self._normal(scope))
         except ReconcileError as exc:
             scope.block(exc.reason, exc.message)
             raise
@@ -231,12 +233,12 @@ class ClusterReconciler:
         scope.block(reason, message)
         return Requeue()
 
-    def _load(self, scope: ClusterScope) -> bool:
+    async def _load(self, scope: ClusterScope) -> bool:
         ref = owner_ref(scope.body, "Cluster")
         if ref is None:
             self._wait(scope, C.WAITING_FOR_CLUSTER_OWNER_REASON, "waiting for Cluster API to set the owner")
             return False
-        scope.cluster = self.kube.get_cluster(scope.namespace, str(ref.get("name")))
+        scope.cluster = await self.owners.get(scope, "clusters", str(ref.get("name")))
         if scope.cluster is None:
             self._wait(scope, C.WAITING_FOR_CLUSTER_OWNER_REASON, f"Cluster {ref.get('name')} not found yet")
             return False
@@ -255,7 +257,7 @@ class ClusterReconciler:
         return port
 
     async def _normal(self, scope: ClusterScope) -> Requeue:
-        if not self._load(scope):
+        if not await self._load(scope):
             return Requeue()
         paused, why = is_paused(scope.body, scope.cluster)
         scope.set_paused_condition(paused, why)
@@ -460,7 +462,7 @@ class ClusterReconciler:
         if DELETE_FOR_MOVE_ANNOTATION in scope.annotations:
             scope.remove_finalizer(CLUSTER_FINALIZER)
             return Requeue()
-        self._load(scope)
+        await self._load(scope)
         paused, why = is_paused(scope.body, scope.cluster)
         scope.set_paused_condition(paused, why)
         if paused:

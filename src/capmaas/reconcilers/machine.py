@@ -22,6 +22,7 @@ from capmaas.reconcilers.errors import ReconcileError, TransientError
 from capmaas.reconcilers.keys import DELETE_FOR_MOVE_ANNOTATION, MACHINE_FINALIZER
 from capmaas.reconcilers.lifecycle import Lifecycle, MachineSettings, Provisioner
 from capmaas.reconcilers.lxd import Lxd
+from capmaas.reconcilers.owners import Owners, recheck
 from capmaas.reconcilers.ports import (
     MAASMACHINE,
     Body,
@@ -58,6 +59,7 @@ class MachineReconciler:
         self.bare_metal = BareMetal(self.life)
         self.lxd = Lxd(self.life)
         self.provisioners: Mapping[str, Provisioner] = {p.mode: p for p in (self.bare_metal, self.lxd)}
+        self.owners = Owners(kube)
 
     def provisioner(self, scope: MachineScope) -> Provisioner:
         """The provisioner of the machine's ``spec.provisioningMode`` (bare metal when unset)."""
@@ -67,8 +69,8 @@ class MachineReconciler:
         scope = MachineScope(self.kube, MAASMACHINE, body)
         try:
             if scope.deleting:
-                return await self._delete(scope)
-            return await self._normal(scope)
+                return recheck(scope, await self._delete(scope))
+            return recheck(scope, await self._normal(scope))
         except ReconcileError as exc:
             if scope.deleting:  # the deletion's condition says why it does not go on (not just the log)
                 scope.set_deletion(exc.reason, exc.message)
@@ -79,18 +81,20 @@ class MachineReconciler:
             await scope.close()
 
     # --- loading -----------------------------------------------------------------------------------------
-    def load(self, scope: MachineScope) -> str | None:
-        """Fill the scope from the caches; returns why it cannot continue (a waiting reason), or None."""
+    async def load(self, scope: MachineScope) -> str | None:
+        """Fill the scope from the caches (an owner a watch filter hides: from the apiserver, see
+        :mod:`~capmaas.reconcilers.owners`); returns why it cannot continue (a waiting reason), or None."""
         ref = owner_ref(scope.body, "Machine")
         if ref is None:
             scope.wait(C.WAITING_FOR_MACHINE_OWNER_REASON, "waiting for Cluster API to set the Machine owner")
             return C.WAITING_FOR_MACHINE_OWNER_REASON
-        scope.machine = self.kube.get_machine(scope.namespace, str(ref.get("name")))
+        scope.machine = await self.owners.get(scope, "machines", str(ref.get("name")))
         if scope.machine is None:
             scope.wait(C.WAITING_FOR_MACHINE_OWNER_REASON, f"owner Machine {ref.get('name')} not found yet")
             return C.WAITING_FOR_MACHINE_OWNER_REASON
         name = scope.cluster_name
-        scope.cluster = self.kube.get_cluster(scope.namespace, name) if name else None
+        # The Cluster's Warning is its MaasCluster's (one, not one per machine of the cluster).
+        scope.cluster = await self.owners.get(scope, "clusters", name, warn=False) if name else None
         if scope.cluster is None:
             scope.wait(C.WAITING_FOR_CLUSTER_INFRASTRUCTURE_REASON, f"Cluster {name} not found yet")
             return C.WAITING_FOR_CLUSTER_INFRASTRUCTURE_REASON
@@ -118,7 +122,7 @@ class MachineReconciler:
 
     # --- normal ------------------------------------------------------------------------------------------
     async def _normal(self, scope: MachineScope) -> Requeue:
-        if self.load(scope) is not None:
+        if await self.load(scope) is not None:
             return Requeue()
         paused, why = is_paused(scope.body, scope.cluster)
         scope.set_paused_condition(paused, why)
@@ -152,7 +156,7 @@ class MachineReconciler:
             scope.set_deletion(C.DELETE_FOR_MOVE_REASON, f"moved; {p.kept} kept")
             scope.remove_finalizer(MACHINE_FINALIZER)
             return Requeue()
-        self.load(scope)
+        await self.load(scope)
         paused, why = is_paused(scope.body, scope.cluster)
         scope.set_paused_condition(paused, why)
         if paused:

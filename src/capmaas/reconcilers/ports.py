@@ -4,7 +4,8 @@
 Why ports: the reconcilers hold the domain rules (when to allocate, when to give up, what the status says) and
 must be testable without kopf or an apiserver. Reads that the operator serves from its watch caches (owner
 Machine, Cluster, sibling MaasMachines) are synchronous here on purpose: they never cost an API call, so the
-reconcilers may read them freely on every pass.
+reconcilers may read them freely on every pass. The one exception is :meth:`KubePort.read_unwatched`: an
+owner the operator's watch filter keeps out of those caches, read from the apiserver on a cache miss.
 """
 
 from __future__ import annotations
@@ -23,6 +24,16 @@ ObjectPlural = Literal["maasmachines", "maasclusters"]
 MAASMACHINE: ObjectPlural = "maasmachines"
 MAASCLUSTER: ObjectPlural = "maasclusters"
 EventType = Literal["Normal", "Warning"]
+CapiPlural = Literal["machines", "clusters"]
+
+
+@dataclass(frozen=True)
+class Unwatched:
+    """A CAPI Machine or Cluster read from the apiserver because it lacks the label of the operator's watch
+    filter, so the watch cache never holds it: ``label`` is what it should carry (``key=value``, ``key``)."""
+
+    body: Body
+    label: str
 
 
 class NodePatchResult(enum.Enum):
@@ -49,6 +60,13 @@ class KubePort(Protocol):
 
     def get_maascluster(self, namespace: str, name: str) -> Body | None:
         """A MaasCluster from the watch cache."""
+        ...
+
+    async def read_unwatched(self, plural: CapiPlural, namespace: str, name: str) -> Unwatched | None:
+        """After a cache miss of ``get_machine``/``get_cluster``: the object read from the apiserver if the
+        operator's watch filter keeps it out of the cache. None without a watch filter, when the object does
+        not exist, or when it carries the label (the watch brings it). May be served from a short-lived
+        cache."""
         ...
 
     def list_maasmachines(self, namespace: str, cluster_name: str) -> Sequence[Body]:

@@ -147,6 +147,8 @@ class ObjectScope:
         self.stale = False
         #: What a deletion is waiting for, as (reason, message): Ready says it while the object is deleted.
         self.deletion: tuple[str, str] | None = None
+        #: An owner (Machine, Cluster) was read outside the watch cache: no watch event wakes this object.
+        self.unwatched_owner = False
         self._want: K8sModel | None = None
 
     @property

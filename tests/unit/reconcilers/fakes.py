@@ -23,7 +23,15 @@ import pydantic
 from capmaas.api.v1beta1 import MaasCluster, MaasMachine
 from capmaas.reconcilers.errors import ConflictError
 from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL
-from capmaas.reconcilers.ports import Body, EventType, NamespaceAllowList, NodePatchResult, ObjectPlural
+from capmaas.reconcilers.ports import (
+    Body,
+    CapiPlural,
+    EventType,
+    NamespaceAllowList,
+    NodePatchResult,
+    ObjectPlural,
+    Unwatched,
+)
 
 MODELS: dict[str, type[pydantic.BaseModel]] = {"maasmachines": MaasMachine, "maasclusters": MaasCluster}
 
@@ -107,6 +115,9 @@ class FakeKube:
         self.events: list[tuple[str, str, str, str]] = []
         self.writes = 0
         self.conflicts = 0  # patches refused by their resourceVersion precondition (409)
+        # Owners a watch filter keeps out of the cache, by (plural, namespace, name), and the reads of them.
+        self.unwatched: dict[tuple[str, str, str], Unwatched] = {}
+        self.unwatched_reads = 0
         self._rv = 1
 
     # helpers for tests
@@ -136,6 +147,10 @@ class FakeKube:
 
     def get_maascluster(self, namespace: str, name: str) -> Body | None:
         return self.objects.get(("maasclusters", namespace, name))
+
+    async def read_unwatched(self, plural: CapiPlural, namespace: str, name: str) -> Unwatched | None:
+        self.unwatched_reads += 1
+        return self.unwatched.get((plural, namespace, name))
 
     def list_maasmachines(self, namespace: str, cluster_name: str) -> Sequence[Body]:
         return [

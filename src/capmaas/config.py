@@ -114,6 +114,11 @@ class PollingSection(BaseModel):
     fast_interval: float = 1.0
     """Seconds between polls while any watched machine is changing state (deploying, releasing, ...)."""
 
+    hot_max_interval: float = 2.5
+    """Seconds between polls while machines deploy but fewer than ten began since the last poll: a deploy
+    that takes MAAS minutes, or a trickle of a few a second, is listed this often, not every fast interval
+    (the readiness lag can grow by the difference; equal to ``fast_interval`` lists every fast interval)."""
+
     idle_interval: float = 30.0
     """Seconds between polls when every watched machine is steady (deployed, or nothing in flight)."""
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import ProtocolError
 
 from capmaas.bench.metrics import ProcStats, WriteKey, apiserver_writes, percentile, proc_stats
 from capmaas.bench.shards import WATCH_FILTER_LABEL, ShardCapi, ShardOperator, shard_settings, shard_value
@@ -450,7 +451,7 @@ def _lags(tracker: Tracker, names: list[str], deployed: dict[str, float]) -> lis
 def _delete_all(kube: Any, namespace: str, cluster: str, attempts: int = 5) -> int:
     """DELETECOLLECTION of the benchmark's MaasMachines; returns the calls made. A loaded apiserver may answer
     504 after its request timeout while it is still marking a thousand objects deleted: that is retried (the
-    next call marks what is left), not an end of the run."""
+    next call marks what is left), not an end of the run; so is an answer cut off while it is read."""
     for attempt in range(1, attempts + 1):
         try:
             kube.delete_all(MAASMACHINES, namespace, label_selector=f"{CLUSTER_NAME_LABEL}={cluster}")
@@ -459,6 +460,10 @@ def _delete_all(kube: Any, namespace: str, cluster: str, attempts: int = 5) -> i
             if exc.status != 504 or attempt == attempts:
                 raise
             print(f"  delete-collection answered 504 (attempt {attempt}); retrying", flush=True)
+        except ProtocolError as exc:  # the answer (every deleted object) cut off while it was read
+            if attempt == attempts:
+                raise
+            print(f"  delete-collection answer broken off (attempt {attempt}: {exc}); retrying", flush=True)
     return attempts
 
 

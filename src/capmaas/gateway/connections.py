@@ -50,6 +50,7 @@ class MaasConnections:
         max_concurrent_writes: int = 16,
         negative_ttl: float = 5.0,
         poll_deadline: float | None = None,
+        hot_max: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self._factory = client_factory
@@ -58,6 +59,7 @@ class MaasConnections:
         self._max_writes = max_concurrent_writes
         self._negative_ttl = negative_ttl
         self._poll_deadline = poll_deadline
+        self._hot_max = hot_max
         self._clock = clock
         self._sessions: dict[tuple[str, str], MaasSession] = {}
         self._by_source: dict[str, tuple[str, str]] = {}
@@ -124,6 +126,7 @@ class MaasConnections:
             batch_size=self._batch,
             wake=self._wake,
             deadline=self._poll_deadline,
+            hot_max=self._hot_max,
         )
         poller.start()
         log.info("MAAS session opened for %s (%s)", credentials.endpoint, credentials.source)

@@ -3,14 +3,19 @@
 Polling is adaptive *per machine*: every ``fast`` interval only the machines in a transitional state
 (deploying, releasing, erasing, commissioning) or not yet seen are listed, and never more often (a burst of
 writes kicks the poller, but must not make it list a growing set back to back); all watched machines are
-listed every ``idle`` interval (that is what notices a Deployed machine powered off or broken). While only
+read at least every ``idle`` interval (that is what notices a Deployed machine powered off or broken): a
+hot list call's spare room (up to the batch size) carries the steady machines about to be due, so while
+machines are in flight the steady ones cost no list calls of their own (``MachinePoller._round``). While only
 machines being released or erased are in flight, the hot list runs every :data:`RELEASE_SLOWDOWN` fast
 intervals instead: nobody waits on a release to become Ready (the deletion just ends a little later), and
 each list call then carries more machines (list calls are most of a lifecycle's MAAS requests beyond
-allocate, deploy and release when machines are spread over several operator shards). Listing the
-steady machines every fast interval too would cost O(machines) JSON per second (see docs/benchmarks). A
-change wakes exactly the object that registered the machine (``wake(key)``), so status follows MAAS within
-about one fast interval without any per-machine request.
+allocate, deploy and release when machines are spread over several operator shards). Machines deploying are
+listed every fast interval while at least :data:`FRESH_BATCH` of them turned hot since the last list (their
+answers are likely in, and one call carries them all); otherwise every ``hot_max`` seconds: a machine MAAS
+is deploying for minutes, or a trickle of a few deploys a second, needs no list call per second each.
+Listing the steady machines every fast interval too would cost O(machines) JSON per second (see
+docs/benchmarks). A change wakes exactly the object that registered the machine (``wake(key)``), so status
+follows MAAS within about one fast interval (``hot_max`` at most) without any per-machine request.
 """
 
 from __future__ import annotations
@@ -43,6 +48,9 @@ TRANSITIONAL = frozenset(
 RELEASING = frozenset({maas.NodeStatus.RELEASING, maas.NodeStatus.DISK_ERASING})
 #: Fast intervals between hot lists while every hot machine is :data:`RELEASING`.
 RELEASE_SLOWDOWN = 3
+#: Machines turned hot since the last list (a deploy answered, or not seen yet) that bring the next list
+#: forward to one fast interval after the last; fewer wait up to ``hot_max``.
+FRESH_BATCH = 10
 
 Wake = Callable[[str], None]
 
@@ -64,10 +72,12 @@ class MachinePoller:
         batch_size: int,
         wake: Wake,
         deadline: float | None = None,
+        hot_max: float | None = None,
     ) -> None:
         self._client = client
         self._deadline = deadline  # seconds one poll round may take, all its list calls together
         self._fast = fast
+        self._hot_max = max(fast, hot_max if hot_max is not None else fast)
         self._idle = idle
         self._batch = max(1, batch_size)
         self._wake = wake
@@ -80,13 +90,15 @@ class MachinePoller:
         self.polls = 0
         self._seq = 0  # bumped by every put(); a poll older than a put must not overwrite what it put
         self._written: dict[str, int] = {}
-        self._last_full = 0.0  # monotonic time of the last poll of every watched machine
+        self._seen: dict[str, float] = {}  # system_id -> monotonic time MAAS last told us its state
+        self._fresh: set[str] = set()  # turned hot (deploying, or not seen yet) since the last list of them
 
     # --- registration ------------------------------------------------------------------------------------
     def watch(self, system_id: str, key: str) -> None:
         if self._watched.get(system_id) != key:
             self._watched[system_id] = key
             if system_id not in self._snap:
+                self._fresh.add(system_id)
                 self._kick.set()  # a machine we know nothing about (e.g. after a restart): poll soon
 
     def unwatch(self, system_id: str) -> None:
@@ -94,6 +106,8 @@ class MachinePoller:
         self._written.pop(system_id, None)
         self._snap.pop(system_id, None)
         self._gone.discard(system_id)
+        self._fresh.discard(system_id)
+        self._seen.pop(system_id, None)
 
     def forget_key(self, key: str) -> None:
         for sid in [s for s, k in self._watched.items() if k == key]:
@@ -119,7 +133,11 @@ class MachinePoller:
         self._written[machine.system_id] = self._seq
         self._snap[machine.system_id] = machine
         self._gone.discard(machine.system_id)
+        if machine.system_id in self._watched:
+            self._seen[machine.system_id] = time.monotonic()
         if machine.status in TRANSITIONAL:
+            if machine.status not in RELEASING:
+                self._fresh.add(machine.system_id)
             self._kick.set()
 
     def kick(self) -> None:
@@ -144,10 +162,12 @@ class MachinePoller:
 
     def spacing(self) -> float:
         """Least time from one poll to the next while machines are hot (see the module docstring)."""
+        if len(self._fresh) >= FRESH_BATCH:
+            return self._fast
         for sid in self._watched:
             m = self._snap.get(sid)
             if m is None or (m.status in TRANSITIONAL and m.status not in RELEASING):
-                return self._fast
+                return self._hot_max
         return min(self._idle, self._fast * RELEASE_SLOWDOWN)
 
     def _interval(self) -> float:
@@ -155,7 +175,35 @@ class MachinePoller:
             return min(self._idle, max(self._fast, 5.0))
         if any(self._hot(sid) for sid in self._watched):
             return self.spacing()
-        return max(self._fast, self._idle - (time.monotonic() - self._last_full))
+        return max(self._fast, self._idle - self._oldest_age())
+
+    def _age(self, system_id: str, now: float) -> float:
+        """Seconds since MAAS last told us the machine's state (a list or a write answer)."""
+        seen = self._seen.get(system_id)
+        return self._idle if seen is None else now - seen
+
+    def _oldest_age(self) -> float:
+        now = time.monotonic()
+        return max((self._age(sid, now) for sid in self._watched), default=0.0)
+
+    def _round(self) -> list[str]:
+        """The system IDs of one poll round: the hot ones, and the steady ones that are due (see the module
+        docstring). When one steady machine has not been read for an idle interval, every steady machine not
+        read for half of one comes along (the next round is then half an interval away at the soonest, and
+        the rounds of a steady fleet stay whole). Otherwise the last list call's spare room, up to the batch
+        size, carries the steady machines that would be due within two spacings: a call MAAS answers anyway,
+        and each machine is still read about once per idle interval."""
+        now = time.monotonic()
+        hot = [sid for sid in self._watched if self._hot(sid)]
+        ages = {sid: self._age(sid, now) for sid in self._watched if not self._hot(sid)}
+        if ages and max(ages.values()) >= self._idle:
+            return hot + [sid for sid, age in ages.items() if age >= self._idle / 2]
+        if not hot:
+            return []
+        room = -len(hot) % self._batch
+        soon = self._idle - 2 * self.spacing()
+        due = sorted((sid for sid, age in ages.items() if age >= soon), key=ages.__getitem__, reverse=True)
+        return hot + due[:room]
 
     async def _run(self) -> None:
         last = -self._fast
@@ -175,23 +223,22 @@ class MachinePoller:
                     async with asyncio.timeout(wait):
                         await self._kick.wait()
             last = time.monotonic()
-            full = self.last_error is not None or time.monotonic() - self._last_full >= self._idle
             try:
-                await self.poll_once(full=full)
+                await self.poll_once(full=self.last_error is not None)
             except Exception:  # the poller must outlive any surprise; reconciles fall back to their resync
                 log.exception("MAAS poll failed unexpectedly")
 
     async def poll_once(self, *, full: bool = True) -> None:
-        """One round of list calls over every watched system ID (``full=False``: only the hot ones, see the
-        module docstring). Also used directly by tests."""
-        if full:
-            ids = list(self._watched)
-            self._last_full = time.monotonic()
-        else:
-            ids = [sid for sid in self._watched if self._hot(sid)]
-            if not ids:
-                return
+        """One round of list calls over every watched system ID (``full=False``: the hot ones and the steady
+        ones that are due, see :meth:`_round`). Also used directly by tests."""
+        ids = list(self._watched) if full else self._round()
+        if not ids:
+            return
         started = self._seq
+        self._fresh &= self._watched.keys()  # put() of a machine nobody watches (any more)
+        fresh = self._fresh.intersection(ids)
+        self._fresh -= fresh  # a put() meanwhile makes its machine fresh again
+        asked = time.monotonic()
         found: dict[str, maas.Machine] = {}
         unreadable: set[str] = set()  # MAAS returned them, but not in a shape we read: not gone
         try:
@@ -203,6 +250,7 @@ class MachinePoller:
                     for m in machines:
                         found[m.system_id] = m
         except TimeoutError:
+            self._fresh |= fresh & self._watched.keys()
             log.warning("MAAS poll gave up after its %ss deadline", self._deadline)
             self.last_error = maas_errors.RequestTimeoutError(
                 f"the poll of {len(ids)} machines took longer than {self._deadline}s",
@@ -210,12 +258,16 @@ class MachinePoller:
             )
             return
         except maas_errors.MaasError as exc:
+            self._fresh |= fresh & self._watched.keys()
             if self.last_error is None:
                 log.warning("MAAS poll failed: %s", type(exc).__name__)
             self.last_error = exc
             return
         self.polls += 1
         self.last_error = None
+        for sid in ids:
+            if sid in self._watched:
+                self._seen[sid] = asked
         for sid in ids:
             key = self._watched.get(sid)
             if key is None or self._written.get(sid, 0) > started or sid in unreadable:

@@ -28,11 +28,13 @@ from capmaas import maas
 
 #: Agent names per list call: a UID is 36 characters, so the query string stays a few KiB.
 CHUNK = 50
-#: Seconds a lookup waits for others to share its list call, unless :data:`CHUNK` deletions are waiting
-#: sooner. The deletions of a burst reach the operator over several seconds (the apiserver marks the objects
-#: of a collection deleted one by one, and each pass runs when its watch event arrives); a deletion is not
-#: waited on by anyone, so its release may start this much later.
-COALESCE = 2.0
+#: A lookup waits for others to share its list call until no other deletion has come for :data:`QUIET`
+#: seconds, or :data:`GATHER` seconds after the first, unless :data:`CHUNK` deletions are waiting sooner. The
+#: deletions of a burst reach the operator over several seconds (the apiserver marks the objects of a
+#: collection deleted one by one, and each pass runs when its watch event arrives); a deletion is not waited
+#: on by anyone, so its release may start this much later, and a lone deletion waits only :data:`QUIET`.
+QUIET = 1.0
+GATHER = 5.0
 
 FindByAgent = Callable[[str], Awaitable[Sequence[maas.Machine]]]
 FindByAgents = Callable[[Sequence[str]], Awaitable[Sequence[maas.Machine]]]
@@ -43,6 +45,7 @@ class _Ask:
     agent_name: str
     system_id: str
     answer: asyncio.Future[Sequence[maas.Machine]]
+    asked: float  # loop time
 
 
 class ReleaseLookups:
@@ -57,6 +60,7 @@ class ReleaseLookups:
         self._queue: list[_Ask] = []
         self._task: asyncio.Task[None] | None = None
         self._full = asyncio.Event()  # a chunk is waiting: no need to wait out the coalescing pause
+        self._last_ask = 0.0  # loop time of the latest find()
         self.calls = 0  # shared list calls made (for tests and figures)
 
     async def find(self, agent_name: str, system_id: str) -> Sequence[maas.Machine]:
@@ -64,8 +68,9 @@ class ReleaseLookups:
         them (a lookup of its own), or just ``system_id``'s machine when a shared answer proves it is the
         only one there; empty when ``system_id`` is not held under ``agent_name``."""
         loop = asyncio.get_running_loop()
-        ask = _Ask(agent_name, system_id, loop.create_future())
+        ask = _Ask(agent_name, system_id, loop.create_future(), loop.time())
         self._queue.append(ask)
+        self._last_ask = ask.asked
         if len(self._queue) >= self._chunk:
             self._full.set()
         if self._task is None:
@@ -74,17 +79,28 @@ class ReleaseLookups:
 
     async def _drain(self) -> None:
         try:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(COALESCE):
-                    await self._full.wait()
-            self._full.clear()
             while self._queue:
+                await self._gather()
                 batch, self._queue = self._queue[: self._chunk], self._queue[self._chunk :]
                 batch = [a for a in batch if not a.answer.done()]  # callers that gave up
                 if batch:
                     await self._answer(batch)
         finally:
             self._task = None
+
+    async def _gather(self) -> None:
+        """Until a chunk is waiting, or QUIET seconds after the latest ask, or GATHER seconds after the oldest
+        waiting one (the asks that came while the previous list call was answered wait their turn too, and
+        are not sent alone)."""
+        loop = asyncio.get_running_loop()
+        while len(self._queue) < self._chunk:
+            self._full.clear()
+            wait = min(self._queue[0].asked + GATHER, self._last_ask + QUIET) - loop.time()
+            if wait <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._full.wait()
 
     async def aclose(self) -> None:
         """Stop; lookups still waiting fail (their session is closing)."""

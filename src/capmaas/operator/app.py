@@ -283,6 +283,7 @@ def build_runtime(
         max_concurrent_writes=config.maas.max_concurrent_writes,
         negative_ttl=config.polling.connect_failure_ttl,
         poll_deadline=config.polling.poll_deadline,
+        hot_max=config.polling.hot_max_interval,
     )
     creds = default_credentials(config)
     ms = config.machine

@@ -133,8 +133,7 @@ class MachinePoller:
         self._written[machine.system_id] = self._seq
         self._snap[machine.system_id] = machine
         self._gone.discard(machine.system_id)
-        if machine.system_id in self._watched:
-            self._seen[machine.system_id] = time.monotonic()
+        self._seen[machine.system_id] = time.monotonic()  # an allocate's answer comes before its watch()
         if machine.status in TRANSITIONAL:
             if machine.status not in RELEASING:
                 self._fresh.add(machine.system_id)
@@ -236,6 +235,8 @@ class MachinePoller:
             return
         started = self._seq
         self._fresh &= self._watched.keys()  # put() of a machine nobody watches (any more)
+        for sid in self._seen.keys() - self._watched.keys():
+            del self._seen[sid]
         fresh = self._fresh.intersection(ids)
         self._fresh -= fresh  # a put() meanwhile makes its machine fresh again
         asked = time.monotonic()

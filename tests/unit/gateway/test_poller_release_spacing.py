@@ -143,3 +143,22 @@ async def test_a_hot_list_carries_the_steady_machines_about_to_be_due() -> None:
         assert sorted(woken) == [f"s{i}" for i in range(4)]  # read by the hot list call
     finally:
         await client.aclose()
+
+
+async def test_an_allocate_answer_folded_in_before_its_watch_counts_as_read() -> None:
+    """The allocate's answer is folded in before the machine is watched: it was just read, so it is not due
+    (before, it counted as unread for an idle interval and brought on a round of every steady machine)."""
+    sim = Simulator(Inventory.generate(machines=3, zones=1, seed=8), timings=Timings(), faults=Faults())
+    client = maas.MaasClient(
+        ENDPOINT, api_key=sim.api_key, transport=httpx.ASGITransport(app=sim.app), max_retries=0
+    )
+    poller = MachinePoller(client, fast=FAST, idle=IDLE, batch_size=200, wake=lambda key: None)
+    try:
+        m = await client.machines.allocate(maas.AllocateConstraints(), agent_name="a")
+        poller.put(m)
+        poller.watch(m.system_id, "a")
+        lists = sim.counters.get(("GET", "/MAAS/api/2.0/machines/", None), 0)
+        await poller.poll_once(full=False)
+        assert sim.counters.get(("GET", "/MAAS/api/2.0/machines/", None), 0) == lists
+    finally:
+        await client.aclose()

@@ -244,6 +244,7 @@ async def test_a_cluster_relabelled_to_another_shard_is_handed_off_and_a_real_de
     the same MAAS machine, without an allocate. Then a real delete (in shard b) releases the machine."""
     h = harness
     h.operator.extra_args = ["--watch-filter", LABEL]
+    h.operator.env["CAPMAAS_POLLING__LEAK_AUDIT_INTERVAL"] = "2"  # an object taken as deleted shows at once
     b = h.operator.replica(
         "shard-b", tmp_path / "shard-b.log", extra_args=["--watch-filter", f"{KEY}=shard-b"]
     )
@@ -288,7 +289,7 @@ async def test_a_cluster_relabelled_to_another_shard_is_handed_off_and_a_real_de
         await h.wait("shard a dropped w0", lambda: in_cache(a_port, "maasmachines", 0), within=30)
         await h.wait("shard a dropped c1", lambda: in_cache(a_port, "maasclusters", 0), within=30)
         await h.wait("shard b holds w0", lambda: in_cache(b_port, "maasmachines", 1), within=30)
-        await asyncio.sleep(12)  # past the leak audit's check and shard b's recheck of the Ready machine
+        await asyncio.sleep(12)  # past several leak audit passes and shard b's recheck of the Ready machine
         assert await ready(h, "w0")
         assert allocations(h) == before, "shard b allocated again"
         assert h.sim.machine(sid)["status_name"] == "Deployed"  # shard a released nothing

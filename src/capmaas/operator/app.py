@@ -46,7 +46,14 @@ from capmaas.reconcilers.cluster import ClusterReconciler
 from capmaas.reconcilers.credentials import parse_selector
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL
 from capmaas.reconcilers.machine import MachineReconciler, MachineSettings
-from capmaas.reconcilers.ports import Body, EventType, MaasCredentials, NamespaceAllowList, NodePatchResult
+from capmaas.reconcilers.ports import (
+    Body,
+    EventType,
+    MaasCredentials,
+    NamespaceAllowList,
+    NodePatchResult,
+    ObjectPlural,
+)
 from capmaas.reconcilers.scope import Requeue
 
 log = logging.getLogger(__name__)
@@ -147,15 +154,6 @@ class NoDiffBase(kopf.DiffBaseStorage):
 
     def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
         return None
-
-
-def label_filter(watch_filter: str | None) -> dict[str, Any] | None:
-    """``key=value`` → ``{key: value}``; ``key`` → ``{key: kopf.PRESENT}``; None → no filter."""
-    parsed = parse_watch_filter(watch_filter)
-    if parsed is None:
-        return None
-    key, value = parsed
-    return {key: kopf.PRESENT if value is None else value}
 
 
 def label_selector(watch_filter: str | None) -> str | None:
@@ -353,7 +351,6 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     """Attach every handler to ``registry``. Handlers are async: they only touch in-memory state, and sync
     ones would run in kopf's thread pool, away from the event loop the per-object loops live on."""
     config = rt.config
-    labels = label_filter(config.kube.watch_filter)
     selector = label_selector(config.kube.watch_filter)
 
     @kopf.on.startup(registry=registry)
@@ -367,11 +364,17 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         settings.networking.request_timeout = 60
         settings.queueing.worker_limit = None
         if selector:
-            # CAPI Machines and Clusters outside the filter are not even sent (a label selector on the watch):
-            # each shard caches only its own. A MaasMachine whose owner lacks the label still gets it, by a
-            # GET (capmaas.reconcilers.owners).
-            for plural in ("machines", "clusters"):
-                settings.watching.label_selectors[CAPI, plural] = selector
+            # Objects outside the filter are not even sent (a label selector on the watch): each shard caches
+            # only its own. A MaasMachine whose owner lacks the label still gets it, by a GET
+            # (capmaas.reconcilers.owners). An object relabelled out of the shard comes as DELETED: see
+            # handed_off below.
+            for group, plural in (
+                (CAPI, "machines"),
+                (CAPI, "clusters"),
+                (INFRA, "maasmachines"),
+                (INFRA, "maasclusters"),
+            ):
+                settings.watching.label_selectors[group, plural] = selector
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -404,11 +407,40 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             return object_key("maasclusters", namespace, str(ref["name"]))
         return None
 
-    @kopf.on.event(INFRA, "maasmachines", labels=labels, registry=registry)
+    async def handed_off(plural: ObjectPlural, body: kopf.Body) -> bool:
+        """A DELETED event of an object that still exists and left this shard's watch filter (relabelled):
+        dropped from the cache without a tombstone (so it is cached again if it comes back), its loop ends
+        (and with it its MAAS poll) without releasing anything, and the leak audit is not told: the shard
+        that now matches its label carries on from the annotations and status it has."""
+        if not await rt.kube.handed_off(plural, body):
+            return False
+        ns, name = _meta(body)
+        key = object_key(plural, ns, name)
+        rt.store.forget(plural, ns, name)
+        (rt.machines if plural == "maasmachines" else rt.clusters).wake(key)  # its loop sees it gone, ends
+        rt.metrics.handed_off.labels(plural).inc()
+        log.info("%s left this shard's watch filter %s: handed off, nothing released", key, selector)
+        return True
+
+    def outside(plural: ObjectPlural, type: str | None, body: kopf.Body) -> bool:
+        """An object outside the watch filter: ignored, and counted. The label selector on the watch keeps
+        the apiserver from sending these at all, so the count stays 0; this is the check of it (and the
+        filter in effect should a watch ever run without the selector). A DELETED event is never ignored
+        here: it carries the object as it was, and :func:`handed_off` tells what it means."""
+        if type == "DELETED" or rt.kube.in_shard(body):
+            return False
+        rt.metrics.outside_filter.labels(plural).inc()
+        return True
+
+    @kopf.on.event(INFRA, "maasmachines", registry=registry)
     async def maasmachine_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if outside("maasmachines", type, body):
+            return
         ns, name = _meta(body)
         key = object_key("maasmachines", ns, name)
         meta = body.get("metadata", {})
+        if type == "DELETED" and await handed_off("maasmachines", body):
+            return
         if type == "DELETED" or (meta.get("deletionTimestamp") and not meta.get("finalizers")):
             rt.leaks.deleted(body)  # first: its loop's end stops the poll the audit needs
         if type == "DELETED":
@@ -430,10 +462,14 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             if mc and (CONTROL_PLANE_LABEL in mlabels or _deleting(rt.store.get(mc))):
                 rt.clusters.wake(mc)
 
-    @kopf.on.event(INFRA, "maasclusters", labels=labels, registry=registry)
+    @kopf.on.event(INFRA, "maasclusters", registry=registry)
     async def maascluster_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        if outside("maasclusters", type, body):
+            return
         ns, name = _meta(body)
         key = object_key("maasclusters", ns, name)
+        if type == "DELETED" and await handed_off("maasclusters", body):
+            return
         if type == "DELETED":
             rt.store.delete("maasclusters", ns, name, uid=body.get("metadata", {}).get("uid"))
             rt.clusters.wake(key)

@@ -292,6 +292,31 @@ class KubeAdapter:
     def get_maascluster(self, namespace: str, name: str) -> Body | None:
         return self.store.find("maasclusters", namespace, name)
 
+    def in_shard(self, body: Body) -> bool:
+        """Whether ``body`` (a MaasMachine or MaasCluster) is this shard's: no watch filter, or it matches."""
+        return self._filter is None or carries_label(body, self._filter)
+
+    async def handed_off(self, plural: ObjectPlural, body: Body) -> bool:
+        """Whether the DELETED watch event of ``body`` means it left this shard, not that it was deleted.
+
+        Under a watch filter the apiserver sends DELETED also when an object stops matching the label
+        selector (its label removed or set to another shard's value), with the state it had *before*, so the
+        event alone cannot tell: the object is read back. Still there with the same UID: it moved to
+        another shard (or out of every shard), which now owns it. A 404 or another UID: a real deletion.
+        When the read fails, the body decides (an object still carrying the label was deleted)."""
+        if self._filter is None:
+            return False
+        meta = body.get("metadata") or {}
+        try:
+            current = await self._http.get_object(
+                f"{GROUP}/{VERSION}", plural, str(meta.get("namespace", "")), str(meta.get("name", ""))
+            )
+        except KubeHttpError as exc:
+            if exc.status == 404:
+                return False
+            return not carries_label(body, self._filter)
+        return bool((current.get("metadata") or {}).get("uid") == meta.get("uid"))
+
     async def read_unwatched(self, plural: CapiPlural, namespace: str, name: str) -> Unwatched | None:
         if self._filter is None:
             return None
@@ -444,7 +469,8 @@ class KubeAdapter:
             detail = f"HTTP {exc.status}" if exc.status else str(exc)
             raise TransientError("KubernetesError", f"patching {plural}/{name}: {detail}") from exc
         self.writes += 1
-        self.store.put(plural, new)
+        if self.in_shard(new):  # not an object this shard has handed off meanwhile (its label changed)
+            self.store.put(plural, new)
         return new
 
     async def _reread(self, plural: ObjectPlural, namespace: str, name: str) -> None:
@@ -456,7 +482,8 @@ class KubeAdapter:
             if exc.status == 404:
                 self.store.delete(plural, namespace, name)
             return  # otherwise the watch brings it
-        self.store.put(plural, current)
+        if self.in_shard(current):
+            self.store.put(plural, current)
 
     def _workload_for(self, kubeconfig: bytes) -> _Workload:
         problem = trust_problem(kubeconfig)

@@ -116,6 +116,22 @@ class Metrics:
             "answer) and released",
             registry=self.registry,
         )
+        self.outside_filter = Counter(
+            "capmaas_watch_events_outside_filter_total",
+            "Watch events received for objects outside this process's watch filter, ignored, by kind (the "
+            "filter is a label selector on the watch, so the apiserver sends none)",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.handed_off = Counter(
+            "capmaas_objects_handed_off_total",
+            "Objects relabelled out of this process's watch filter, handed off (nothing released), by kind",
+            ["kind"],
+            registry=self.registry,
+        )
+        for kind in ("maasmachines", "maasclusters"):
+            self.outside_filter.labels(kind)
+            self.handed_off.labels(kind)
         #: Set by the leak audit (:mod:`capmaas.operator.leaks`): MAAS machines still held under the agent
         #: name of a deleted MaasMachine.
         self.leaked = 0

@@ -307,6 +307,8 @@ class KubeAdapter:
         if self._filter is None:
             return False
         meta = body.get("metadata") or {}
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            return False  # the last state of a real deletion (no read needed: the usual case)
         try:
             current = await self._http.get_object(
                 f"{GROUP}/{VERSION}", plural, str(meta.get("namespace", "")), str(meta.get("name", ""))

@@ -15,6 +15,7 @@ import kubernetes
 import pytest
 import yaml
 from aiohttp import web
+from loopback_server import serve
 
 from capmaas.operator.kube import (
     CAPI_SECRET_TYPE,
@@ -46,16 +47,8 @@ class Server:
 @pytest.fixture
 async def server() -> AsyncIterator[tuple[Server, str]]:
     srv = Server()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", srv.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield srv, f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with serve(srv.handle) as url:
+        yield srv, url
 
 
 def http(url: str, **kwargs: Any) -> KubeHttp:

@@ -11,6 +11,7 @@ from typing import Any
 import kubernetes
 import pytest
 from aiohttp import web
+from loopback_server import serve
 
 from capmaas.operator.kube import CAPI_API, KubeAdapter, Store
 from capmaas.operator.kubehttp import KubeHttp
@@ -36,16 +37,8 @@ class Apiserver:
 @pytest.fixture
 async def apiserver() -> AsyncIterator[tuple[Apiserver, str]]:
     srv = Apiserver()
-    app = web.Application()
-    app.router.add_route("GET", "/{tail:.*}", srv.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield srv, f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with serve(srv.handle, "GET") as url:
+        yield srv, url
 
 
 def adapter(url: str, watch_filter: str | None) -> KubeAdapter:

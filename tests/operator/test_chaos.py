@@ -70,7 +70,9 @@ WRITE_WITHIN = 3.0
 def sim() -> Simulator:
     return Simulator(
         Inventory.generate(machines=48, zones=3, seed=SEED),
-        timings=Timings(deploy=2.0, release=1.0),
+        # A deploy outlasts a kill cycle (about 7.5 s when no write of the planned kind comes): every kill
+        # finds the wave it started with still provisioning.
+        timings=Timings(deploy=8.0, release=1.0),
         faults=Faults(
             seed=SEED,
             unavailable_rate=0.04,  # 503 "no rack controller", Retry-After: 1

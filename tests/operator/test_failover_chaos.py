@@ -31,6 +31,7 @@ from operator_harness import Harness, Operator
 from test_chaos import HELD, RETURNING, WRITE_OPS, Tripwire, create_wave, describe, held, leaks, maasmachines
 from test_leader_election import became_leader, leader_elect, leases, replicas
 
+from capmaas import maas
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
 
 pytestmark = pytest.mark.k8s
@@ -43,6 +44,9 @@ WAVE = MACHINES // PROVISION_KILLS
 #: Seconds the operator's MAAS client waits for an answer; the late commits take longer than that.
 REQUEST_TIMEOUT = 2.0
 LATE_COMMIT_DELAY = 3.0
+#: How long an allocate whose answer was lost keeps its MaasMachine waiting (AllocationInDoubt) before another
+#: allocate may go: the Ready wait allows for it on top of the roll-out, as test_chaos does.
+IN_DOUBT = maas.in_doubt_window(REQUEST_TIMEOUT, maas.RetryPolicy())
 #: Lease timings: longer than the other leader-election tests, since a leader that just took over starts 30
 #: loops at once on a machine CI shares, and must still renew in time (controller-runtime's are 15/10/2 s).
 LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 10.0, 7.0, 1.0
@@ -202,7 +206,7 @@ async def run_failover_chaos(h: Harness, tmp_path: Path) -> None:
             return len(mms) == MACHINES and all((m.get("status") or {}).get("ready") for m in mms)
 
         try:
-            await h.wait(f"{MACHINES} MaasMachines Ready", all_ready, within=180, interval=1.0)
+            await h.wait(f"{MACHINES} MaasMachines Ready", all_ready, within=120 + IN_DOUBT, interval=1.0)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n--- not Ready ---\n{await describe(h)}") from None
         mms = await maasmachines(h)

@@ -42,19 +42,27 @@ if ! buildah inspect --type image "$BASE" >/dev/null 2>&1; then
   sources=${CAPMAAS_APT_SOURCES:-/etc/apt/sources.list.d/debian.sources}
   [ -f "$sources" ] || sources=/etc/apt/sources.list
   mkdir -p "$cache/image"
-  tarball=$cache/image/base-$SUITE.tar
-  mmdebstrap --quiet --variant=minbase \
+  # mmdebstrap picks its output format from the file name: the partial file must end in .tar (a name such as
+  # base.tar.tmp makes it write a directory). A trap removes what an interrupted or failed run leaves.
+  tarball=$cache/image/base-$SUITE.partial.tar
+  base_ctr=
+  trap 'rm -rf "$tarball"; [ -z "$base_ctr" ] || buildah rm "$base_ctr" >/dev/null 2>&1 || true' EXIT
+  rm -rf "$tarball"
+  mmdebstrap --quiet --variant=minbase --format=tar \
     --include=python3,python3-venv,python-is-python3,passwd,ca-certificates \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     --customize-hook='rm -f "$1/etc/resolv.conf" "$1/etc/hostname"; rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
-    "$SUITE" "$tarball.tmp" "$sources"
-  ctr=$(buildah from scratch)
-  buildah add --quiet "$ctr" "$tarball.tmp" / >/dev/null
-  buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --cmd /bin/sh "$ctr"
-  buildah commit --quiet "$ctr" "$BASE" >/dev/null
-  buildah rm "$ctr" >/dev/null
-  rm -f "$tarball.tmp"
+    "$SUITE" "$tarball" "$sources"
+  [ -f "$tarball" ] || { echo "image: mmdebstrap did not write a tar file at $tarball" >&2; exit 1; }
+  base_ctr=$(buildah from scratch)
+  buildah add --quiet "$base_ctr" "$tarball" / >/dev/null
+  buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --cmd /bin/sh "$base_ctr"
+  buildah commit --quiet "$base_ctr" "$BASE" >/dev/null
+  buildah rm "$base_ctr" >/dev/null
+  base_ctr=
+  rm -f "$tarball"
+  trap - EXIT
   echo "image: base made in $((SECONDS - t0))s"
 fi
 base_digest=$(buildah inspect --type image --format '{{.FromImageDigest}}' "$BASE")

@@ -118,13 +118,19 @@ def record(sim: Simulator, record_id: int) -> tuple[str, list[str]] | None:
     return r.name, ips
 
 
-async def tenant_cluster(h: Harness, t: Tenant, name: str, url: str, api_key: str) -> None:
-    """The tenant's Cluster and MaasCluster, on its own MAAS (an identity Secret), made by the tenant."""
+async def tenant_cluster(
+    h: Harness, t: Tenant, name: str, url: str, api_key: str, *, endpoint_host: str | None = None
+) -> None:
+    """The tenant's Cluster and MaasCluster, on its own MAAS (an identity Secret), made by the tenant;
+    ``endpoint_host``: its own control-plane endpoint (no DNS record in MAAS)."""
     ns = t.namespace
     secret = demo.identity_secret(f"{name}-maas", ns, url, api_key)
     await t.apply(secret, demo.cluster(name, ns))
     cuid = json.loads((await t.ak("get", "clusters.cluster.x-k8s.io", name, "-o", "json")).stdout)
-    await t.apply(demo.maascluster(name, ns, identity=f"{name}-maas", cluster_uid=cuid["metadata"]["uid"]))
+    mc = demo.maascluster(
+        name, ns, identity=f"{name}-maas", cluster_uid=cuid["metadata"]["uid"], endpoint_host=endpoint_host
+    )
+    await t.apply(mc)
 
 
 async def provision(t: Tenant, name: str) -> None:

@@ -81,13 +81,12 @@ async def unchanged_for(seconds: float, changed: Callable[[], bool]) -> None:
         await asyncio.sleep(0.2)
 
 
-async def refusal_names(t: Tenant, cluster: str, *names: str) -> dict[str, Any]:
-    c = await condition(t, "maasclusters", cluster, C.IDENTITY_REF_APPLIED_CONDITION)
+def refusal_names(c: dict[str, Any] | None, *names: str) -> None:
+    """The attacker's answer: ``IdentityRefApplied=False``/``IdentityChangeRefused`` naming what is held."""
     assert c is not None, "no IdentityRefApplied condition"
     assert (c["status"], c["reason"]) == ("False", C.IDENTITY_CHANGE_REFUSED_REASON), c
     for n in names:
         assert n in c["message"], c["message"]
-    return c
 
 
 def wait_for(
@@ -109,7 +108,7 @@ async def test_attack1_lxd_identity_swap_cannot_delete_a_victims_machine(
     own.rng = ForcedIds(victim)  # its compose answers with the victim's system ID
 
     async with serving(own) as url:
-        await tenant_cluster(h, tenant, "t1", url, own.api_key)
+        await tenant_cluster(h, tenant, "t1", url, own.api_key, endpoint_host="api.t1.example")
         await provision(tenant, "t1")
         await tenant_machine(tenant, "t1", "w0", lxd_config={}, min_cpu=1, min_memory=1024)
 
@@ -127,6 +126,7 @@ async def test_attack1_lxd_identity_swap_cannot_delete_a_victims_machine(
 
         await drop_identity_ref(tenant, "t1")
         await switched_or_refused(h, tenant, "t1")
+        said = await condition(tenant, "maasclusters", "t1", C.IDENTITY_REF_APPLIED_CONDITION)
         await tenant.ak("delete", "maasmachines", "w0", "--wait=false")
 
         async def gone() -> bool:
@@ -134,7 +134,7 @@ async def test_attack1_lxd_identity_swap_cannot_delete_a_victims_machine(
 
         await wait_for(h, "the tenant's MaasMachine deleted", gone, within=90)
         assert victim_view(h.sim, victim) == before, "the victim's machine in the shared MAAS was touched"
-        await refusal_names(tenant, "t1")
+        refusal_names(said, "MaasMachine w0", victim)
 
         # Once no reference is held any more, the change applies.
         await poke(tenant, "maasclusters", "t1", 1)
@@ -155,7 +155,7 @@ async def test_attack2_bare_metal_identity_swap_cannot_deploy_a_victims_machine(
     h.operator.start()
     own = tenant_sim()  # the shared MAAS's inventory: the same system IDs
     async with serving(own) as url:
-        await tenant_cluster(h, tenant, "t1", url, own.api_key)
+        await tenant_cluster(h, tenant, "t1", url, own.api_key, endpoint_host="api.t1.example")
         await provision(tenant, "t1")
         await tenant_machine(tenant, "t1", "w0")
 
@@ -176,7 +176,8 @@ async def test_attack2_bare_metal_identity_swap_cannot_deploy_a_victims_machine(
         await poke(tenant, "maasmachines", "w0", 1)
         await unchanged_for(10, lambda: victim_view(h.sim, sid) != before)
         assert victim_view(h.sim, sid) == before, "the victim's machine was deployed with the tenant's data"
-        await refusal_names(tenant, "t1", "MaasMachine w0", sid)
+        said = await condition(tenant, "maasclusters", "t1", C.IDENTITY_REF_APPLIED_CONDITION)
+        refusal_names(said, "MaasMachine w0", sid)
 
         await tenant.ak("delete", "maasmachines", "w0", "--wait=false")
 
@@ -215,8 +216,7 @@ async def test_attack3_dns_identity_swap_cannot_touch_a_victims_record(
         await poke(tenant, "maasclusters", "t1", 1)
         await unchanged_for(5, lambda: record(h.sim, vid) != before)
         assert record(h.sim, vid) == before, "the victim's DNS record was rewritten"
-        await refusal_names(tenant, "t1", f"DNS record {vid}/victim-api.maas")
-
+        said = await condition(tenant, "maasclusters", "t1", C.IDENTITY_REF_APPLIED_CONDITION)
         await tenant.ak("delete", "maasclusters", "t1", "--wait=false")
 
         async def gone() -> bool:
@@ -224,6 +224,7 @@ async def test_attack3_dns_identity_swap_cannot_touch_a_victims_record(
 
         await wait_for(h, "the tenant's MaasCluster deleted", gone, within=90)
         assert record(h.sim, vid) == before, "the victim's DNS record was deleted with the tenant's cluster"
+        refusal_names(said, f"DNS record {vid}/victim-api.maas")
 
 
 async def test_a_tenant_cannot_forge_the_identity_stamp(

@@ -114,8 +114,7 @@ def record(sim: Simulator, record_id: int) -> tuple[str, list[str]] | None:
     r = sim.state.dns_resources.get(record_id)
     if r is None:
         return None
-    ips = sorted(d.rrdata for d in sim.state.dns_data.values() if d.dnsresource_id == record_id)
-    return r.name, ips
+    return r.name, sorted(r.ips)
 
 
 async def tenant_cluster(

@@ -122,7 +122,7 @@ async def test_attack1_lxd_identity_swap_cannot_delete_a_victims_machine(
         )
         mm = await get(tenant, "maasmachines", "w0")
         assert mm is not None
-        assert mm["metadata"]["annotations"].get(ANNOTATION_PREFIX + IDENTITY), "reference not stamped"
+        stamp = mm["metadata"]["annotations"].get(ANNOTATION_PREFIX + IDENTITY)
 
         await drop_identity_ref(tenant, "t1")
         await switched_or_refused(h, tenant, "t1")
@@ -134,6 +134,7 @@ async def test_attack1_lxd_identity_swap_cannot_delete_a_victims_machine(
 
         await wait_for(h, "the tenant's MaasMachine deleted", gone, within=90)
         assert victim_view(h.sim, victim) == before, "the victim's machine in the shared MAAS was touched"
+        assert stamp, "the system ID was written without the identity stamp"
         refusal_names(said, "MaasMachine w0", victim)
 
         # Once no reference is held any more, the change applies.

@@ -21,7 +21,7 @@ import re
 import pytest
 from operator_harness import Harness
 from security_support import Installed, Tenant
-from tenancy_support import condition_as, get_as, labelled, start_operator
+from tenancy_support import condition_as, get_as, labelled, start_operator, tenant_cluster
 
 from capmaas import demo, maas
 from capmaas.reconcilers.cluster import dns_name
@@ -38,16 +38,33 @@ def record_named(h: Harness, fqdn: str) -> tuple[int, list[str]] | None:
     return None
 
 
-async def test_names_carry_64_bits_and_a_record_is_never_adopted_by_name(
+async def test_a_new_record_name_carries_64_bits(
     harness: Harness, policy: Installed, attacker: Tenant
 ) -> None:
     h = harness
     token = start_operator(h, h.namespace, attacker.namespace)
     await h.cluster(maascluster=labelled(demo.maascluster("c1", h.namespace), token))
     victim_fqdn = str(await h.field("maasclusters", "c1", "spec", "controlPlaneEndpoint", "host"))
+    assert record_named(h, victim_fqdn) is not None
     suffix = victim_fqdn.split(".", maxsplit=1)[0].rsplit("-", 1)[1]
     assert re.fullmatch(r"[0-9a-f]+", suffix)
     assert len(suffix) * 4 >= 64, f"{victim_fqdn}: a {len(suffix) * 4}-bit suffix"
+    # The attacker's cluster of the same name gets another name, as long.
+    await tenant_cluster(h, attacker, "c1", token)
+    theirs = await get_as(attacker, "maasclusters", "c1")
+    assert theirs is not None
+    host = theirs["spec"]["controlPlaneEndpoint"]["host"]
+    assert host != victim_fqdn
+    assert len(host.split(".", maxsplit=1)[0]) == len(victim_fqdn.split(".", maxsplit=1)[0])
+
+
+async def test_a_record_is_never_adopted_by_name(
+    harness: Harness, policy: Installed, attacker: Tenant
+) -> None:
+    h = harness
+    token = start_operator(h, h.namespace, attacker.namespace)
+    await h.cluster(maascluster=labelled(demo.maascluster("c1", h.namespace), token))
+    victim_fqdn = str(await h.field("maasclusters", "c1", "spec", "controlPlaneEndpoint", "host"))
 
     # The attacker's MaasCluster, not yet owned by its Cluster: the operator waits and touches no DNS.
     ns = attacker.namespace

@@ -440,15 +440,19 @@ class ClusterReconciler:
     ) -> tuple[str, str] | None:
         """Why capmaas must not create (or adopt) the record ``fqdn`` for this MaasCluster, which has none
         recorded yet: not exactly its own name, or a domain the admin did not list for its namespace."""
-        allowed = {own_name}
-        if self.tenancy.adopt_dns_by_name:
-            allowed.add(legacy_dns_name(scope.cluster_name, scope.uid, domain))
-        if fqdn not in allowed:
+        legacy = legacy_dns_name(scope.cluster_name, scope.uid, domain)
+        if fqdn != own_name and not (self.tenancy.adopt_dns_by_name and fqdn == legacy):
+            earlier = ""
+            if fqdn == legacy:
+                earlier = (
+                    "; it is the name an earlier release gave this MaasCluster: its record is adopted only "
+                    "with the one-time migration setting dns.adopt_records_by_name"
+                )
             return C.DNS_NAME_NOT_OWN_REASON, (
                 f"spec.controlPlaneEndpoint.host {fqdn} has the shape of a name capmaas manages "
                 f"({scope.cluster_name}-….{domain}) but is not this MaasCluster's own ({own_name}); capmaas "
-                f"creates only that record: leave the host empty, or use a host of another shape (then DNS "
-                "is yours to serve)"
+                "creates only that record: leave the host empty, or use a host of another shape (then DNS "
+                f"is yours to serve){earlier}"
             )
         if not self.tenancy.dns_domain_allowed(scope.namespace, domain):
             listed = sorted(self.tenancy.dns_domains_of(scope.namespace) or ())

@@ -229,6 +229,7 @@ async def test_an_earlier_releases_24_bit_name_is_adopted_under_the_migration_se
     rec = await port.dns_create(old, frozenset({"10.0.0.9"}))
     mc = await reconcile(env, "c3")
     assert cond(mc, C.DNS_READY_CONDITION)["reason"] == C.DNS_NAME_NOT_OWN_REASON
+    assert "dns.adopt_records_by_name" in cond(mc, C.DNS_READY_CONDITION)["message"]
     migrating = ClusterReconciler(
         env.kube, env.connections, default_credentials=env.creds, tenancy=Tenancy(adopt_dns_by_name=True)
     )

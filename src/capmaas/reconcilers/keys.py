@@ -61,6 +61,9 @@ HOST_ID_ANNOTATION = "lxd-host-id"
 #: ``status.network``). clusterctl move restores no status but keeps annotations: this is how the moved
 #: MaasCluster (new UID) knows its record. The admission policy keeps tenants from writing it.
 DNS_RECORD = "dns-record"
+#: On a MaasCluster, written before the DNS record is created: the fqdn asked for. A pass that finds it
+#: without ``dns-record`` (a crash between the create and the id write) adopts the record of that name.
+DNS_PENDING = "dns-record-pending"
 #: The annotations that close a crash window: a write that sets or clears one carries the resourceVersion the
 #: pass read (:meth:`capmaas.reconcilers.scope.ObjectScope.flush`), so a writer acting on a stale copy of the
 #: object (a replica that lost the Lease, a cache behind the apiserver) gets 409 instead of going on.

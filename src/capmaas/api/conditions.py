@@ -88,9 +88,13 @@ DEFAULT_IDENTITY_NOT_ALLOWED_REASON = "DefaultIdentityNotAllowed"  # no identity
 PLAINTEXT_ENDPOINT_REFUSED_REASON = "PlaintextEndpointRefused"  # http:// endpoint without the opt-in
 DNS_UPDATE_FAILED_REASON = "DNSUpdateFailed"  # MAAS refused to create/update the DNS resource
 DNS_RECORD_CONFLICT_REASON = "DNSRecordConflict"  # the endpoint's DNS record exists and is not ours
+DNS_NAME_NOT_OWN_REASON = "DNSNameNotOwn"  # a managed-shaped endpoint host not named for this cluster
+DNS_DOMAIN_NOT_ALLOWED_REASON = "DNSDomainNotAllowed"  # dnsDomain not listed for the namespace
 ZONE_NOT_FOUND_REASON = "ZoneNotFound"  # a failure domain names a zone MAAS does not have
 NO_VM_HOST_AVAILABLE_REASON = "NoVMHostAvailable"  # placement found no VM host that fits (message says why)
 VM_HOST_NOT_FOUND_REASON = "VMHostNotFound"  # lxdConfig.vmHost names a host MAAS does not have
+VM_HOST_NOT_ALLOWED_REASON = "VMHostNotAllowed"  # lxdConfig.vmHost: a host not tagged for the namespace
+VM_HOST_REGISTRATION_NOT_ALLOWED_REASON = "VMHostRegistrationNotAllowed"  # not in lxd.vm_host_namespaces
 VM_COMPOSE_FAILED_REASON = "VMComposeFailed"  # MAAS refused the compose (over-commit, host gone)
 VM_HOSTS_UNSUPPORTED_REASON = "VMHostsUnsupported"  # the MAAS region has no VM-host API (410, MAAS >= 4.0)
 VM_HOST_IN_USE_REASON = "VMHostInUse"  # deleting a machine that hosts a VM host: VMs left, or not ours

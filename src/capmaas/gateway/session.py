@@ -223,6 +223,13 @@ class MaasSession:
             return False
         return True
 
+    async def tag_vm_host(self, host_id: int, *, add: Sequence[str], remove: Sequence[str] = ()) -> None:
+        async with self._writes:
+            for tag in add:
+                await self.client.vm_hosts.add_tag(host_id, tag)
+            for tag in remove:
+                await self.client.vm_hosts.remove_tag(host_id, tag)
+
     async def aclose(self) -> None:
         await self.poller.stop()
         await self.release_lookups.aclose()

@@ -55,6 +55,7 @@ from capmaas.reconcilers.ports import (
     ObjectPlural,
 )
 from capmaas.reconcilers.scope import Requeue
+from capmaas.reconcilers.tenancy import Tenancy
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +196,15 @@ def default_credentials(config: OperatorConfig) -> MaasCredentials | None:
     )
 
 
+def tenancy(config: OperatorConfig) -> Tenancy:
+    """Which namespaces may register VM hosts, use which DNS domains, adopt records by name."""
+    return Tenancy(
+        vm_host_namespaces=frozenset(config.lxd.vm_host_namespaces),
+        dns_domains={ns: frozenset(d) for ns, d in config.dns.namespace_domains.items()},
+        adopt_dns_by_name=config.dns.adopt_records_by_name,
+    )
+
+
 @dataclass
 class Runtime:
     """Everything the handlers share; built once per operator run."""
@@ -284,6 +294,7 @@ def build_runtime(
         hot_max=config.polling.hot_max_interval,
     )
     creds = default_credentials(config)
+    rules = tenancy(config)
     ms = config.machine
     machine_rec = MachineReconciler(
         kube,
@@ -301,8 +312,9 @@ def build_runtime(
             ),
         ),
         recorder=metrics,
+        tenancy=rules,
     )
-    cluster_rec = ClusterReconciler(kube, connections, default_credentials=creds)
+    cluster_rec = ClusterReconciler(kube, connections, default_credentials=creds, tenancy=rules)
 
     def logged(reconcile: Reconcile) -> Reconcile:
         async def first(body: Body) -> Requeue:

@@ -37,6 +37,7 @@ from capmaas.reconcilers.keys import (
     COMPOSING,
     DECOMPOSING,
     DEPLOY_STARTED,
+    DNS_PENDING,
     DNS_RECORD,
     HOST_ID_ANNOTATION,
     IDENTITY,
@@ -125,8 +126,8 @@ def check_machine(scope: MachineScope, port: MaasPort) -> bool:
 
 # --- MaasClusters ----------------------------------------------------------------------------------------
 def check_cluster(scope: ObjectScope, port: MaasPort) -> bool:
-    """:func:`check_machine` for a MaasCluster's DNS record."""
-    record = scope.annotation(DNS_RECORD)
+    """:func:`check_machine` for a MaasCluster's DNS record (or the name of one being created)."""
+    record = scope.annotation(DNS_RECORD) or scope.annotation(DNS_PENDING)
     was = bound(scope)
     if not record or was is None or was == port.identity:
         return True
@@ -134,7 +135,7 @@ def check_cluster(scope: ObjectScope, port: MaasPort) -> bool:
         f"DNS record {record} came from another MAAS identity ({was[:12]}) than the credentials now in use "
         f"({port.identity[:12]}, {port.endpoint}); forgot it, nothing sent to either MAAS"
     )
-    for name in (DNS_RECORD, IDENTITY):  # not the MaasCluster's identity-ref: what its objects use
+    for name in (DNS_RECORD, DNS_PENDING, IDENTITY):  # not identity-ref: what the cluster's objects use
         scope.set_annotation(name, None)
     scope.set_status(network=None)
     scope.event("Warning", C.IDENTITY_CHANGED_REASON, msg)
@@ -144,7 +145,7 @@ def check_cluster(scope: ObjectScope, port: MaasPort) -> bool:
 def cluster_references(scope: ObjectScope, kube: KubePort, cluster_name: str) -> list[str]:
     """What is held in MAAS under a MaasCluster's identity: its DNS record, its MaasMachines' references."""
     out = []
-    if record := scope.annotation(DNS_RECORD):
+    if record := scope.annotation(DNS_RECORD) or scope.annotation(DNS_PENDING):
         out.append(f"DNS record {record}")
     for mm in kube.list_maasmachines(scope.namespace, cluster_name):
         held = machine_references(mm)

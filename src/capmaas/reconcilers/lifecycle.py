@@ -20,7 +20,7 @@ from typing import Protocol
 from capmaas import backoff, maas
 from capmaas.api import conditions as C
 from capmaas.maas import errors as maas_errors
-from capmaas.reconcilers import facts, identity
+from capmaas.reconcilers import facts, identity, vmhost
 from capmaas.reconcilers.credentials import maas_failure
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.keys import (
@@ -32,6 +32,7 @@ from capmaas.reconcilers.keys import (
 )
 from capmaas.reconcilers.ports import KubePort, MaasPort, NodePatchResult, Recorder
 from capmaas.reconcilers.scope import MachineScope, Requeue
+from capmaas.reconcilers.tenancy import Tenancy
 
 #: MAAS states the shared lifecycle handles; a provisioner's ``follow`` handles the others first.
 SHARED_STATES = frozenset({maas.NodeStatus.ALLOCATED, maas.NodeStatus.DEPLOYING, maas.NodeStatus.DEPLOYED})
@@ -132,9 +133,13 @@ class Lifecycle:
         settings: MachineSettings,
         recorder: Recorder,
         clock: Callable[[], float],
+        tenancy: Tenancy | None = None,
     ) -> None:
         self.kube = kube
         self.settings = settings
+        self.tenancy = tenancy or Tenancy()
+        #: MaasMachine UID -> system ID whose registered VM host carries the namespace's tag (soft memory).
+        self.vm_hosts_tagged: dict[str, str] = {}
         self.recorder = recorder
         self.clock = clock
         self._power_on_sent: dict[str, float] = {}
@@ -194,6 +199,7 @@ class Lifecycle:
             if refused == facts.deploy_inputs(scope.want, scope.machine):
                 return Requeue()  # the condition says why; a spec change wakes this object
             scope.set_annotation(DEPLOY_REFUSED, None)
+        vmhost.check_registration(scope, self.tenancy)
         got = await p.acquire(scope, port)
         if isinstance(got, Requeue):
             return got
@@ -236,7 +242,11 @@ class Lifecycle:
             return Requeue(max(1.0, started + timeout - self.clock()))
         if m.status == S.DEPLOYED:
             p.deployed(scope, m)
-            return await self.deployed(p, scope, port, m)
+            done = await self.deployed(p, scope, port, m)
+            later = await vmhost.tag_registered(scope, port, m, self.vm_hosts_tagged)
+            if later is not None and (done.after is None or later < done.after):
+                return Requeue(later)
+            return done
         scope.set_condition(
             C.MACHINE_PROVISIONED_CONDITION,
             "Unknown",
@@ -399,4 +409,5 @@ class Lifecycle:
         self.recorder.machine_phase(scope.key, None)
         self._node_done.pop(scope.uid, None)
         self.verified.pop(scope.uid, None)
+        self.vm_hosts_tagged.pop(scope.uid, None)
         return Requeue()

@@ -53,6 +53,9 @@ from capmaas.reconcilers.lxd_placer import (
     Listing,
     LxdPlacer,
     existing_placements,
+    foreign_pin,
+    not_ours_message,
+    tenant_candidates,
     user_zone,
     vm_hostname,
     vm_request,
@@ -246,9 +249,11 @@ class Lxd:
         fresh = False
         for _ in range(MAX_COMPOSE_TRIES):
             listing = await self._listing(scope, port, fresh)
+            self._check_pin(scope, listing, request.pinned_host)
             siblings = self.life.kube.list_maasmachines(scope.namespace, scope.cluster_name or "")
             existing = existing_placements(siblings, scope.uid, listing, ANNOTATION_PREFIX)
-            candidates = [c for c in listing.candidates if c.id not in refused]
+            usable = tenant_candidates(listing, scope.namespace)  # only this namespace's and shared hosts
+            candidates = [c for c in usable if c.id not in refused]
             # No await between placing and reserving: ``place`` does both.
             result = book.place(request, candidates, existing, snapshot_at=listing.fetched_at)
             if isinstance(result, placement.NoFit):
@@ -268,6 +273,22 @@ class Lxd:
             C.VM_COMPOSE_FAILED_REASON, f"MAAS refused the compose on every chosen host: {notes}", delay=5.0
         )
 
+    def _check_pin(self, scope: MachineScope, listing: Listing, pin: str | None) -> None:
+        """A ``lxdConfig.vmHost`` pin onto a host that is not this namespace's: a condition naming the host,
+        nothing composed (another tenant's host would otherwise hold our VM and its deletion would wait)."""
+        host = foreign_pin(listing, pin, scope.namespace)
+        if host is None:
+            return
+        message = (
+            f"spec.lxdConfig.vmHost {pin!r}: VM host {host.name} is not available to namespace "
+            f"{scope.namespace} ({not_ours_message(scope.namespace)}); nothing composed"
+        )
+        scope.set_condition(C.LXD_HOST_SELECTED_CONDITION, False, C.VM_HOST_NOT_ALLOWED_REASON, message)
+        scope.set_condition(
+            C.LXD_RESOURCES_ALLOCATED_CONDITION, False, C.VM_HOST_NOT_ALLOWED_REASON, "nothing reserved"
+        )
+        raise TransientError(C.VM_HOST_NOT_ALLOWED_REASON, message, delay=self._no_fit_delay(scope.uid))
+
     def _no_fit(
         self, scope: MachineScope, result: placement.NoFit, listing: Listing, refused: dict[int, str]
     ) -> TransientError:
@@ -282,6 +303,9 @@ class Lxd:
         parts += [f"{listing.hosts[h].name} refused the compose ({why})" for h, why in refused.items()]
         if listing.ignored:
             parts.append("not LXD VM hosts: " + ", ".join(listing.ignored))
+        others = len(listing.candidates) - len(tenant_candidates(listing, scope.namespace))
+        if others:  # counted, not named: other tenants' host names are theirs
+            parts.append(f"{others} VM host(s) left out, {not_ours_message(scope.namespace)}")
         message = "; ".join(parts) + "; waiting for capacity"
         scope.set_condition(C.LXD_HOST_SELECTED_CONDITION, False, C.NO_VM_HOST_AVAILABLE_REASON, message)
         scope.set_condition(

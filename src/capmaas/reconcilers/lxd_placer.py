@@ -32,6 +32,7 @@ from capmaas.reconcilers.keys import (
     ZONE_SOURCE,
 )
 from capmaas.reconcilers.ports import Body, VmHostPort
+from capmaas.reconcilers.tenancy import SHARED_VM_HOST_TAG, host_usable, namespace_tag
 
 #: Tags that take a VM host out of placement (the Go provider's maintenance/no-schedule convention).
 MAINTENANCE_TAGS = frozenset({"maintenance", "noschedule", "no-schedule", "capmaas-maintenance"})
@@ -127,6 +128,23 @@ async def fetch_listing(port: VmHostPort, clock: Callable[[], float]) -> Listing
         sid = h.host.system_id if h.host else None
         cands.append(candidate(h, machines.get(sid) if sid else None))
     return Listing(fetched_at, {h.id: h for h in hosts}, tuple(cands), tuple(ignored))
+
+
+def tenant_candidates(listing: Listing, namespace: str) -> tuple[placement.HostCandidate, ...]:
+    """The listing's candidates ``namespace`` may place on: tagged for it or shared (issue 21). The listing
+    itself stays shared by every namespace of the endpoint; only the view is per namespace."""
+    return tuple(c for c in listing.candidates if host_usable(c.tags, namespace))
+
+
+def foreign_pin(listing: Listing, pin: str | None, namespace: str) -> maas.VmHost | None:
+    """The host ``lxdConfig.vmHost`` names when it exists but is not ``namespace``'s to use; else None."""
+    host = listing.host_named(pin) if pin else None
+    return host if host is not None and not host_usable(host.tags, namespace) else None
+
+
+def not_ours_message(namespace: str) -> str:
+    """Why a host is left out for ``namespace``: the tags that would let it in."""
+    return f"tagged neither {namespace_tag(namespace)} nor {SHARED_VM_HOST_TAG}"
 
 
 @dataclass

@@ -34,6 +34,7 @@ from capmaas.reconcilers.ports import (
     Recorder,
 )
 from capmaas.reconcilers.scope import MachineScope, Requeue, is_paused, owner_ref
+from capmaas.reconcilers.tenancy import Tenancy
 
 __all__ = ["MachineReconciler", "MachineScope", "MachineSettings"]
 
@@ -50,12 +51,15 @@ class MachineReconciler:
         settings: MachineSettings | None = None,
         recorder: Recorder | None = None,
         clock: Callable[[], float] = time.time,
+        tenancy: Tenancy | None = None,
     ) -> None:
         self.kube = kube
         self.connector = connector
         self.default_credentials = default_credentials
         self.settings = settings or MachineSettings()
-        self.life = Lifecycle(kube, settings=self.settings, recorder=recorder or NullRecorder(), clock=clock)
+        self.life = Lifecycle(
+            kube, settings=self.settings, recorder=recorder or NullRecorder(), clock=clock, tenancy=tenancy
+        )
         self.bare_metal = BareMetal(self.life)
         self.lxd = Lxd(self.life)
         self.provisioners: Mapping[str, Provisioner] = {p.mode: p for p in (self.bare_metal, self.lxd)}

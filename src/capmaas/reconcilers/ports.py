@@ -188,6 +188,10 @@ class VmHostPort(Protocol):
         """``DELETE vm-hosts/{id}/`` without decompose; False when MAAS no longer knows it."""
         ...
 
+    async def tag_vm_host(self, host_id: int, *, add: Sequence[str], remove: Sequence[str] = ()) -> None:
+        """``op=add_tag`` / ``op=remove_tag`` on ``vm-hosts/{id}/``, one tag per call (admin)."""
+        ...
+
 
 class MaasPort(VmHostPort, Protocol):
     """One MAAS endpoint and identity: pooled client plus the shared machine poller (+ ``VmHostPort``)."""

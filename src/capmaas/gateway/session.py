@@ -30,8 +30,11 @@ class MaasSession:
         poller: MachinePoller,
         *,
         max_concurrent_writes: int = 16,
+        identity: str = "",
     ) -> None:
         self.credentials = credentials
+        #: The identity fingerprint (endpoint + MAAS user) of this session's key.
+        self.identity = identity
         self.client = client
         self.poller = poller
         # Writes queue here rather than in the HTTP connection pool: a burst of a thousand new machines must

@@ -47,8 +47,8 @@ from capmaas.api.v1beta1 import (
     MachineAddress,
 )
 from capmaas.maas import errors as maas_errors
-from capmaas.reconcilers import facts
-from capmaas.reconcilers.credentials import connect_with_credentials, maas_failure, transport_security
+from capmaas.reconcilers import facts, identity
+from capmaas.reconcilers.credentials import connect_ref, effective_ref, maas_failure, transport_security
 from capmaas.reconcilers.errors import ReconcileError
 from capmaas.reconcilers.keys import (
     CLUSTER_FINALIZER,
@@ -251,7 +251,7 @@ class ClusterReconciler:
         self.tenancy = tenancy or Tenancy()
         # The DNS record as last read or written, per MaasCluster UID: a pass whose control-plane IPs did not
         # change costs no MAAS request. Soft state: lost on restart, re-read once.
-        self._dns: dict[str, DnsRecord] = {}
+        self._dns: dict[str, tuple[str, DnsRecord]] = {}  # UID -> (identity fingerprint, record)
         self.owners = Owners(kube)
 
     async def reconcile(self, body: Body) -> Requeue:
@@ -283,17 +283,23 @@ class ClusterReconciler:
             return False
         return True
 
-    async def _connect(self, scope: ClusterScope) -> MaasPort:
+    async def _connect(self, scope: ClusterScope, ref: str) -> MaasPort | None:
+        """The connection of credentials ``ref``; None when the DNS record came from another identity (then
+        forgotten, and nothing more is sent in this pass: :mod:`~capmaas.reconcilers.identity`)."""
         try:
-            port, creds = await connect_with_credentials(
-                self.kube, self.connector, scope.body, self.default_credentials
+            port, creds = await connect_ref(
+                self.kube, self.connector, scope.namespace, ref, self.default_credentials
             )
         except ReconcileError as exc:
             scope.set_condition(C.MAAS_CONNECTED_CONDITION, False, exc.reason, exc.message)
             raise
         scope.set_condition(C.MAAS_CONNECTED_CONDITION, True, C.MAAS_CONNECTED_REASON, port.endpoint)
         scope.set_condition(C.MAAS_TRANSPORT_SECURE_CONDITION, *transport_security(creds))
-        return port
+        identity.connected(scope, port, ref)
+        if identity.check_cluster(scope, port):
+            return port
+        self._dns.pop(scope.uid, None)
+        return None
 
     async def _normal(self, scope: ClusterScope) -> Requeue:
         if not await self._load(scope):
@@ -304,7 +310,9 @@ class ClusterReconciler:
             return Requeue()
         scope.add_finalizer(CLUSTER_FINALIZER)
         self._settings(scope)
-        port = await self._connect(scope)
+        port = await self._connect(scope, identity.apply_identity_ref(scope, self.kube, scope.cluster_name))
+        if port is None:
+            return Requeue(0.0)
         await self._failure_domains(scope, port)
         endpoint = await self._endpoint(scope, port)
         if endpoint is None:
@@ -479,7 +487,11 @@ class ClusterReconciler:
     ) -> DnsRecord | str:
         """Make our record ``fqdn`` list ``cp.ips``: the record, or why it is not ours (nothing written)."""
         owned = OwnedRecord.parse(scope.annotation(DNS_RECORD))
-        record = self._dns.get(scope.uid) if cached else None
+        remembered = self._dns.get(scope.uid) if cached else None
+        # Remembered through this identity only, and only for an object stamped with it.
+        record = None
+        if remembered is not None and remembered[0] == port.identity and identity.is_bound_to(scope, port):
+            record = remembered[1]
         if record is None or record.fqdn != fqdn or owned is None or record.id != owned.id:
             record = await port.dns_find(fqdn)
         adoptable = owned is None and self._adoptable(scope, fqdn, own_name)
@@ -505,7 +517,8 @@ class ClusterReconciler:
         elif cp.count == 0 and record.ips:
             await port.dns_update(record.id, frozenset())  # no control plane left at all
             record = DnsRecord(record.id, fqdn, frozenset())
-        self._dns[scope.uid] = record
+        self._dns[scope.uid] = (port.identity, record)
+        identity.adopt(scope)  # the record we recorded, found through this identity: stamp an older object
         return record
 
     async def _preferred(self, scope: ClusterScope) -> ps.PreferredSubnets:
@@ -590,7 +603,9 @@ class ClusterReconciler:
         if owned is None and not adopt:
             return
         fqdn = owned.fqdn if owned is not None else host
-        port = await self._connect(scope)
+        port = await self._connect(scope, effective_ref(scope.body))
+        if port is None:  # the record came from another identity: forgotten, nothing sent
+            return
         try:
             record = await port.dns_find(fqdn)
             if record is not None and (adopt or (owned is not None and record.id == owned.id)):

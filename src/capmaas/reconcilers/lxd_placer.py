@@ -165,13 +165,20 @@ class LxdPlacer:
         self.clock = clock
         self._endpoints: dict[str, EndpointState] = {}
         self.waits: dict[str, int] = {}  # MaasMachine UID -> consecutive NoFit passes
-        self.allocated: set[tuple[str, str]] = set()  # (MaasMachine UID, system ID) known to be held by us
+        #: (identity fingerprint, MaasMachine UID, system ID) seen held by us through that identity.
+        self.allocated: set[tuple[str, str, str]] = set()
 
     def state(self, endpoint: str) -> EndpointState:
         return self._endpoints.setdefault(endpoint.rstrip("/"), EndpointState())
 
     def book(self, endpoint: str) -> placement.ReservationBook:
         return self.state(endpoint).book
+
+    def forget(self, uid: str) -> None:
+        """A MaasMachine deleted without a MAAS session (it held nothing there): drop what it reserved."""
+        for st in self._endpoints.values():
+            st.book.release(uid)
+        self.waits.pop(uid, None)
 
     def invalidate(self, endpoint: str) -> None:
         """Forget the listing (a compose was refused, a host vanished): the next placement fetches anew."""

@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable, Mapping
 
 from capmaas.api import conditions as C
-from capmaas.reconcilers import facts
+from capmaas.reconcilers import facts, identity
 from capmaas.reconcilers.baremetal import BareMetal
-from capmaas.reconcilers.credentials import connect, connect_default
+from capmaas.reconcilers.credentials import DEFAULT_REF, connect_ref
 from capmaas.reconcilers.errors import ReconcileError, TransientError
 from capmaas.reconcilers.keys import DELETE_FOR_MOVE_ANNOTATION, MACHINE_FINALIZER
 from capmaas.reconcilers.lifecycle import Lifecycle, MachineSettings, Provisioner
@@ -107,22 +107,28 @@ class MachineReconciler:
             scope.maascluster = self.kube.get_maascluster(scope.namespace, str(infra["name"]))
         return None
 
-    async def session(self, scope: MachineScope) -> MaasPort:
+    async def session(self, scope: MachineScope) -> MaasPort | None:
+        """The MAAS connection of this pass, identity checked (:mod:`~capmaas.reconcilers.identity`): None
+        when the MaasMachine's references came from another identity (forgotten; send nothing)."""
         if scope.maascluster is None and scope.deleting and scope.cluster_name:
             # The Cluster may already be gone (namespace deletion): the MaasCluster conventionally shares its
-            # name, and without one the operator's default credentials still release the machine.
+            # name; without one, the credentials recorded with the references (never silently the default).
             scope.maascluster = self.kube.get_maascluster(scope.namespace, scope.cluster_name)
-            if scope.maascluster is None and self.default_credentials is not None:
-                return await connect_default(
-                    self.kube, self.connector, scope.namespace, self.default_credentials
-                )
-        if scope.maascluster is None:
+        ref = identity.machine_ref(scope)
+        if scope.maascluster is None and not (
+            scope.deleting and (ref != DEFAULT_REF or self.default_credentials)
+        ):
             raise TransientError(
                 C.WAITING_FOR_CLUSTER_INFRASTRUCTURE_REASON,
                 "the Cluster's MaasCluster is not found",
                 delay=15,
             )
-        return await connect(self.kube, self.connector, scope.maascluster, self.default_credentials)
+        port, _ = await connect_ref(self.kube, self.connector, scope.namespace, ref, self.default_credentials)
+        identity.connected(scope, port, ref)
+        if identity.check_machine(scope, port):
+            return port
+        await scope.flush()
+        return None
 
     # --- normal ------------------------------------------------------------------------------------------
     async def _normal(self, scope: MachineScope) -> Requeue:
@@ -147,6 +153,8 @@ class MachineReconciler:
                 )
                 return Requeue()
         port = await self.session(scope)
+        if port is None:
+            return Requeue(0.0)
         return await self.life.run(self.provisioner(scope), scope, port)
 
     # --- delete ------------------------------------------------------------------------------------------
@@ -165,4 +173,10 @@ class MachineReconciler:
         scope.set_paused_condition(paused, why)
         if paused:
             return Requeue()
-        return await p.delete(scope, await self.session(scope))
+        if not identity.holds_maas(scope):  # nothing to give back: MAAS is not contacted (issue 21, item 6)
+            self.lxd.placer.forget(scope.uid)
+            return self.life.finished(scope)
+        port = await self.session(scope)
+        if port is None:  # references of another identity, forgotten: nothing of ours to give back
+            return self.life.finished(scope)
+        return await p.delete(scope, port)

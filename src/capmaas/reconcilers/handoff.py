@@ -39,8 +39,8 @@ class Handoff:
 
     def moving_out(self, scope: ObjectScope, cluster: Body | None, cluster_name: str | None) -> bool:
         """True when ``scope``'s object is deleted for ``clusterctl move``: the annotation is on it and its
-        ``cluster`` (named ``cluster_name``) is paused. With the annotation on an unpaused (or missing) Cluster:
-        False, and a Warning."""
+        ``cluster`` (named ``cluster_name``) is paused. With the annotation on an unpaused (or missing)
+        Cluster: False, and a Warning."""
         if DELETE_FOR_MOVE_ANNOTATION not in scope.annotations:
             return False
         if cluster_paused(cluster):

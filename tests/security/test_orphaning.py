@@ -49,8 +49,11 @@ async def events(h: Harness, reason: str) -> list[dict[str, Any]]:
 
 async def orphans(h: Harness, kind: str) -> float:
     port = h.operator.env["CAPMAAS_SERVER__METRICS_PORT"]
-    async with httpx.AsyncClient() as client:
-        text = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+    try:
+        async with httpx.AsyncClient() as client:
+            text = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+    except httpx.TransportError:
+        return -1.0  # the process is (re)starting
     for line in text.splitlines():
         if line.startswith(f'capmaas_orphans{{kind="{kind}"}} '):
             return float(line.split()[-1])

@@ -482,8 +482,9 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         if type == "DELETED" and await handed_off("maasmachines", body):
             return
         if type == "DELETED" or (meta.get("deletionTimestamp") and not meta.get("finalizers")):
-            rt.leaks.deleted(body)  # first: its loop's end stops the poll the audit needs
-            if moved_out(body):
+            moved = moved_out(body)
+            rt.leaks.deleted(body, moved=moved)  # first: its loop's end stops the poll the audit needs
+            if moved:
                 rt.orphans.handed_on(body)
         if type == "DELETED":
             rt.store.delete("maasmachines", ns, name, uid=meta.get("uid"))

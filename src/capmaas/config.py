@@ -168,6 +168,11 @@ class PollingSection(BaseModel):
     """Seconds between leak audits: MAAS machines still held for MaasMachines seen deleted
     (``capmaas_machines_leaked``; see capmaas.operator.leaks). 0 turns the audit off."""
 
+    orphan_report_interval: float = 300.0
+    """Seconds between orphan reports: MAAS machines, VM hosts and DNS records of capmaas that no live object
+    names (``capmaas_orphans``; see capmaas.operator.orphans). One machine listing, one VM host listing and
+    one DNS listing per MAAS identity and pass. 0 turns the report off."""
+
 
 class MachineSection(BaseModel):
     """Bare-metal MaasMachine behaviour."""

@@ -50,11 +50,11 @@ from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import facts, identity
 from capmaas.reconcilers.credentials import connect_ref, effective_ref, maas_failure, transport_security
 from capmaas.reconcilers.errors import ReconcileError
+from capmaas.reconcilers.handoff import Handoff
 from capmaas.reconcilers.keys import (
     CLUSTER_FINALIZER,
     CONTROL_PLANE_LABEL,
     CUSTOM_DNS_ANNOTATION,
-    DELETE_FOR_MOVE_ANNOTATION,
     DNS_PENDING,
     DNS_RECORD,
     MANAGED_BY_ANNOTATION,
@@ -253,6 +253,7 @@ class ClusterReconciler:
         # change costs no MAAS request. Soft state: lost on restart, re-read once.
         self._dns: dict[str, tuple[str, DnsRecord]] = {}  # UID -> (identity fingerprint, record)
         self.owners = Owners(kube)
+        self.handoff = Handoff()
 
     async def reconcile(self, body: Body) -> Requeue:
         if MANAGED_BY_ANNOTATION in (body.get("metadata", {}).get("annotations") or {}):
@@ -570,10 +571,10 @@ class ClusterReconciler:
     async def _delete(self, scope: ClusterScope) -> Requeue:
         if CLUSTER_FINALIZER not in scope.finalizers:
             return Requeue()
-        if DELETE_FOR_MOVE_ANNOTATION in scope.annotations:
+        await self._load(scope)
+        if self.handoff.moving_out(scope, scope.cluster, scope.cluster_name):
             scope.remove_finalizer(CLUSTER_FINALIZER)
             return Requeue()
-        await self._load(scope)
         paused, why = is_paused(scope.body, scope.cluster)
         scope.set_paused_condition(paused, why)
         if paused:

@@ -19,7 +19,8 @@ from capmaas.reconcilers import facts, identity
 from capmaas.reconcilers.baremetal import BareMetal
 from capmaas.reconcilers.credentials import DEFAULT_REF, connect_ref
 from capmaas.reconcilers.errors import ReconcileError, TransientError
-from capmaas.reconcilers.keys import DELETE_FOR_MOVE_ANNOTATION, MACHINE_FINALIZER
+from capmaas.reconcilers.handoff import Handoff
+from capmaas.reconcilers.keys import MACHINE_FINALIZER
 from capmaas.reconcilers.lifecycle import Lifecycle, MachineSettings, Provisioner
 from capmaas.reconcilers.lxd import Lxd
 from capmaas.reconcilers.owners import Owners, recheck
@@ -64,6 +65,7 @@ class MachineReconciler:
         self.lxd = Lxd(self.life)
         self.provisioners: Mapping[str, Provisioner] = {p.mode: p for p in (self.bare_metal, self.lxd)}
         self.owners = Owners(kube)
+        self.handoff = Handoff()
 
     def provisioner(self, scope: MachineScope) -> Provisioner:
         """The provisioner of the machine's ``spec.provisioningMode`` (bare metal when unset)."""
@@ -160,15 +162,18 @@ class MachineReconciler:
     # --- delete ------------------------------------------------------------------------------------------
     async def _delete(self, scope: MachineScope) -> Requeue:
         """Hands off when the finalizer is not ours (any more), clusterctl is moving the object (what the
-        provisioner keeps lives on in MAAS) or the cluster is paused; otherwise the provisioner deletes."""
+        provisioner keeps lives on in MAAS: :mod:`~capmaas.reconcilers.handoff`) or the cluster is
+        paused; otherwise the provisioner deletes."""
         if MACHINE_FINALIZER not in scope.finalizers:
             return Requeue()
         p = self.provisioner(scope)
-        if DELETE_FOR_MOVE_ANNOTATION in scope.annotations:
+        await self.load(scope)
+        if scope.cluster is None and scope.cluster_name:  # the Machine is gone: the Cluster by its label
+            scope.cluster = await self.owners.get(scope, "clusters", scope.cluster_name, warn=False)
+        if self.handoff.moving_out(scope, scope.cluster, scope.cluster_name):
             scope.set_deletion(C.DELETE_FOR_MOVE_REASON, f"moved; {p.kept} kept")
             scope.remove_finalizer(MACHINE_FINALIZER)
             return Requeue()
-        await self.load(scope)
         paused, why = is_paused(scope.body, scope.cluster)
         scope.set_paused_condition(paused, why)
         if paused:

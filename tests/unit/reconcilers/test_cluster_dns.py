@@ -253,11 +253,14 @@ async def test_clusterctl_move_keeps_the_record_status_does_not_travel(env: Env)
     moved.pop("status")
     moved["metadata"]["uid"] = "uid-after-move"
     moved["metadata"].pop("finalizers", None)
-    # ... then deletes the source with delete-for-move: the record is left alone.
+    # ... then deletes the source (its Cluster paused, as clusterctl pauses it first) with delete-for-move:
+    # the record is left alone.
+    env.kube.get("clusters", "c1", "ns")["spec"]["paused"] = True
     env.kube.get("maasclusters", "c1")["metadata"]["annotations"][DELETE_FOR_MOVE_ANNOTATION] = ""
     await delete(env, "c1", "ns")
     assert ("maasclusters", "ns", "c1") not in env.kube.objects
     assert [r.id for r in env.sim.state.dns_resources.values()] == [rec.id]
+    del env.kube.get("clusters", "c1", "ns")["spec"]["paused"]  # clusterctl resumes the target's Cluster
 
     env.kube.add("maasclusters", moved)  # (one fake apiserver plays both management clusters)
     target = ClusterReconciler(env.kube, env.connections, default_credentials=env.creds)  # another operator

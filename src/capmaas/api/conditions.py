@@ -18,8 +18,7 @@ PAUSED_CONDITION = "Paused"  # CAPI's pause contract: True while the Cluster or 
 INFRASTRUCTURE_READY_CONDITION = "InfrastructureReady"  # CAPI's copy of our Ready on Machine/Cluster
 MACHINE_PROVISIONED_CONDITION = "MachineProvisioned"  # MaasMachine: a MAAS machine is allocated and deployed
 MAAS_CONNECTED_CONDITION = "MaasConnected"  # MaasCluster: the MAAS API answers with the given credentials
-#: MaasCluster: spec.identityRef is the identity in use (False while references are held under the old one).
-IDENTITY_REF_APPLIED_CONDITION = "IdentityRefApplied"
+IDENTITY_REF_APPLIED_CONDITION = "IdentityRefApplied"  # MaasCluster: identityRef in use (False: refs held)
 DNS_READY_CONDITION = "DNSReady"  # MaasCluster: the API server DNS record exists and lists the control plane
 FAILURE_DOMAINS_DISCOVERED_CONDITION = "FailureDomainsDiscovered"  # MaasCluster: zones read from MAAS / spec
 LXD_HOST_SELECTED_CONDITION = "LXDHostSelected"  # LXD MaasMachine: a VM host was chosen by placement
@@ -81,8 +80,7 @@ INVALID_CREDENTIALS_REASON = "InvalidCredentials"  # identity Secret malformed o
 IDENTITY_SECRET_NOT_FOUND_REASON = "IdentitySecretNotFound"  # identityRef names a Secret that does not exist
 #: References written from another MAAS identity than the current credentials': forgotten, nothing sent.
 IDENTITY_CHANGED_REASON = "IdentityChanged"
-#: spec.identityRef changed while MAAS references are held under the identity in use: not applied yet.
-IDENTITY_CHANGE_REFUSED_REASON = "IdentityChangeRefused"
+IDENTITY_CHANGE_REFUSED_REASON = "IdentityChangeRefused"  # identityRef changed while references are held
 IDENTITY_REF_APPLIED_REASON = "IdentityRefApplied"  # IdentityRefApplied=True
 DEFAULT_IDENTITY_NOT_ALLOWED_REASON = "DefaultIdentityNotAllowed"  # no identityRef; namespace not allowed
 PLAINTEXT_ENDPOINT_REFUSED_REASON = "PlaintextEndpointRefused"  # http:// endpoint without the opt-in

@@ -78,8 +78,7 @@ INVALID_SPEC_REASON = "InvalidSpec"  # the spec does not parse into the API mode
 MAAS_UNREACHABLE_REASON = "MaasUnreachable"  # connection refused / timed out / 5xx from the MAAS region
 INVALID_CREDENTIALS_REASON = "InvalidCredentials"  # identity Secret malformed or rejected (401/403)
 IDENTITY_SECRET_NOT_FOUND_REASON = "IdentitySecretNotFound"  # identityRef names a Secret that does not exist
-#: References written from another MAAS identity than the current credentials': forgotten, nothing sent.
-IDENTITY_CHANGED_REASON = "IdentityChanged"
+IDENTITY_CHANGED_REASON = "IdentityChanged"  # references from another MAAS identity: forgotten, nothing sent
 IDENTITY_CHANGE_REFUSED_REASON = "IdentityChangeRefused"  # identityRef changed while references are held
 IDENTITY_REF_APPLIED_REASON = "IdentityRefApplied"  # IdentityRefApplied=True
 DEFAULT_IDENTITY_NOT_ALLOWED_REASON = "DefaultIdentityNotAllowed"  # no identityRef; namespace not allowed

@@ -70,9 +70,12 @@ class KubeReader:
         if resource is None:
             return UNRESOLVED
         try:
-            return self._json(resource.path(namespace, name))
+            obj = self._json(resource.path(namespace, name))
         except (OSError, ValueError):  # HTTPError (404, 403, ...) and URLError are OSErrors
             return None
+        # kubectl get -o json leaves managedFields out (--show-managed-fields defaults to false).
+        obj.get("metadata", {}).pop("managedFields", None)
+        return obj
 
     def _json(self, path: str) -> dict[str, Any]:
         with urllib.request.urlopen(self.server + path, timeout=30, context=self._ssl) as resp:

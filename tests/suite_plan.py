@@ -5,8 +5,10 @@ share a worker.
 
 Groups (``xdist_group``, honoured by ``--dist loadgroup``; without xdist they only order the run):
 
-- each chaos test (``test_chaos``, ``test_failover_chaos``) alone, started first: they are the longest (real
-  Lease expiry, real deploy timers) and mostly wait, so they overlap the rest of the suite;
+- each chaos module (``test_chaos``, ``test_failover_chaos``) on a worker of its own, started first: they are
+  the longest (real Lease expiry, real deploy timers) and mostly wait, so they overlap the rest of the suite.
+  One group per module, not per test: three chaos tests on the three workers at once left nothing else
+  running for their first minutes and put their timing-sensitive waits on a box loaded by each other;
 - ``image`` (the from-scratch image build) and ``pod`` (the one-node cluster) next: minutes of mostly I/O;
 - ``e2e``: every end-to-end module on one worker, so one CAPI core manager serves them all (session-scoped
   ``capi``) and their modules run one after another as ``tests/e2e/conftest.py`` assumes;
@@ -42,7 +44,7 @@ def group_of(item: pytest.Item) -> str | None:
     """The xdist group of a test, or None when it may run on any worker, alone."""
     path = item.nodeid.split("::", 1)[0]
     if path in CHAOS_MODULES:
-        return f"chaos-{item.name.split('[', 1)[0]}"
+        return f"chaos-{path}"
     if path == "tests/pod/test_image_from_scratch.py":
         return "image"
     if path.startswith("tests/pod/"):

@@ -34,9 +34,13 @@ done
 IMAGE=localhost/capmaas:$tag
 SUITE=${CAPMAAS_BASE_SUITE:-bookworm}   # Python 3.11, the version the project pins (pyproject: py311)
 BASE=localhost/capmaas-base:$SUITE
-out=${CAPMAAS_IMAGE_OUT:-$root/build/image}
+# The Dockerfile copies build/image/wheels of its build context: with CAPMAAS_IMAGE_OUT the context is a
+# directory of its own there (it holds only the wheels), so nothing of the repository's build is touched.
+if [ -n "${CAPMAAS_IMAGE_OUT:-}" ]; then out=$CAPMAAS_IMAGE_OUT context=$CAPMAAS_IMAGE_OUT/context
+else out=$root/build/image context=$root; fi
+wheels=$context/build/image/wheels
 pip=${PIP:-$root/.venv/bin/pip}
-mkdir -p "$out"
+mkdir -p "$out" "$(dirname "$wheels")"
 for tool in buildah mmdebstrap; do
   command -v "$tool" >/dev/null || { echo "image: $tool not found (make image installs it with apt-get)" >&2; exit 2; }
 done
@@ -76,25 +80,25 @@ case $base_digest in sha256:*) ;; *) echo "image: no digest for $BASE ($base_dig
 
 # 2. Wheels for capmaas and its runtime dependencies, built on the host (the only step that uses an index).
 t1=$SECONDS
-if $reuse_wheels && compgen -G "$out/wheels/capmaas-*.whl" >/dev/null; then
-  echo "image: reusing $(ls "$out/wheels" | wc -l) wheels"
+if $reuse_wheels && compgen -G "$wheels/capmaas-*.whl" >/dev/null; then
+  echo "image: reusing $(ls "$wheels" | wc -l) wheels"
 else
   # Into wheels.partial, renamed when pip is done: an interrupted pip leaves no half set that --reuse-wheels
   # (which looks for the capmaas wheel only) would take for complete.
-  trap 'rm -rf "$out/wheels.partial"' EXIT
-  rm -rf "$out/wheels.partial"
-  "$pip" wheel --quiet --disable-pip-version-check --wheel-dir "$out/wheels.partial" "$root"
-  rm -rf "$out/wheels"
-  mv "$out/wheels.partial" "$out/wheels"
+  trap 'rm -rf "$wheels.partial"' EXIT
+  rm -rf "$wheels.partial"
+  "$pip" wheel --quiet --disable-pip-version-check --wheel-dir "$wheels.partial" "$root"
+  rm -rf "$wheels"
+  mv "$wheels.partial" "$wheels"
   trap - EXIT
-  echo "image: $(ls "$out/wheels" | wc -l) wheels in $((SECONDS - t1))s"
+  echo "image: $(ls "$wheels" | wc -l) wheels in $((SECONDS - t1))s"
 fi
 
 # 3. The image: no network, no pulls, base pinned by digest.
 t2=$SECONDS
 buildah bud --quiet --layers --pull-never --network=none --label "org.opencontainers.image.version=$tag" \
   --build-arg "PYTHON_IMAGE=localhost/capmaas-base" --build-arg "PYTHON_DIGEST=$base_digest" \
-  -f "$root/Dockerfile" -t "$IMAGE" "$root" >/dev/null
+  -f "$root/Dockerfile" -t "$IMAGE" "$context" >/dev/null
 echo "image: built $IMAGE in $((SECONDS - t2))s"
 
 # 4. Checks: non-root 65532, the CLI starts, nothing of the image is writable by that user.

@@ -56,8 +56,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "xdist_group(name): tests that run on one xdist worker (suite_plan)")
     if not suite_plan.is_worker(config):
         _TIMES[:] = [suite_plan.Times()]
+    config.pluginmanager.register(suite_plan.GroupNames(), "capmaas-suite-plan-group-names")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the xdist_group markers into node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that uses a Kubernetes fixture is a k8s test even if it forgot the marker (``-m "not k8s"``).
     Then the groups and order of ``suite_plan``."""

@@ -81,6 +81,25 @@ def plan(items: list[pytest.Item]) -> None:
     items[:] = ordered
 
 
+class GroupNames:
+    """pytest-xdist 3.8 names a grouped test ``<nodeid>@<group>`` by setting ``item._nodeid``, which pytest
+    9.2 no longer reads (its node id is ``item._id``), so ``--dist loadgroup`` spread every group over
+    all workers. Where xdist's renaming did not take, this does it the way pytest 9.2 keeps node ids (last,
+    after xdist's own hook)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if not (is_worker(config) and config.getvalue("loadgroup")):
+            return
+        from _pytest.nodeid import NodeId
+
+        for item in items:
+            marks = item.iter_markers("xdist_group")
+            names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in marks})
+            if names and "@" not in item.nodeid:
+                item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # type: ignore[attr-defined]
+
+
 def category(nodeid: str) -> str:
     """The row of the time table a test belongs to: its directory under tests/, chaos and image apart."""
     path = nodeid.split("::", 1)[0]

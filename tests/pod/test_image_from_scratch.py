@@ -75,7 +75,7 @@ def test_image_builds_with_an_empty_cache_and_storage(empty_storage: dict[str, s
     (stale / "etc").mkdir(parents=True)
     out = tmp_path / "out"
     if (REPO / "build" / "image" / "wheels").is_dir():  # the wheels are not what is under test: reuse them
-        shutil.copytree(REPO / "build" / "image" / "wheels", out / "wheels")
+        shutil.copytree(REPO / "build" / "image" / "wheels", out / "context" / "build" / "image" / "wheels")
     proc = subprocess.run(
         ["bash", str(REPO / "hack" / "image.sh"), "--tag", "scratch", "--reuse-wheels"],
         env=env, capture_output=True, text=True, timeout=1200, check=False, cwd=REPO,
@@ -90,7 +90,8 @@ def test_image_builds_with_an_empty_cache_and_storage(empty_storage: dict[str, s
     assert not stale.exists(), "the stale partial base was not removed"
     assert sorted(p.name for p in (tmp_path / "cache" / "image").iterdir()) == [], "leftovers in the cache"
     outputs = sorted(p.name for p in out.iterdir())
-    assert outputs == ["capmaas-scratch.digest", "capmaas-scratch.oci.tar", "wheels"], outputs
+    assert outputs == ["capmaas-scratch.digest", "capmaas-scratch.oci.tar", "context"], outputs
+    assert [p.name for p in (out / "context" / "build" / "image").iterdir()] == ["wheels"]
     assert buildah(env, "containers", "--quiet").strip() == "", "working containers left behind"
     # The archive is a complete OCI layout that names the image (what containerd's CRI looks it up by).
     with tarfile.open(out / "capmaas-scratch.oci.tar") as tar:

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow]
+# The base alone took 488 s at a load average of ~20 (mmdebstrap): more than the suite's 600 s default.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = os.environ.get("CAPMAAS_BASE_SUITE", "bookworm")

@@ -19,7 +19,7 @@ workers=${CAPMAAS_TEST_WORKERS:-3}
 logs=${CAPMAAS_TEST_LOGS:-build/test-logs}
 mkdir -p "$logs"
 export CAPMAAS_TEST_TIMES=$PWD/$logs/test-groups.json
-rm -f "$CAPMAAS_TEST_TIMES"
+rm -f "$CAPMAAS_TEST_TIMES" "$logs/pytest.log" "$logs/slowest-20.txt"  # nothing of an earlier run in the table
 
 phases=()
 failed=
@@ -57,7 +57,7 @@ EOF
   echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
   [ -z "$failed" ] || echo "make test: FAILED in phase $failed"
   # pytest's closing line last, for whoever reads the end of the output.
-  [ ! -s "$logs/pytest.log" ] || grep -E '^=+ .*(passed|failed|error).* in [0-9.]+s' "$logs/pytest.log" | tail -1
+  [ ! -s "$logs/pytest.log" ] || grep -E '^(=+ )?[0-9]+ (passed|failed|error).* in [0-9.]+s' "$logs/pytest.log" | tail -1
 }
 trap summary EXIT
 

@@ -8,6 +8,8 @@
 #   (default: etcd kube-apiserver kube-controller-manager helm capi-crds)
 # Cache: $CAPMAAS_CACHE (default ~/.cache/capmaas)/bin/<name>-<version>, .../capi-crds-<version>/*.yaml
 # Versions: src/capmaas/devcluster/versions.py is the one source (the Python lookup reads the same file).
+# Restartable: each output is written under a temporary name and renamed when complete (the cache checks look
+# at the final names only); what an interrupted or failed step leaves is removed by a trap or on the next run.
 set -euo pipefail
 export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0
 here=$(cd "$(dirname "$0")" && pwd)
@@ -47,7 +49,8 @@ build() { # name version dir pkg ldflags
   if [ -x "$out" ]; then echo "cached: $out"; return; fi
   echo "building $name $version (cold builds take minutes) ..."
   local start=$SECONDS
-  (cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp" "$pkg")
+  rm -rf "$out.tmp"
+  (cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp" "$pkg") || { rm -rf "$out.tmp"; exit 1; }
   mv "$out.tmp" "$out"
   echo "built $out in $((SECONDS - start))s"
 }
@@ -58,8 +61,9 @@ install_mod() { # name version module-path@version ldflags
   echo "building $name $version ..."
   local start=$SECONDS tmp
   tmp=$(mktemp -d)
-  GOBIN=$tmp go install -trimpath -ldflags "$ldflags" "$pkg"
-  mv "$tmp"/* "$out"; rmdir "$tmp"
+  GOBIN=$tmp go install -trimpath -ldflags "$ldflags" "$pkg" || { rm -rf "$tmp"; exit 1; }
+  # $tmp is in /tmp, maybe another file system: copy next to the target first, then rename (atomic).
+  cp "$tmp"/* "$out.tmp" && mv "$out.tmp" "$out"; rm -rf "$tmp"
   echo "built $out in $((SECONDS - start))s"
 }
 
@@ -100,14 +104,17 @@ pause_image() { # the node's sandbox image: the static pause binary alone, as lo
   if [ -f "$archive" ]; then echo "cached: $archive"; return; fi
   command -v buildah >/dev/null || { echo "build-tools: buildah not found (make node installs it)" >&2; exit 2; }
   mkdir -p "$cache/image"
-  local ctr
+  local ctr partial="$archive.partial.tar"
   ctr=$(buildah from scratch)
+  trap 'buildah rm "'"$ctr"'" >/dev/null 2>&1 || true; rm -f "'"$partial"'"' EXIT
   buildah copy --quiet "$ctr" "$bin/pause-$PAUSE_VERSION" /pause >/dev/null
   buildah config --entrypoint '["/pause"]' --user 65535:65535 "$ctr"
   buildah commit --quiet "$ctr" "$ref" >/dev/null
   buildah rm "$ctr" >/dev/null
-  buildah push --quiet "$ref" "oci-archive:$archive.tmp:$ref" >/dev/null
-  mv "$archive.tmp" "$archive"
+  rm -f "$partial" "$archive.tmp"  # .tmp: the name an older version of this script used
+  buildah push --quiet "$ref" "oci-archive:$partial:$ref" >/dev/null
+  mv "$partial" "$archive"
+  trap - EXIT
   echo "made $archive"
 }
 

@@ -4,6 +4,8 @@
 #
 #   hack/image.sh [--tag TAG] [--reuse-wheels]   (default tag: dev; image name localhost/capmaas:TAG)
 #   --reuse-wheels: keep build/image/wheels from the previous run (a rebuild from the same sources; tests/pod)
+#   CAPMAAS_IMAGE_OUT: the output directory (default build/image; tests/pod/test_image_from_scratch.py uses its own
+#   so that it never touches the wheels and archives of the repository's build)
 #
 # The build is hermetic: the wheels of capmaas and its pinned dependencies are built here on the host (`pip
 # wheel`, through whatever index and CA configuration the host has) into build/image/wheels, and the image
@@ -13,6 +15,10 @@
 #
 # Outputs: build/image/capmaas-TAG.oci.tar (an OCI archive whose index names localhost/capmaas:TAG, which is
 # what containerd's CRI looks the image up by) and build/image/capmaas-TAG.digest.
+#
+# Restartable: every output is written under a .partial name and renamed when complete, so an interrupted run
+# (Ctrl-C, a full disk, a failed download) leaves nothing that a later run or test takes for finished; a trap
+# removes the partial files and the working containers.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${CAPMAAS_CACHE:-$HOME/.cache/capmaas}
@@ -28,9 +34,13 @@ done
 IMAGE=localhost/capmaas:$tag
 SUITE=${CAPMAAS_BASE_SUITE:-bookworm}   # Python 3.11, the version the project pins (pyproject: py311)
 BASE=localhost/capmaas-base:$SUITE
-out=$root/build/image
+# The Dockerfile copies build/image/wheels of its build context: with CAPMAAS_IMAGE_OUT the context is a
+# directory of its own there (it holds only the wheels), so nothing of the repository's build is touched.
+if [ -n "${CAPMAAS_IMAGE_OUT:-}" ]; then out=$CAPMAAS_IMAGE_OUT context=$CAPMAAS_IMAGE_OUT/context
+else out=$root/build/image context=$root; fi
+wheels=$context/build/image/wheels
 pip=${PIP:-$root/.venv/bin/pip}
-mkdir -p "$out"
+mkdir -p "$out" "$(dirname "$wheels")"
 for tool in buildah mmdebstrap; do
   command -v "$tool" >/dev/null || { echo "image: $tool not found (make image installs it with apt-get)" >&2; exit 2; }
 done
@@ -70,19 +80,25 @@ case $base_digest in sha256:*) ;; *) echo "image: no digest for $BASE ($base_dig
 
 # 2. Wheels for capmaas and its runtime dependencies, built on the host (the only step that uses an index).
 t1=$SECONDS
-if $reuse_wheels && compgen -G "$out/wheels/capmaas-*.whl" >/dev/null; then
-  echo "image: reusing $(ls "$out/wheels" | wc -l) wheels"
+if $reuse_wheels && compgen -G "$wheels/capmaas-*.whl" >/dev/null; then
+  echo "image: reusing $(ls "$wheels" | wc -l) wheels"
 else
-  rm -rf "$out/wheels"
-  "$pip" wheel --quiet --disable-pip-version-check --wheel-dir "$out/wheels" "$root"
-  echo "image: $(ls "$out/wheels" | wc -l) wheels in $((SECONDS - t1))s"
+  # Into wheels.partial, renamed when pip is done: an interrupted pip leaves no half set that --reuse-wheels
+  # (which looks for the capmaas wheel only) would take for complete.
+  trap 'rm -rf "$wheels.partial"' EXIT
+  rm -rf "$wheels.partial"
+  "$pip" wheel --quiet --disable-pip-version-check --wheel-dir "$wheels.partial" "$root"
+  rm -rf "$wheels"
+  mv "$wheels.partial" "$wheels"
+  trap - EXIT
+  echo "image: $(ls "$wheels" | wc -l) wheels in $((SECONDS - t1))s"
 fi
 
 # 3. The image: no network, no pulls, base pinned by digest.
 t2=$SECONDS
 buildah bud --quiet --layers --pull-never --network=none --label "org.opencontainers.image.version=$tag" \
   --build-arg "PYTHON_IMAGE=localhost/capmaas-base" --build-arg "PYTHON_DIGEST=$base_digest" \
-  -f "$root/Dockerfile" -t "$IMAGE" "$root" >/dev/null
+  -f "$root/Dockerfile" -t "$IMAGE" "$context" >/dev/null
 echo "image: built $IMAGE in $((SECONDS - t2))s"
 
 # 4. Checks: non-root 65532, the CLI starts, nothing of the image is writable by that user.
@@ -100,8 +116,15 @@ sys.exit(f"writable by the operator user: {bad}" if bad else 0)'
 buildah rm "$ctr" >/dev/null; trap - EXIT
 
 # 5. Export: an OCI archive carrying the full name, for `ctr -n k8s.io images import`.
-rm -f "$out/capmaas-$tag.oci.tar"
-buildah push --quiet "$IMAGE" "oci-archive:$out/capmaas-$tag.oci.tar:$IMAGE" >/dev/null
-buildah inspect --type image --format '{{.FromImageDigest}}' "$IMAGE" >"$out/capmaas-$tag.digest"
+# Under .partial.tar names (buildah writes an archive whatever the name; the suffix keeps it a .tar), renamed
+# when complete: a push cut short leaves no truncated archive under the name tests/pod imports.
+archive=$out/capmaas-$tag.oci.tar
+trap 'rm -f "$archive.partial.tar" "$out/capmaas-$tag.digest.partial"' EXIT
+rm -f "$archive.partial.tar" "$archive"
+buildah push --quiet "$IMAGE" "oci-archive:$archive.partial.tar:$IMAGE" >/dev/null
+buildah inspect --type image --format '{{.FromImageDigest}}' "$IMAGE" >"$out/capmaas-$tag.digest.partial"
+mv "$archive.partial.tar" "$archive"
+mv "$out/capmaas-$tag.digest.partial" "$out/capmaas-$tag.digest"
+trap - EXIT
 size=$(buildah images --format '{{.Size}}' "$IMAGE" | head -1)
 echo "image: $IMAGE ($size) -> $out/capmaas-$tag.oci.tar in $((SECONDS - t0))s total"

@@ -11,6 +11,10 @@ that silently tested nothing against Kubernetes would be a lie, and CI builds th
 - ``namespace`` (function): a fresh namespace in ``kube``, deleted after the test.
 - ``kubectl`` (session): ``kubectl(*args, check=True, input=None, kubeconfig=None)`` runs the venv's kubectl
   against ``kube`` (or the given kubeconfig) and returns the CompletedProcess; a failure raises with stderr.
+
+With pytest-xdist (``-n 3 --dist loadgroup --no-loadscope-reorder``, what ``make test`` runs) each worker has
+its own session fixtures, so its own ``kube``; ``suite_plan`` says which tests share a worker and which start
+first, and prints the time of each group of tests at the end.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import pytest
+
+import suite_plan
 
 if TYPE_CHECKING:  # imported lazily: collecting unit tests should not pay for ssl/urllib/yaml imports
     from capmaas.devcluster import ControlPlane
@@ -41,11 +47,44 @@ class Kubectl(Protocol):
     ) -> subprocess.CompletedProcess[str]: ...
 
 
+#: The time per test group, in the process that prints the summary (not in xdist's workers).
+_TIMES: list[suite_plan.Times] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist registers it; without xdist (a plain run) the groups only order the tests.
+    config.addinivalue_line("markers", "xdist_group(name): tests that run on one xdist worker (suite_plan)")
+    if not suite_plan.is_worker(config):
+        _TIMES[:] = [suite_plan.Times()]
+    config.pluginmanager.register(suite_plan.GroupNames(), "capmaas-suite-plan-group-names")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the xdist_group markers into node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that uses a Kubernetes fixture is a k8s test even if it forgot the marker (``-m "not k8s"``)."""
+    """A test that uses a Kubernetes fixture is a k8s test even if it forgot the marker (``-m "not k8s"``).
+    Then the groups and order of ``suite_plan``."""
     for item in items:
         if K8S_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("k8s") is None:
             item.add_marker(pytest.mark.k8s)
+    suite_plan.plan(items)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Every report reaches this hook in the process that prints the summary (xdist's controller included)."""
+    for times in _TIMES:
+        times.add(report)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for times in _TIMES:
+        if not times.rows:
+            return
+        terminalreporter.section("time per test group")
+        for line in times.table():
+            terminalreporter.write_line(line)
+        path = suite_plan.output_path()
+        if path is not None:
+            times.write(path)
 
 
 def _start(*, controller_manager: bool | None, capi_crds: bool) -> ControlPlane:

@@ -227,14 +227,31 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         _CURRENT.pop("test", None)
 
 
+#: How many of TIMINGS were already sent with a report (an xdist worker sends each one once).
+_SENT = [0]
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
-    """A failing test that used ``provider_stack`` carries the operator's and CAPI's log tails."""
+    """A failing test that used ``provider_stack`` carries the operator's and CAPI's log tails; every report
+    carries the stage timings recorded since the last one (xdist: the controller prints them)."""
     report: pytest.TestReport = yield
     stack = getattr(item, "funcargs", {}).get("provider_stack")
     if report.failed and isinstance(stack, ProviderStack):
         report.sections.append(("capmaas operator / cluster-api logs", stack.logs(80)))
+    if len(TIMINGS) > _SENT[0]:
+        report.user_properties.append(("e2e_timings", TIMINGS[_SENT[0] :]))
+        _SENT[0] = len(TIMINGS)
     return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """In xdist's controller (a report from a worker has ``node``), gather the workers' stage timings."""
+    if getattr(report, "node", None) is None:
+        return
+    for key, value in report.user_properties:
+        if key == "e2e_timings":
+            TIMINGS.extend(tuple(entry) for entry in value)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

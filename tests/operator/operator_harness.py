@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kube_reader import UNRESOLVED, reader
 
 from capmaas import demo
 from capmaas.devcluster import ControlPlane
@@ -121,6 +122,12 @@ class Harness:
         await self.k("apply", "-n", self.namespace, "-f", "-", input=yaml.safe_dump_all(list(objs)))
 
     async def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        """``kubectl get KIND NAME -o json``, answered in-process (``kube_reader``: no kubectl fork per
+        poll); kubectl itself only for a KIND the reader cannot resolve unambiguously. None when kubectl
+        would fail."""
+        obj = await asyncio.to_thread(reader(self.kube.kubeconfig).get, kind, name, self.namespace)
+        if obj is not UNRESOLVED:
+            return obj if isinstance(obj, dict) else None
         r = await self.k("get", kind, name, "-n", self.namespace, "-o", "json", check=False)
         if r.returncode != 0:
             return None

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# `make test`: everything CI runs, one phase after another, each timed; a table of the phases (and of the test
+# groups) is printed at the end, also when a phase fails (the table then says which).
+#
+# Phases: venv, controlplane (Go tools), node (kubelet, kube-scheduler, pause, apt packages), image (the
+# operator image), verify (CRD drift), lint (ruff, mypy, import contracts), tests (the whole suite with
+# coverage, on pytest-xdist workers), coverage gate. Each build phase is idempotent (it skips what is already
+# built) and restartable (its outputs are renamed into place when complete), so running `make test` again
+# after an interrupted or failed run carries on.
+#
+# Environment: CAPMAAS_TEST_WORKERS (default 3: the tests mostly wait on timers, apiservers and subprocesses, so
+# three workers pay on two cores; 0 runs them in this process, serially), PYTEST_ARGS (added to pytest's
+# arguments), CAPMAAS_TEST_LOGS (default build/test-logs: pytest's output, the per-group times and the 20
+# slowest tests are kept there).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+make=(make --no-print-directory)
+workers=${CAPMAAS_TEST_WORKERS:-3}
+logs=${CAPMAAS_TEST_LOGS:-build/test-logs}
+mkdir -p "$logs"
+export CAPMAAS_TEST_TIMES=$PWD/$logs/test-groups.json
+rm -f "$CAPMAAS_TEST_TIMES" "$logs/pytest.log" "$logs/slowest-20.txt"  # nothing of an earlier run in the table
+
+phases=()
+failed=
+start=$SECONDS
+phase() { # name command...: runs it, records its time; stops at the first failure
+  local name=$1 t0=$SECONDS rc
+  shift
+  echo "=== make test: $name ==="
+  "$@"
+  rc=$?
+  phases+=("$name $((SECONDS - t0)) $([ $rc = 0 ] && echo ok || echo "FAILED($rc)")")
+  [ $rc = 0 ] || { failed=$name; return 1; }
+}
+
+summary() {
+  echo
+  echo "=== make test: time per phase ==="
+  printf '%-16s %8s  %s\n' phase seconds result
+  for p in "${phases[@]}"; do
+    # shellcheck disable=SC2086
+    printf '%-16s %8s  %s\n' $p
+  done
+  printf '%-16s %8s\n' total $((SECONDS - start))
+  if [ -s "$CAPMAAS_TEST_TIMES" ]; then
+    echo
+    echo "=== make test: time per test group (work: sum of test durations; span: first start to last end) ==="
+    .venv/bin/python - "$CAPMAAS_TEST_TIMES" <<'EOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+print(f"{'group':<22} {'tests':>6} {'work (s)':>9} {'span (s)':>9}")
+for name, r in sorted(rows.items(), key=lambda kv: -kv[1]["work_seconds"]):
+    print(f"{name:<22} {r['tests']:>6} {r['work_seconds']:>9.1f} {r['span_seconds']:>9.1f}")
+EOF
+  fi
+  echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+  [ -z "$failed" ] || echo "make test: FAILED in phase $failed"
+  # pytest's closing line last, for whoever reads the end of the output.
+  [ ! -s "$logs/pytest.log" ] || grep -E '^(=+ )?[0-9]+ (passed|failed|error).* in [0-9.]+s' "$logs/pytest.log" | tail -1
+}
+trap summary EXIT
+
+run_tests() {
+  local dist=()
+  [ "$workers" = 0 ] || dist=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
+  # shellcheck disable=SC2086  # PYTEST_ARGS is a list of words
+  .venv/bin/pytest "${dist[@]}" --cov --cov-report=term-missing:skip-covered -p no:cacheprovider \
+    --durations=20 ${PYTEST_ARGS:-} 2>&1 | tee "$logs/pytest.log"
+  local rc=${PIPESTATUS[0]}
+  # The 20 slowest tests of this run, for docs/benchmarks (make test keeps the newest).
+  sed -n '/slowest 20 durations/,/^$/p' "$logs/pytest.log" | sed '1d;/^$/d' >"$logs/slowest-20.txt"
+  return "$rc"
+}
+
+phase venv "${make[@]}" venv &&
+  phase controlplane "${make[@]}" controlplane &&
+  phase node "${make[@]}" node &&
+  phase image "${make[@]}" image &&
+  phase verify "${make[@]}" verify &&
+  phase lint "${make[@]}" lint &&
+  phase tests run_tests &&
+  phase coverage-gate .venv/bin/python hack/coverage_gate.py

@@ -1,0 +1,159 @@
+"""How the suite is spread over pytest-xdist workers, and the time each group of tests took.
+
+Used by ``tests/conftest.py``; it changes no test, only the order in which tests start and which of them must
+share a worker.
+
+Groups (``xdist_group``, honoured by ``--dist loadgroup``; without xdist they only order the run):
+
+- each chaos module (``test_chaos``, ``test_failover_chaos``) on a worker of its own, started first: they are
+  the longest (real Lease expiry, real deploy timers) and mostly wait, so they overlap the rest of the suite.
+  One group per module, not per test: three chaos tests on the three workers at once left nothing else
+  running for their first minutes and put their timing-sensitive waits on a box loaded by each other;
+- ``image`` (the from-scratch image build) and ``pod`` (the one-node cluster) next: minutes of mostly I/O;
+- ``e2e``: every end-to-end module on one worker, so one CAPI core manager serves them all (session-scoped
+  ``capi``) and their modules run one after another as ``tests/e2e/conftest.py`` assumes;
+- ``demo``: the ``capmaas demo``/bench runs one after another (each starts its own control planes);
+- any other module with a module- or class-scoped fixture: its module stays on one worker (the fixture is
+  made once, as in a serial run);
+- everything else is spread test by test.
+
+Every worker has its own session fixtures (its own ``kube`` control plane): tests on different workers never
+share a cluster, so cluster-scoped objects (CRDs, webhooks, Nodes) of one cannot disturb another.
+
+The per-group time table: every test report (setup, call, teardown) is added to its group's *work* (the sum
+of durations) and *span* (from its first start to its last end, wall clock); with several workers the spans
+overlap. ``CAPMAAS_TEST_TIMES`` names a JSON file to write it to (``hack/test.sh`` prints it with the phases).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+#: Groups that start first, longest first (by their durations in docs/benchmarks/).
+FIRST = ("chaos", "image", "pod", "e2e", "demo")
+CHAOS_MODULES = ("tests/operator/test_failover_chaos.py", "tests/operator/test_chaos.py")
+SCOPED = ("module", "class", "package")
+
+
+def group_of(item: pytest.Item) -> str | None:
+    """The xdist group of a test, or None when it may run on any worker, alone."""
+    path = item.nodeid.split("::", 1)[0]
+    if path in CHAOS_MODULES:
+        return f"chaos-{path}"
+    if path == "tests/pod/test_image_from_scratch.py":
+        return "image"
+    if path.startswith("tests/pod/"):
+        return "pod"
+    if path.startswith("tests/e2e/"):
+        return "e2e"
+    if path == "tests/demo/test_demo.py":
+        return "demo"
+    info = getattr(item, "_fixtureinfo", None)
+    if info is not None:
+        for defs in info.name2fixturedefs.values():
+            if defs and defs[-1].scope in SCOPED:
+                return f"module-{path}"
+    return None
+
+
+def plan(items: list[pytest.Item]) -> None:
+    """Mark each grouped test and put the long groups first (stable: the same order on every worker, which
+    xdist requires)."""
+
+    def rank(pair: tuple[int, pytest.Item]) -> tuple[int, int]:
+        index, item = pair
+        group = group_of(item) or ""
+        head = group.split("-", 1)[0]
+        if head in FIRST:
+            return FIRST.index(head), index
+        return len(FIRST) + (0 if group else 1), index
+
+    ordered = [item for _, item in sorted(enumerate(items), key=rank)]
+    for item in ordered:
+        group = group_of(item)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items[:] = ordered
+
+
+class GroupNames:
+    """pytest-xdist 3.8 names a grouped test ``<nodeid>@<group>`` by setting ``item._nodeid``, which pytest
+    9.2 no longer reads (its node id is ``item._id``), so ``--dist loadgroup`` spread every group over
+    all workers. Where xdist's renaming did not take, this does it the way pytest 9.2 keeps node ids (last,
+    after xdist's own hook)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if not (is_worker(config) and config.getvalue("loadgroup")):
+            return
+        from _pytest.nodeid import NodeId
+
+        for item in items:
+            marks = item.iter_markers("xdist_group")
+            names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in marks})
+            if names and "@" not in item.nodeid:
+                item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # type: ignore[attr-defined]
+
+
+def category(nodeid: str) -> str:
+    """The row of the time table a test belongs to: its directory under tests/, chaos and image apart."""
+    path = nodeid.split("::", 1)[0]
+    if path in CHAOS_MODULES:
+        return "operator (chaos)"
+    if path == "tests/pod/test_image_from_scratch.py":
+        return "image (from scratch)"
+    parts = path.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0]
+
+
+@dataclass
+class Row:
+    tests: set[str] = field(default_factory=set)
+    work: float = 0.0
+    first: float = float("inf")
+    last: float = 0.0
+
+
+@dataclass
+class Times:
+    rows: dict[str, Row] = field(default_factory=dict)
+
+    def add(self, report: pytest.TestReport) -> None:
+        row = self.rows.setdefault(category(report.nodeid), Row())
+        row.tests.add(report.nodeid)
+        row.work += report.duration
+        if report.start:
+            row.first = min(row.first, report.start)
+            row.last = max(row.last, report.stop)
+
+    def table(self) -> list[str]:
+        lines = [f"{'group':<22} {'tests':>6} {'work (s)':>9} {'span (s)':>9}"]
+        for name, row in sorted(self.rows.items(), key=lambda kv: -kv[1].work):
+            span = row.last - row.first if row.last else 0.0
+            lines.append(f"{name:<22} {len(row.tests):>6} {row.work:>9.1f} {span:>9.1f}")
+        return lines
+
+    def write(self, path: Path) -> None:
+        data = {
+            name: {
+                "tests": len(row.tests),
+                "work_seconds": round(row.work, 1),
+                "span_seconds": round(row.last - row.first, 1) if row.last else 0.0,
+            }
+            for name, row in self.rows.items()
+        }
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def output_path() -> Path | None:
+    value = os.environ.get("CAPMAAS_TEST_TIMES")
+    return Path(value) if value else None

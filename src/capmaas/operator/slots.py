@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 
 
 class _Waiter:
@@ -122,8 +122,10 @@ class PrioritySlots:
         else:
             self._held.pop(namespace, None)
         self._free += 1
-        while self._free > 0 and self._waiting > 0 and self._hand_out():
-            pass
+        # One hand-out is enough: before this release a free slot meant every waiter was at its cap, and this
+        # release moved one namespace below its cap, or freed the one slot there was.
+        if self._waiting > 0:
+            self._hand_out()
 
     @contextlib.asynccontextmanager
     async def slot(self, priority: int, namespace: str = "") -> AsyncIterator[None]:
@@ -141,17 +143,28 @@ class PrioritySlots:
         """Give one free slot to the next waiter; False when every live waiter is held back by its cap."""
         levels = self._levels
         if len(levels) == 1:
-            order: Iterable[_Level] = levels.values()
-        else:
-            now = asyncio.get_running_loop().time()
-            ranked = []
-            for priority, level in levels.items():
-                oldest = level.oldest()
-                if oldest is not None:
-                    ranked.append((priority - (now - oldest.since) / self._aging, priority, level))
-            ranked.sort(key=lambda r: (r[0], r[1]))
-            order = [level for _, _, level in ranked]
-        return any(self._serve(level) for level in order)
+            return self._serve(next(iter(levels.values())))
+        now = asyncio.get_running_loop().time()
+        best: _Level | None = None
+        best_urgency = 0.0
+        for priority, level in levels.items():  # in priority order: a tie goes to the lower priority
+            oldest = level.oldest() if level.arrivals else None
+            if oldest is not None:
+                urgency = priority - (now - oldest.since) / self._aging
+                if best is None or urgency < best_urgency:
+                    best, best_urgency = level, urgency
+        if best is None:
+            return False
+        if self._serve(best):
+            return True
+        # Every waiter of the most urgent level is held back by its namespace's cap: the others, by urgency.
+        ranked = []
+        for priority, level in levels.items():
+            oldest = level.oldest()
+            if oldest is not None and level is not best:
+                ranked.append((priority - (now - oldest.since) / self._aging, priority, level))
+        ranked.sort(key=_urgency)
+        return any(self._serve(level) for _, _, level in ranked)
 
     def _serve(self, level: _Level) -> bool:
         """Hand a slot to the first namespace in ``level``'s ring below its cap; that namespace goes to the
@@ -177,3 +190,8 @@ class PrioritySlots:
             waiter.future.set_result(None)
             return True
         return False
+
+
+def _urgency(ranked: tuple[float, int, _Level]) -> tuple[float, int]:
+    """Aged priority, then priority (the lower first)."""
+    return ranked[0], ranked[1]

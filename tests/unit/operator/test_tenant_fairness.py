@@ -19,7 +19,7 @@ from aiohttp import web
 from loopback_server import serve
 
 from capmaas.operator.kube import Store, object_key
-from capmaas.operator.kubehttp import KubeHttp, PrioritySlots
+from capmaas.operator.kubehttp import KubeHttp, PrioritySlots, namespace_of
 from capmaas.operator.workers import Workers
 from capmaas.reconcilers.ports import Body
 from capmaas.reconcilers.scope import Requeue
@@ -225,3 +225,12 @@ async def test_a_namespace_with_a_thousand_busy_objects_does_not_hold_another_na
     print(f"small's pass: {waited} of big's steps; big ran at most {most['big']} passes at once")
     assert waited <= 3000, f"small's pass took {waited} of big's steps; big ran {most['big']} passes at once"
     assert most["big"] <= 128
+
+
+def test_a_request_belongs_to_the_namespace_in_its_path() -> None:
+    assert namespace_of(f"/apis/{API}/namespaces/team-a/maasmachines/m0/status?fieldValidation=Strict") == (
+        "team-a"
+    )
+    assert namespace_of("/api/v1/namespaces/team-b/secrets/identity") == "team-b"
+    assert namespace_of("/api/v1/namespaces/team-c") == "team-c"  # the Namespace itself (its labels)
+    assert namespace_of("/api/v1/nodes/n1") == ""

@@ -16,8 +16,8 @@ Fairness between namespaces (issue 21): every object has its loop, so no object 
 worker; but a pass is CPU on the one event loop and requests in the shared queues, and a namespace with
 thousands of objects due at once would have thousands of passes competing with another namespace's one. So a
 namespace runs at most ``per_namespace`` passes at once (:class:`~capmaas.operator.slots.PrioritySlots`, one
-per namespace): the rest of its due objects wait their turn, first passes of new objects after passes of
-objects already in flight (finishing work before starting more, aged so new objects are not starved), while
+per namespace): the rest of its due objects wait their turn, passes of objects already in flight before the
+first passes of new ones (finishing work before starting more, as the Kubernetes request slots do), while
 every other namespace's passes start at once. There is deliberately no limit over all namespaces: a tenant
 whose passes are slow (a MAAS endpoint that never answers) then holds up only its own objects.
 """

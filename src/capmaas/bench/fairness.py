@@ -126,7 +126,7 @@ class Fairness:
                 raise StackError(f"the operator exited with code {code}; last lines:\n{proc.tail()}")
 
         kube.create_namespace(SMALL_NS)
-        # Its own MAAS user (its own identity, session and poller), an admin as the MaasCluster's DNS record needs.
+        # Its own MAAS user (its own identity, session and poller); an admin, as its DNS record needs.
         small_key = sim.call(lambda s: s.add_user("small-tenant", admin=True).api_key)
         large = Tenant(Capi(kube, LARGE_NS, "large"), kube.watch(MAASMACHINES, LARGE_NS))
         small = Tenant(Capi(kube, SMALL_NS, "small"), kube.watch(MAASMACHINES, SMALL_NS))

@@ -15,6 +15,10 @@ Retries, as kopf's own client does them: a 429 or a 5xx answer is retried after 
 lengthened to the server's ``Retry-After`` (capped, so a server cannot park a caller for long); the connection
 slot is given back while waiting. Anything else (4xx, no answer) goes straight to the caller, whose reconcile
 backoff takes over.
+
+The connections are handed out by :class:`~capmaas.operator.slots.PrioritySlots`: the namespaces in a
+request's path take turns, by priority inside a namespace, and one namespace holds at most all but an eighth
+of them (issue 21: one tenant's burst must not hold the others' requests).
 """
 
 from __future__ import annotations

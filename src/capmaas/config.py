@@ -108,6 +108,37 @@ class MaasSection(BaseModel):
         return value
 
 
+class LxdSection(BaseModel):
+    """VM hosts on a shared management cluster (docs/security.md, "VM-host tenancy and DNS names")."""
+
+    vm_host_namespaces: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Namespaces whose MaasMachines may register their machine as a MAAS VM host (``registerVMHost``, or the
+    MaasCluster's ``lxdConfig.enabled``); ``*``: every namespace. Comma-separated in the environment
+    (``CAPMAAS_LXD__VM_HOST_NAMESPACES``). Empty (the default): none may (``VMHostRegistrationNotAllowed``).
+    A registered host is tagged ``capmaas-ns-<namespace>`` and only that namespace's LXD machines use it."""
+
+    @field_validator("vm_host_namespaces", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+
+class DnsSection(BaseModel):
+    """The control-plane DNS records capmaas creates in MAAS."""
+
+    namespace_domains: dict[str, list[str]] = Field(default_factory=dict)
+    """Per namespace (``*``: every namespace), the MAAS DNS domains its MaasClusters' records may be created
+    in; JSON in the environment (``CAPMAAS_DNS__NAMESPACE_DOMAINS='{"team-a": ["a.maas"], "*": ["maas"]}'``).
+    Empty (the default): any domain. Another domain gives ``DNSDomainNotAllowed``."""
+
+    adopt_records_by_name: bool = False
+    """One-time migration: let a MaasCluster without the ``…/dns-record`` annotation (created before capmaas
+    recorded record ids) adopt the existing record named for its UID. Off (the default) such a record is a
+    ``DNSRecordConflict``: a name is no proof of ownership. Turn it on for one upgrade, then off again."""
+
+
 class PollingSection(BaseModel):
     """The shared per-endpoint poller: one list call per interval covers every machine in flight."""
 
@@ -136,6 +167,11 @@ class PollingSection(BaseModel):
     leak_audit_interval: float = 60.0
     """Seconds between leak audits: MAAS machines still held for MaasMachines seen deleted
     (``capmaas_machines_leaked``; see capmaas.operator.leaks). 0 turns the audit off."""
+
+    orphan_report_interval: float = 300.0
+    """Seconds between orphan reports: MAAS machines, VM hosts and DNS records of capmaas that no live object
+    names (``capmaas_orphans``; see capmaas.operator.orphans). One machine listing, one VM host listing and
+    one DNS listing per MAAS identity and pass. 0 turns the report off."""
 
 
 class MachineSection(BaseModel):
@@ -243,6 +279,8 @@ class OperatorConfig(BaseSettings):
     kube: KubeSection = Field(default_factory=KubeSection)
     maas: MaasSection = Field(default_factory=MaasSection)
     polling: PollingSection = Field(default_factory=PollingSection)
+    lxd: LxdSection = Field(default_factory=LxdSection)
+    dns: DnsSection = Field(default_factory=DnsSection)
     machine: MachineSection = Field(default_factory=MachineSection)
     server: ServerSection = Field(default_factory=ServerSection)
     logging: LoggingSection = Field(default_factory=LoggingSection)

@@ -61,7 +61,7 @@ def inventory() -> Inventory:
             )  # fmt: skip
             hosts.append(
                 {"name": f"lxd-{z}-{i}", "host": f"kvm-{z}-{i}", "pool": "lxd-pool",
-                 "cpu_over_commit_ratio": 1.0, "memory_over_commit_ratio": 1.0,
+                 "cpu_over_commit_ratio": 1.0, "memory_over_commit_ratio": 1.0, "tags": ["capmaas-shared"],
                  "storage_pools": [{"name": "default", "size": "500G", "default": True}]}
             )  # fmt: skip
         for i in range(3):
@@ -195,6 +195,7 @@ async def test_cluster_template_lxd_objects_unchanged_become_lxd_vms_and_leave_n
 
 async def test_cluster_template_hcp_cluster_turns_its_machines_into_vm_hosts(harness: Harness) -> None:
     h = harness
+    h.operator.env["CAPMAAS_LXD__VM_HOST_NAMESPACES"] = h.namespace  # the admin lets it register hosts
     h.operator.start()
     objs = await go_cluster(h, "templates__cluster-template-hcp.yaml")
     cond = await h.condition("maasclusters", "go-demo", C.SETTINGS_APPLIED_CONDITION)

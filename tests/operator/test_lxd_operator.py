@@ -23,7 +23,8 @@ ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
 
 
 def inventory(hosts_per_zone: int = 2, cores: int = 8, metal: int = 2) -> Inventory:
-    """3 zones, ``hosts_per_zone`` LXD hosts each (over-commit 1.0), ``metal`` bare-metal machines each."""
+    """3 zones, ``hosts_per_zone`` LXD hosts each (over-commit 1.0, tagged ``capmaas-shared``: an admin's
+    hosts for every namespace), ``metal`` bare-metal machines each."""
     zones = ["az1", "az2", "az3"]
     machines: list[dict[str, Any]] = []
     hosts: list[dict[str, Any]] = []
@@ -35,7 +36,7 @@ def inventory(hosts_per_zone: int = 2, cores: int = 8, metal: int = 2) -> Invent
             )  # fmt: skip
             hosts.append(
                 {"name": f"lxd-{z}-{i}", "host": f"kvm-{z}-{i}", "cpu_over_commit_ratio": 1.0,
-                 "memory_over_commit_ratio": 1.0,
+                 "memory_over_commit_ratio": 1.0, "tags": ["capmaas-shared"],
                  "storage_pools": [{"name": "default", "size": "300G", "default": True}]}
             )  # fmt: skip
         for i in range(metal):
@@ -219,6 +220,7 @@ async def test_register_vm_host_makes_a_deployed_machine_a_vm_host_that_receives
     harness: Harness,
 ) -> None:
     h = harness
+    h.operator.env["CAPMAAS_LXD__VM_HOST_NAMESPACES"] = h.namespace  # the admin lets it register hosts
     h.operator.start()
     await h.cluster()
     await custom_machine(h, "host0", cp=False, minCPU=16, minMemory=65536, registerVMHost=True)
@@ -227,6 +229,11 @@ async def test_register_vm_host_makes_a_deployed_machine_a_vm_host_that_receives
     registered = h.sim.state.hosts_of(sid)
     assert len(registered) == 1
     assert registered[0].type == "lxd"
+
+    async def tagged() -> bool:
+        return f"capmaas-ns-{h.namespace}" in registered[0].tags  # the namespace's host (issue 21)
+
+    await h.wait("the VM host tagged for the namespace", tagged, within=30)
     await lxd_machine(h, "cp0", cp=True)
     await h.wait("cp0 Ready on the new VM host", lambda: all_ready(h, ["cp0"]), within=60)
     vm = h.sim.machine(await h.field("maasmachines", "cp0", "spec", "systemID"))

@@ -103,6 +103,8 @@ async def test_delete_for_move_leaves_the_maas_machine_alone(harness: Harness) -
     await h.machine("w0", cp=False)
     await h.wait("Ready", lambda: ready(h, "w0"))
     sid = await h.field("maasmachines", "w0", "spec", "systemID")
+    # clusterctl move pauses the Cluster before it deletes anything (only then is the annotation honoured).
+    await h.k("patch", "clusters", "c1", "-n", h.namespace, "--type=merge", "-p", '{"spec":{"paused":true}}')
     await h.k(
         "annotate", "maasmachines", "w0", "-n", h.namespace, "clusterctl.cluster.x-k8s.io/delete-for-move="
     )

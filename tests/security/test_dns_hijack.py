@@ -7,8 +7,9 @@ own namespace, with the chart's RBAC and admission policy installed) creates a C
 MaasCluster points ``spec.controlPlaneEndpoint.host`` at the victim's record, then deletes it. Before the fix
 the operator matched the name's shape, emptied the victim's record (the attacker has no control plane) and
 deleted it with the attacker's cluster. Now the record is the victim's because the victim's MaasCluster
-created it (its id is in an annotation only the operator may write): the attacker gets ``DNSRecordConflict``
-and the record is untouched.
+created it (its id is in an annotation only the operator may write), and the name is not the attacker's own
+(issue 21: the attacker gets ``DNSNameNotOwn`` before MAAS is asked; it was ``DNSRecordConflict``, from the
+record's id, before names were checked) and the record is untouched.
 """
 
 from __future__ import annotations
@@ -109,14 +110,14 @@ async def test_a_same_named_cluster_in_another_namespace_cannot_take_the_dns_rec
     async def conflict() -> dict[str, Any] | None:
         got = json.loads((await attacker.ak("get", "maasclusters", "c1", "-o", "json")).stdout)
         for c in got.get("status", {}).get("conditions") or ():
-            if c["type"] == C.DNS_READY_CONDITION and c["reason"] == C.DNS_RECORD_CONFLICT_REASON:
+            if c["type"] == C.DNS_READY_CONDITION and c["reason"] == C.DNS_NAME_NOT_OWN_REASON:
                 return dict(c)
         return None
 
     async def refused() -> bool:
         return await conflict() is not None
 
-    await h.wait("the attacker's DNSReady=False/DNSRecordConflict", refused, within=60)
+    await h.wait("the attacker's DNSReady=False/DNSNameNotOwn", refused, within=60)
     cond = await conflict()
     assert cond is not None
     assert cond["status"] == "False"

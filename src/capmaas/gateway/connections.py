@@ -12,7 +12,7 @@ from collections.abc import Callable
 from capmaas import maas
 from capmaas.gateway.poller import MachinePoller, Wake
 from capmaas.gateway.session import MaasSession
-from capmaas.reconcilers.ports import MaasCredentials
+from capmaas.reconcilers.ports import MaasCredentials, identity_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,8 @@ class MaasConnections:
 
     The first connect of an identity checks it with ``whoami`` (one request per identity, not per machine), so
     a wrong key is reported on the MaasCluster as an invalid-credentials condition instead of failing deep in
-    an allocate.
+    an allocate; the user it names makes the session's identity fingerprint (every reference the reconcilers
+    write from this session's answers is bound to it).
 
     Tenants choose their endpoints, so one endpoint must never hold up another: each (endpoint, identity) has
     its own lock (concurrent first connects of one identity share one ``whoami``; another identity's connect
@@ -115,7 +116,7 @@ class MaasConnections:
     async def _open(self, credentials: MaasCredentials) -> MaasSession:
         client = self._factory(credentials)  # InvalidApiKeyError for a malformed key
         try:
-            await client.whoami()
+            user = await client.whoami()
         except BaseException:
             await client.aclose()
             raise
@@ -130,7 +131,13 @@ class MaasConnections:
         )
         poller.start()
         log.info("MAAS session opened for %s (%s)", credentials.endpoint, credentials.source)
-        return MaasSession(credentials, client, poller, max_concurrent_writes=self._max_writes)
+        return MaasSession(
+            credentials,
+            client,
+            poller,
+            max_concurrent_writes=self._max_writes,
+            identity=identity_fingerprint(credentials.endpoint, user.username),
+        )
 
     async def _retire(self, key: tuple[str, str]) -> None:
         if key in self._by_source.values() and list(self._by_source.values()).count(key) > 1:

@@ -30,8 +30,11 @@ class MaasSession:
         poller: MachinePoller,
         *,
         max_concurrent_writes: int = 16,
+        identity: str = "",
     ) -> None:
         self.credentials = credentials
+        #: The identity fingerprint (endpoint + MAAS user) of this session's key.
+        self.identity = identity
         self.client = client
         self.poller = poller
         # Writes queue here rather than in the HTTP connection pool: a burst of a thousand new machines must
@@ -219,6 +222,13 @@ class MaasSession:
         except maas_errors.NotFoundError:
             return False
         return True
+
+    async def tag_vm_host(self, host_id: int, *, add: Sequence[str], remove: Sequence[str] = ()) -> None:
+        async with self._writes:
+            for tag in add:
+                await self.client.vm_hosts.add_tag(host_id, tag)
+            for tag in remove:
+                await self.client.vm_hosts.remove_tag(host_id, tag)
 
     async def aclose(self) -> None:
         await self.poller.stop()

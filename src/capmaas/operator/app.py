@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -40,11 +41,18 @@ from capmaas.operator.leader import (
 )
 from capmaas.operator.leaks import LeakAudit
 from capmaas.operator.metrics import Metrics
+from capmaas.operator.orphans import ORPHAN_REASON, OrphanReport
 from capmaas.operator.templates import register as register_templates
 from capmaas.operator.workers import Reconcile, Workers
 from capmaas.reconcilers.cluster import ClusterReconciler
 from capmaas.reconcilers.credentials import parse_selector
-from capmaas.reconcilers.keys import ANNOTATION_PREFIX, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL
+from capmaas.reconcilers.handoff import cluster_paused
+from capmaas.reconcilers.keys import (
+    ANNOTATION_PREFIX,
+    CLUSTER_NAME_LABEL,
+    CONTROL_PLANE_LABEL,
+    DELETE_FOR_MOVE_ANNOTATION,
+)
 from capmaas.reconcilers.machine import MachineReconciler, MachineSettings
 from capmaas.reconcilers.ports import (
     Body,
@@ -55,6 +63,7 @@ from capmaas.reconcilers.ports import (
     ObjectPlural,
 )
 from capmaas.reconcilers.scope import Requeue
+from capmaas.reconcilers.tenancy import Tenancy
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +204,15 @@ def default_credentials(config: OperatorConfig) -> MaasCredentials | None:
     )
 
 
+def tenancy(config: OperatorConfig) -> Tenancy:
+    """Which namespaces may register VM hosts, use which DNS domains, adopt records by name."""
+    return Tenancy(
+        vm_host_namespaces=frozenset(config.lxd.vm_host_namespaces),
+        dns_domains={ns: frozenset(d) for ns, d in config.dns.namespace_domains.items()},
+        adopt_dns_by_name=config.dns.adopt_records_by_name,
+    )
+
+
 @dataclass
 class Runtime:
     """Everything the handlers share; built once per operator run."""
@@ -208,6 +226,7 @@ class Runtime:
     clusters: Workers
     first_pass: list[float]  # wall time leadership began, until the first reconcile after it logs it
     leaks: LeakAudit
+    orphans: OrphanReport
     release: Callable[[], Awaitable[None]] = _nothing  # gives the Lease up (leader election on)
 
     async def lead(self) -> None:
@@ -284,6 +303,7 @@ def build_runtime(
         hot_max=config.polling.hot_max_interval,
     )
     creds = default_credentials(config)
+    rules = tenancy(config)
     ms = config.machine
     machine_rec = MachineReconciler(
         kube,
@@ -301,8 +321,9 @@ def build_runtime(
             ),
         ),
         recorder=metrics,
+        tenancy=rules,
     )
-    cluster_rec = ClusterReconciler(kube, connections, default_credentials=creds)
+    cluster_rec = ClusterReconciler(kube, connections, default_credentials=creds, tenancy=rules)
 
     def logged(reconcile: Reconcile) -> Reconcile:
         async def first(body: Body) -> Requeue:
@@ -335,7 +356,23 @@ def build_runtime(
     clusters = workers("maasclusters", cluster_rec.reconcile)
     holder.update(maasmachines=machines, maasclusters=clusters)
     leaks = LeakAudit(store, connections.sessions, report=metrics.leaked_machines)
-    return Runtime(config, store, kube, metrics, connections, machines, clusters, first_pass, leaks)
+    me = operator_object(config)
+    orphans = OrphanReport(
+        store,
+        connections.sessions,
+        report=metrics.orphans,
+        warn=lambda message: kube.emit_event(me, "Warning", ORPHAN_REASON, message),
+    )
+    return Runtime(config, store, kube, metrics, connections, machines, clusters, first_pass, leaks, orphans)
+
+
+def operator_object(config: OperatorConfig) -> Body:
+    """What the operator's own Events (the orphan report's) are about: its Pod (``POD_NAME`` and
+    ``POD_NAMESPACE``, as the chart sets them), else the namespace it runs in: where an admin looks."""
+    pod, namespace = os.environ.get("POD_NAME"), default_namespace(config.kube.namespace)
+    if pod:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": namespace}}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "namespace": namespace}}
 
 
 def _deleting(body: Any) -> bool:
@@ -389,6 +426,9 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         if config.polling.leak_audit_interval > 0:
             task = asyncio.create_task(rt.leaks.run(config.polling.leak_audit_interval), name="leak audit")
             audit.append(task)
+        if config.polling.orphan_report_interval > 0:
+            interval = config.polling.orphan_report_interval
+            audit.append(asyncio.create_task(rt.orphans.run(interval), name="orphan report"))
 
     @kopf.on.cleanup(registry=registry)
     async def shutdown(**_: Any) -> None:
@@ -414,6 +454,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         that now matches its label carries on from the annotations and status it has."""
         if not await rt.kube.handed_off(plural, body):
             return False
+        rt.orphans.handed_on(body)  # another shard carries what it holds on
         ns, name = _meta(body)
         key = object_key(plural, ns, name)
         rt.store.forget(plural, ns, name)
@@ -421,6 +462,17 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         rt.metrics.handed_off.labels(plural).inc()
         log.info("%s left this shard's watch filter %s: handed off, nothing released", key, selector)
         return True
+
+    def moved_out(body: kopf.Body) -> bool:
+        """Deleted for ``clusterctl move`` while its Cluster was paused (what the reconcilers honour): what it
+        held lives on under the target's operator."""
+        annotations = body.get("metadata", {}).get("annotations") or {}
+        if DELETE_FOR_MOVE_ANNOTATION not in annotations:
+            return False
+        meta = body.get("metadata", {})
+        owner = next((r for r in meta.get("ownerReferences") or () if r.get("kind") == "Cluster"), None)
+        name = str((owner or {}).get("name") or (meta.get("labels") or {}).get(CLUSTER_NAME_LABEL) or "")
+        return cluster_paused(rt.store.find("clusters", meta.get("namespace", ""), name))
 
     def outside(plural: ObjectPlural, type: str | None, body: kopf.Body) -> bool:
         """An object outside the watch filter: ignored, and counted. The label selector on the watch keeps
@@ -442,7 +494,10 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         if type == "DELETED" and await handed_off("maasmachines", body):
             return
         if type == "DELETED" or (meta.get("deletionTimestamp") and not meta.get("finalizers")):
-            rt.leaks.deleted(body)  # first: its loop's end stops the poll the audit needs
+            moved = moved_out(body)
+            rt.leaks.deleted(body, moved=moved)  # first: its loop's end stops the poll the audit needs
+            if moved:
+                rt.orphans.handed_on(body)
         if type == "DELETED":
             rt.store.delete("maasmachines", ns, name, uid=meta.get("uid"))
             rt.machines.wake(key)
@@ -471,6 +526,8 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         if type == "DELETED" and await handed_off("maasclusters", body):
             return
         if type == "DELETED":
+            if moved_out(body):
+                rt.orphans.handed_on(body)
             rt.store.delete("maasclusters", ns, name, uid=body.get("metadata", {}).get("uid"))
             rt.clusters.wake(key)
             return

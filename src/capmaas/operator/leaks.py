@@ -15,9 +15,11 @@ to the endpoint it came from):
   It is checked again every pass, so the count falls once someone releases it.
 
 Not counted: a system ID a live MaasMachine records (a re-created object adopted it), and an object deleted
-for ``clusterctl move`` (its machine lives on under the target cluster's object). Limits: the audit knows the
-deletions it saw while leading, of machines a pooled session watched; after a restart, for a deletion while no
-operator ran, or once the session is closed (credentials rotated), a leak is not seen.
+for ``clusterctl move`` with its Cluster paused (its machine lives on under the target cluster's object; the
+annotation on an unpaused Cluster's object is ignored, as the reconcilers ignore it). Limits: the audit knows
+the deletions it saw while leading, of machines a pooled session watched; after a restart, for a deletion
+while no operator ran, or once the session is closed (credentials rotated), a leak is not seen here: the
+orphan report (:mod:`capmaas.operator.orphans`) looks from MAAS's side for those.
 """
 
 from __future__ import annotations
@@ -84,13 +86,16 @@ class LeakAudit:
         self._leaking: set[str] = set()  # system IDs found still held under their agent name
         self.leaked = 0
 
-    def deleted(self, body: Mapping[str, Any]) -> None:
+    def deleted(self, body: Mapping[str, Any], *, moved: bool | None = None) -> None:
         """A MaasMachine is gone (its DELETED event, or its last state: deletionTimestamp and no finalizer).
-        Call it before the object's loop ends, while its session still watches the machine."""
+        Call it before the object's loop ends, while its session still watches the machine. ``moved``: it was
+        deleted for ``clusterctl move`` with its Cluster paused (None: judged by the annotation alone)."""
         meta = body.get("metadata") or {}
         sid = str((body.get("spec") or {}).get("systemID") or "")
         annotations = meta.get("annotations") or {}
-        if not sid or DELETE_FOR_MOVE_ANNOTATION in annotations:
+        if moved is None:
+            moved = DELETE_FOR_MOVE_ANNOTATION in annotations
+        if not sid or moved:
             return
         agent = str(annotations.get(ANNOTATION_PREFIX + AGENT_NAME) or meta.get("uid") or "")
         session = next((x for x in self._sessions() if x.snapshot(sid) is not None), None)

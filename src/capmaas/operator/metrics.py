@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -141,6 +141,18 @@ class Metrics:
             registry=self.registry,
         )
         leaked.set_function(lambda: self.leaked)
+        #: Set by the orphan report (:mod:`capmaas.operator.orphans`): what capmaas holds in MAAS that no live
+        #: object names, by kind (machine, vm_host, dns_record).
+        self.orphaned: dict[str, int] = {}
+        orphans = Gauge(
+            "capmaas_orphans",
+            "MAAS machines, VM hosts and DNS records of capmaas that no live object names (never released "
+            "automatically), by kind",
+            ["kind"],
+            registry=self.registry,
+        )
+        for kind in ("machine", "vm_host", "dns_record"):
+            orphans.labels(kind).set_function(self._orphan_count(kind))
         self.allocation = Histogram(
             "capmaas_allocation_duration_seconds", "MAAS allocate call duration", registry=self.registry
         )
@@ -192,6 +204,13 @@ class Metrics:
     def leaked_machines(self, count: int) -> None:
         """The leak audit's latest count."""
         self.leaked = count
+
+    def _orphan_count(self, kind: str) -> Callable[[], float]:
+        return lambda: self.orphaned.get(kind, 0)
+
+    def orphans(self, counts: Mapping[Any, int]) -> None:
+        """The orphan report's latest counts, by kind."""
+        self.orphaned = dict(counts)
 
     def machine_adopted(self) -> None:
         self.adopted.inc()

@@ -133,7 +133,7 @@ class BareMetal:
                 await scope.flush()
                 return Requeue(0.0)
             scope.set_annotation(REPLACING, None)  # still ours: decide again below
-            self.life.verified[scope.uid] = sid
+            self.life.proved(scope, port, sid)
         if not sid:
             waiting = self._backing_off(scope)
             if waiting is not None:
@@ -142,17 +142,22 @@ class BareMetal:
             if isinstance(got, Requeue):
                 return got
             sid = got
-        elif self.life.verified.get(scope.uid) != sid and not await self._holds(scope, port, sid):
+            self.life.proved(scope, port, sid)  # the allocate (or adopt) answer under our agent name
+        elif not self.life.knows(scope, port, sid):
             # spec.systemID is just a field someone wrote: before the lifecycle deploys, releases or marks
-            # it broken, MAAS must show it held under this object's agent name.
-            self._forget(scope, port, sid)
-            msg = f"MAAS machine {sid} is not held under this MaasMachine's agent name; forgot it"
-            scope.event("Warning", "MachineNotOurs", f"{msg}, nothing sent to it")
-            scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.MACHINE_NOT_FOUND_REASON, msg)
-            await scope.flush()
-            return Requeue(0.0)
-        self.life.verified[scope.uid] = str(sid)
+            # it broken, MAAS must show it held under this object's agent name (through this identity).
+            if not await self._holds(scope, port, sid):
+                self._forget(scope, port, sid)
+                msg = f"MAAS machine {sid} is not held under this MaasMachine's agent name; forgot it"
+                scope.event("Warning", "MachineNotOurs", f"{msg}, nothing sent to it")
+                scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.MACHINE_NOT_FOUND_REASON, msg)
+                await scope.flush()
+                return Requeue(0.0)
+            self.life.proved(scope, port, sid)
         return str(sid)
+
+    async def owns(self, scope: MachineScope, port: MaasPort, system_id: str) -> bool:
+        return await self._holds(scope, port, system_id)
 
     async def _allocate(self, scope: MachineScope, port: MaasPort) -> str | Requeue:
         life = self.life
@@ -423,8 +428,13 @@ class BareMetal:
             scope.set_annotation(REPLACING, sid)
             await scope.flush()
         m = port.snapshot(sid)
+        held = m is not None and m.owner is not None and m.status != maas.NodeStatus.READY
+        if held and scope.proven != sid and not await self._holds(scope, port, sid):
+            # No memory skips the lookup before a release or mark-broken: not held for us, nothing sent.
+            held = False
+            scope.event("Warning", "MachineNotOurs", f"MAAS machine {sid} is not held for us; nothing sent")
         try:
-            if m is not None and m.owner is not None and m.status != maas.NodeStatus.READY:
+            if held:
                 if broken:
                     # mark_broken releases it *and* keeps it out of the pool, so it is not handed to us again.
                     await port.mark_broken(sid, comment=f"capmaas {scope.key}: {reason}: {why}")

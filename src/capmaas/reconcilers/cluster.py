@@ -12,8 +12,16 @@ once no MaasMachine of the cluster is left.
 Ownership (issue 10): a record is ours only if we created it. Its MAAS id and name are kept in the
 ``…/dns-record`` annotation (written by the operator only: the admission policy; kept by clusterctl move,
 which restores no status) and shown in ``status.network``. No other record is ever written or deleted: a
-record of the endpoint's name that is not ours is a ``DNSRecordConflict``. A MaasCluster from before the
-annotation existed adopts only the record named exactly as :func:`dns_name` names it for *its* UID.
+record of the endpoint's name that is not ours is a ``DNSRecordConflict``.
+
+Names (issue 21): capmaas creates only the record named for this MaasCluster (:func:`dns_name`, a suffix of
+64 bits of the UID's hash, so no UID another tenant can get names the same record). A host of the managed
+shape (``<cluster>-….<dnsDomain>``) that is not exactly that name is refused (``DNSNameNotOwn``), and with
+the admin's per-namespace domain list (``dns.namespace_domains``) so is another domain
+(``DNSDomainNotAllowed``). Nothing is adopted by name by default: only the record this MaasCluster marked
+``…/dns-record-pending`` before creating it (a crash between create and the id write), or, with the one-time
+migration setting ``dns.adopt_records_by_name``, the record named for its UID by this or the 24-bit scheme
+of earlier releases (:func:`legacy_dns_name`).
 
 Which address of a machine goes into the record: :mod:`capmaas.api.preferred_subnets` (the spec, else the Go
 provider's ConfigMap ``maas-preferred-subnet`` in the namespace).
@@ -39,14 +47,15 @@ from capmaas.api.v1beta1 import (
     MachineAddress,
 )
 from capmaas.maas import errors as maas_errors
-from capmaas.reconcilers import facts
-from capmaas.reconcilers.credentials import connect_with_credentials, maas_failure, transport_security
+from capmaas.reconcilers import facts, identity
+from capmaas.reconcilers.credentials import connect_ref, effective_ref, maas_failure, transport_security
 from capmaas.reconcilers.errors import ReconcileError
+from capmaas.reconcilers.handoff import Handoff
 from capmaas.reconcilers.keys import (
     CLUSTER_FINALIZER,
     CONTROL_PLANE_LABEL,
     CUSTOM_DNS_ANNOTATION,
-    DELETE_FOR_MOVE_ANNOTATION,
+    DNS_PENDING,
     DNS_RECORD,
     MANAGED_BY_ANNOTATION,
 )
@@ -61,6 +70,7 @@ from capmaas.reconcilers.ports import (
     MaasPort,
 )
 from capmaas.reconcilers.scope import ConditionStatus, ObjectScope, Requeue, is_paused, owner_ref
+from capmaas.reconcilers.tenancy import Tenancy
 
 DEFAULT_API_PORT = 6443
 RUNNING_STATES = frozenset({"Deployed", "Deploying"})
@@ -104,16 +114,39 @@ class ClusterScope(ObjectScope):
         return None if self.blocked is None else (False, *self.blocked)
 
 
+#: Hex digits of the name's suffix: 64 bits, so finding a UID whose name is another cluster's takes ~2^64
+#: MaasClusters (the 24 bits of earlier releases took ~2^24 creates: issue 21 attack 7).
+SUFFIX_HEX = 16
+#: The suffix of earlier releases' names (:func:`legacy_dns_name`).
+LEGACY_SUFFIX_HEX = 6
+#: A DNS label's longest length: the cluster-name part is cut so that name + ``-`` + suffix fits.
+MAX_LABEL = 63
+
+
+def _label_base(cluster_name: str) -> str:
+    return cluster_name.lower()[: MAX_LABEL - SUFFIX_HEX - 1].rstrip("-") or "cluster"
+
+
 def dns_name(cluster_name: str, uid: str, domain: str) -> str:
-    suffix = hashlib.sha256(uid.encode()).hexdigest()[:6]
+    """The record name of a MaasCluster: ``<cluster>-<16 hex of sha256(uid)>.<domain>`` (the same on every
+    pass, so a crash between create and the annotation write finds the same name)."""
+    suffix = hashlib.sha256(uid.encode()).hexdigest()[:SUFFIX_HEX]
+    return f"{_label_base(cluster_name)}-{suffix}.{domain}".lower()
+
+
+def legacy_dns_name(cluster_name: str, uid: str, domain: str) -> str:
+    """The name earlier releases gave (24-bit suffix): adopted only with ``dns.adopt_records_by_name``."""
+    suffix = hashlib.sha256(uid.encode()).hexdigest()[:LEGACY_SUFFIX_HEX]
     return f"{cluster_name}-{suffix}.{domain}".lower()
 
 
 def is_managed_name(host: str, cluster_name: str, domain: str) -> bool:
     """Whether ``host`` has the shape of a name capmaas generates: such an endpoint is served by a MAAS DNS
-    record (ours, or a conflict), any other host is the user's own endpoint. The shape says nothing about
+    record (ours, or refused), any other host is the user's own endpoint. The shape says nothing about
     whose record it is: that is :class:`OwnedRecord`'s job."""
-    return bool(domain) and host.startswith(f"{cluster_name}-") and host.endswith(f".{domain}")
+    if not domain or not host.endswith(f".{domain}"):
+        return False
+    return host.startswith(f"{cluster_name}-") or host.startswith(f"{_label_base(cluster_name)}-")
 
 
 @dataclass(frozen=True)
@@ -205,15 +238,22 @@ def control_plane(
 
 class ClusterReconciler:
     def __init__(
-        self, kube: KubePort, connector: MaasConnector, *, default_credentials: MaasCredentials | None
+        self,
+        kube: KubePort,
+        connector: MaasConnector,
+        *,
+        default_credentials: MaasCredentials | None,
+        tenancy: Tenancy | None = None,
     ) -> None:
         self.kube = kube
         self.connector = connector
         self.default_credentials = default_credentials
+        self.tenancy = tenancy or Tenancy()
         # The DNS record as last read or written, per MaasCluster UID: a pass whose control-plane IPs did not
         # change costs no MAAS request. Soft state: lost on restart, re-read once.
-        self._dns: dict[str, DnsRecord] = {}
+        self._dns: dict[str, tuple[str, DnsRecord]] = {}  # UID -> (identity fingerprint, record)
         self.owners = Owners(kube)
+        self.handoff = Handoff()
 
     async def reconcile(self, body: Body) -> Requeue:
         if MANAGED_BY_ANNOTATION in (body.get("metadata", {}).get("annotations") or {}):
@@ -244,17 +284,23 @@ class ClusterReconciler:
             return False
         return True
 
-    async def _connect(self, scope: ClusterScope) -> MaasPort:
+    async def _connect(self, scope: ClusterScope, ref: str) -> MaasPort | None:
+        """The connection of credentials ``ref``; None when the DNS record came from another identity (then
+        forgotten, and nothing more is sent in this pass: :mod:`~capmaas.reconcilers.identity`)."""
         try:
-            port, creds = await connect_with_credentials(
-                self.kube, self.connector, scope.body, self.default_credentials
+            port, creds = await connect_ref(
+                self.kube, self.connector, scope.namespace, ref, self.default_credentials
             )
         except ReconcileError as exc:
             scope.set_condition(C.MAAS_CONNECTED_CONDITION, False, exc.reason, exc.message)
             raise
         scope.set_condition(C.MAAS_CONNECTED_CONDITION, True, C.MAAS_CONNECTED_REASON, port.endpoint)
         scope.set_condition(C.MAAS_TRANSPORT_SECURE_CONDITION, *transport_security(creds))
-        return port
+        identity.connected(scope, port, ref)
+        if identity.check_cluster(scope, port):
+            return port
+        self._dns.pop(scope.uid, None)
+        return None
 
     async def _normal(self, scope: ClusterScope) -> Requeue:
         if not await self._load(scope):
@@ -265,7 +311,9 @@ class ClusterReconciler:
             return Requeue()
         scope.add_finalizer(CLUSTER_FINALIZER)
         self._settings(scope)
-        port = await self._connect(scope)
+        port = await self._connect(scope, identity.apply_identity_ref(scope, self.kube, scope.cluster_name))
+        if port is None:
+            return Requeue(0.0)
         await self._failure_domains(scope, port)
         endpoint = await self._endpoint(scope, port)
         if endpoint is None:
@@ -335,7 +383,15 @@ class ClusterReconciler:
             scope.set_condition(C.DNS_READY_CONDITION, True, C.CUSTOM_ENDPOINT_REASON, host)
             return host
         own_name = dns_name(scope.cluster_name, scope.uid, domain)
-        fqdn = host or own_name
+        owned = OwnedRecord.parse(scope.annotation(DNS_RECORD))
+        fqdn = host or (owned.fqdn if owned is not None else own_name)
+        if owned is None and (refusal := self._refuse_name(scope, fqdn, own_name, domain)) is not None:
+            reason, msg = refusal
+            if scope.condition_reason(C.DNS_READY_CONDITION) != reason:
+                scope.event("Warning", reason, msg)  # once, not every pass
+            scope.set_condition(C.DNS_READY_CONDITION, False, reason, msg)
+            scope.block(reason, msg)
+            return None
         try:
             preferred = await self._preferred(scope)
         except ps.InvalidPreferredSubnets as exc:
@@ -388,25 +444,71 @@ class ClusterReconciler:
             )
         return fqdn
 
+    def _refuse_name(
+        self, scope: ClusterScope, fqdn: str, own_name: str, domain: str
+    ) -> tuple[str, str] | None:
+        """Why capmaas must not create (or adopt) the record ``fqdn`` for this MaasCluster, which has none
+        recorded yet: not exactly its own name, or a domain the admin did not list for its namespace."""
+        legacy = legacy_dns_name(scope.cluster_name, scope.uid, domain)
+        if fqdn != own_name and not (self.tenancy.adopt_dns_by_name and fqdn == legacy):
+            earlier = ""
+            if fqdn == legacy:
+                earlier = (
+                    "; it is the name an earlier release gave this MaasCluster: its record is adopted only "
+                    "with the one-time migration setting dns.adopt_records_by_name"
+                )
+            return C.DNS_NAME_NOT_OWN_REASON, (
+                f"spec.controlPlaneEndpoint.host {fqdn} has the shape of a name capmaas manages "
+                f"({scope.cluster_name}-….{domain}) but is not this MaasCluster's own ({own_name}); capmaas "
+                "creates only that record: leave the host empty, or use a host of another shape (then DNS "
+                f"is yours to serve){earlier}"
+            )
+        if not self.tenancy.dns_domain_allowed(scope.namespace, domain):
+            listed = sorted(self.tenancy.dns_domains_of(scope.namespace) or ())
+            return C.DNS_DOMAIN_NOT_ALLOWED_REASON, (
+                f"spec.dnsDomain {domain} is not a DNS domain namespace {scope.namespace} may use "
+                f"(allowed: {', '.join(listed) or 'none'}; operator setting dns.namespace_domains, env "
+                "CAPMAAS_DNS__NAMESPACE_DOMAINS)"
+            )
+        return None
+
+    def _adoptable(self, scope: ClusterScope, fqdn: str, own_name: str) -> bool:
+        """Whether this MaasCluster, with no record id recorded, may take the existing record ``fqdn`` by
+        name: the one it marked pending before creating it (a crash before the id write), or, under the
+        one-time migration setting only, the one named for its UID (by this or the earlier scheme)."""
+        if fqdn == own_name and scope.annotation(DNS_PENDING) == fqdn:
+            return True
+        if not self.tenancy.adopt_dns_by_name:
+            return False
+        domain = scope.want.dns_domain or ""
+        return fqdn in (own_name, legacy_dns_name(scope.cluster_name, scope.uid, domain))
+
     async def _sync(
         self, scope: ClusterScope, port: MaasPort, fqdn: str, own_name: str, cp: ControlPlane, *, cached: bool
     ) -> DnsRecord | str:
         """Make our record ``fqdn`` list ``cp.ips``: the record, or why it is not ours (nothing written)."""
         owned = OwnedRecord.parse(scope.annotation(DNS_RECORD))
-        record = self._dns.get(scope.uid) if cached else None
+        remembered = self._dns.get(scope.uid) if cached else None
+        # Remembered through this identity only, and only for an object stamped with it.
+        record = None
+        if remembered is not None and remembered[0] == port.identity and identity.is_bound_to(scope, port):
+            record = remembered[1]
         if record is None or record.fqdn != fqdn or owned is None or record.id != owned.id:
             record = await port.dns_find(fqdn)
-        conflict = self._conflict(owned, record, fqdn, own_name)
+        adoptable = owned is None and self._adoptable(scope, fqdn, own_name)
+        conflict = self._conflict(owned, record, fqdn, adoptable)
         if conflict:
             self._dns.pop(scope.uid, None)
             return conflict
         if record is None:
+            scope.set_annotation(DNS_PENDING, fqdn)  # before the create: a crash after it can claim it
+            await scope.flush()
             record = await port.dns_create(fqdn, cp.ips)
             self._own(scope, record)
             await scope.flush()  # the id at once: a crash now must not leave a record we cannot claim
             scope.event("Normal", "DNSRecordCreated", f"{fqdn} -> {sorted(cp.ips) or '(none yet)'}")
         elif owned is None:
-            self._own(scope, record)  # adopted: named for this MaasCluster's UID (see _conflict)
+            self._own(scope, record)  # adopted: pending, or the migration setting (see _adoptable)
             await scope.flush()
             scope.event("Normal", "DNSRecordAdopted", f"{fqdn} (MAAS id {record.id})")
         if cp.ips and record.ips != cp.ips:
@@ -416,7 +518,8 @@ class ClusterReconciler:
         elif cp.count == 0 and record.ips:
             await port.dns_update(record.id, frozenset())  # no control plane left at all
             record = DnsRecord(record.id, fqdn, frozenset())
-        self._dns[scope.uid] = record
+        self._dns[scope.uid] = (port.identity, record)
+        identity.adopt(scope)  # the record we recorded, found through this identity: stamp an older object
         return record
 
     async def _preferred(self, scope: ClusterScope) -> ps.PreferredSubnets:
@@ -430,15 +533,17 @@ class ClusterReconciler:
     def _own(scope: ClusterScope, record: DnsRecord) -> None:
         """Record ``record`` as ours: the annotation (trusted, survives a move) and status (for people)."""
         scope.set_annotation(DNS_RECORD, OwnedRecord(record.id, record.fqdn).annotation())
+        scope.set_annotation(DNS_PENDING, None)
         scope.set_status(network=ClusterNetworkStatus(dns_name=record.fqdn, dns_record_id=record.id))
 
     @staticmethod
-    def _conflict(owned: OwnedRecord | None, found: DnsRecord | None, fqdn: str, own_name: str) -> str | None:
+    def _conflict(
+        owned: OwnedRecord | None, found: DnsRecord | None, fqdn: str, adoptable: bool
+    ) -> str | None:
         """Why the record named ``fqdn`` must not be touched, or None when it is ours, to adopt, or absent.
 
-        Ours: the id we recorded. Without a recorded id (a MaasCluster from before the annotation, or a crash
-        between create and the annotation write), only the record named exactly :func:`dns_name` of this
-        MaasCluster's UID is adopted: another namespace's cluster of the same name gets another name."""
+        Ours: the id we recorded. Without a recorded id, only a record :meth:`_adoptable` allows (pending
+        create, or the migration setting): a name alone is no proof."""
         if owned is not None and owned.fqdn != fqdn:
             return (
                 f"spec.controlPlaneEndpoint.host is {fqdn} but this MaasCluster's DNS record is {owned.fqdn} "
@@ -448,21 +553,28 @@ class ClusterReconciler:
             return None
         if owned is not None and found.id == owned.id:
             return None
-        if owned is None and fqdn == own_name:
+        if owned is None and adoptable:
             return None
         whose = "created by someone else" if owned is None else f"not the one capmaas created (id {owned.id})"
+        migrate = ""
+        if owned is None:
+            migrate = (
+                "; a MaasCluster from a release before capmaas recorded record ids adopts its record only "
+                "with the one-time migration setting dns.adopt_records_by_name"
+            )
         return (
             f"the MAAS DNS record {fqdn} (id {found.id}) already exists and is {whose}; capmaas writes only "
             "records it created: choose another spec.controlPlaneEndpoint.host, or delete that record"
+            + migrate
         )
 
     async def _delete(self, scope: ClusterScope) -> Requeue:
         if CLUSTER_FINALIZER not in scope.finalizers:
             return Requeue()
-        if DELETE_FOR_MOVE_ANNOTATION in scope.annotations:
+        await self._load(scope)
+        if self.handoff.moving_out(scope, scope.cluster, scope.cluster_name):
             scope.remove_finalizer(CLUSTER_FINALIZER)
             return Requeue()
-        await self._load(scope)
         paused, why = is_paused(scope.body, scope.cluster)
         scope.set_paused_condition(paused, why)
         if paused:
@@ -482,16 +594,19 @@ class ClusterReconciler:
         """Delete the DNS record this MaasCluster created, and no other."""
         owned = OwnedRecord.parse(scope.annotation(DNS_RECORD))
         cep = scope.want.control_plane_endpoint
-        host = cep.host if cep else ""
+        host = (cep.host if cep else "") or (scope.annotation(DNS_PENDING) or "")  # created, spec not yet
         domain = scope.want.dns_domain or ""
         if CUSTOM_DNS_ANNOTATION in scope.annotations:
             return
-        # Before the annotation existed: the record named for this MaasCluster's UID only (see _conflict).
-        adopt = owned is None and bool(host) and host == dns_name(scope.cluster_name, scope.uid, domain)
+        # No id recorded: only a record _adoptable allows (pending create, or the migration setting).
+        own_name = dns_name(scope.cluster_name, scope.uid, domain)
+        adopt = owned is None and bool(host) and self._adoptable(scope, host, own_name)
         if owned is None and not adopt:
             return
         fqdn = owned.fqdn if owned is not None else host
-        port = await self._connect(scope)
+        port = await self._connect(scope, effective_ref(scope.body))
+        if port is None:  # the record came from another identity: forgotten, nothing sent
+            return
         try:
             record = await port.dns_find(fqdn)
             if record is not None and (adopt or (owned is not None and record.id == owned.id)):

@@ -26,6 +26,8 @@ from capmaas.api import conditions as C
 from capmaas.api.v1beta1 import IdentityRef, MaasClusterSpec
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers.errors import TransientError
+from capmaas.reconcilers.keys import ANNOTATION_PREFIX
+from capmaas.reconcilers.keys import IDENTITY_REF as IDENTITY_REF_ANNOTATION
 from capmaas.reconcilers.ports import (
     Body,
     KubePort,
@@ -209,17 +211,50 @@ def transport_security(creds: MaasCredentials) -> tuple[bool, str, str]:
     return True, C.TLS_VERIFIED_REASON, "https with MAAS's certificate verified"
 
 
+# --- which credentials ------------------------------------------------------------------------------------
+#: The credentials ref of the operator's default credentials (``…/identity-ref``).
+DEFAULT_REF = "default"
+SECRET_REF_PREFIX = "Secret/"
+
+
+def spec_ref(maascluster: Body) -> str:
+    """The credentials ``spec.identityRef`` asks for: ``Secret/<name>``, or ``default`` without one."""
+    raw = (maascluster.get("spec") or {}).get(IDENTITY_REF)
+    if not raw:
+        return DEFAULT_REF
+    return SECRET_REF_PREFIX + IdentityRef.model_validate(raw).name
+
+
+def effective_ref(maascluster: Body) -> str:
+    """The credentials a MaasCluster's objects use: the ones it is bound to (``…/identity-ref``, written by
+    the operator, changed only once no reference is held under it: :mod:`capmaas.reconcilers.identity`), else
+    ``spec.identityRef``'s."""
+    annotations = maascluster.get("metadata", {}).get("annotations") or {}
+    bound = annotations.get(ANNOTATION_PREFIX + IDENTITY_REF_ANNOTATION)
+    if bound == DEFAULT_REF or (bound or "").startswith(SECRET_REF_PREFIX):
+        return str(bound)
+    return spec_ref(maascluster)
+
+
+def describe_ref(ref: str) -> str:
+    return "the operator's default credentials" if ref == DEFAULT_REF else f"identity {ref}"
+
+
 # --- resolving -------------------------------------------------------------------------------------------
 async def resolve_credentials(
     kube: KubePort, maascluster: Body, default: MaasCredentials | None
 ) -> MaasCredentials:
-    """The credentials a MaasCluster's machines use; TransientError (with a clear reason) when unusable or
-    not allowed."""
+    """The credentials a MaasCluster's machines use (:func:`effective_ref`); TransientError (with a clear
+    reason) when unusable or not allowed."""
     ns = maascluster.get("metadata", {}).get("namespace", "")
-    raw = (maascluster.get("spec") or {}).get(IDENTITY_REF)
-    if not raw:
+    return await resolve_ref(kube, ns, effective_ref(maascluster), default)
+
+
+async def resolve_ref(kube: KubePort, ns: str, ref: str, default: MaasCredentials | None) -> MaasCredentials:
+    """The credentials ``ref`` (``default`` or ``Secret/<name>`` in namespace ``ns``) names."""
+    if not ref.startswith(SECRET_REF_PREFIX):
         return await resolve_default(kube, ns, default)
-    name = IdentityRef.model_validate(raw).name
+    name = ref.removeprefix(SECRET_REF_PREFIX)
     source = f"Secret {ns}/{name}"
     data = await kube.get_secret(ns, name)
     if data is None:
@@ -337,6 +372,14 @@ async def connect_with_credentials(
 ) -> tuple[MaasPort, MaasCredentials]:
     """:func:`connect`, also returning the credentials used (for :func:`transport_security`)."""
     creds = await resolve_credentials(kube, maascluster, default)
+    return await _open(connector, creds), creds
+
+
+async def connect_ref(
+    kube: KubePort, connector: MaasConnector, namespace: str, ref: str, default: MaasCredentials | None
+) -> tuple[MaasPort, MaasCredentials]:
+    """The connection of the credentials ``ref`` names (:func:`resolve_ref`), with those credentials."""
+    creds = await resolve_ref(kube, namespace, ref, default)
     return await _open(connector, creds), creds
 
 

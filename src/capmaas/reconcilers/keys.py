@@ -61,6 +61,23 @@ HOST_ID_ANNOTATION = "lxd-host-id"
 #: ``status.network``). clusterctl move restores no status but keeps annotations: this is how the moved
 #: MaasCluster (new UID) knows its record. The admission policy keeps tenants from writing it.
 DNS_RECORD = "dns-record"
+#: On a MaasCluster, written before the DNS record is created: the fqdn asked for. A pass that finds it
+#: without ``dns-record`` (a crash between the create and the id write) adopts the record of that name.
+DNS_PENDING = "dns-record-pending"
+#: The MAAS identity the object's references came from (:mod:`capmaas.reconcilers.identity`): a fingerprint of
+#: the endpoint and the MAAS user ``users/?op=whoami`` named, written in the same patch as any reference
+#: (:data:`BOUND_ANNOTATIONS`, ``spec.systemID``/``spec.providerID``). A reference is acted on only while the
+#: current credentials have this fingerprint.
+IDENTITY = "identity"
+#: Which credentials that identity was reached with: ``Secret/<name>`` (an identity Secret of the namespace)
+#: or ``default`` (the operator's). On a MaasCluster: the identity its machines use, changed only once no
+#: reference is held under it; on a MaasMachine: what a deletion uses once its MaasCluster is gone.
+IDENTITY_REF = "identity-ref"
+#: The annotations that name something in one MAAS (ids, names, marks of a request in doubt): bound to
+#: :data:`IDENTITY`.
+BOUND_ANNOTATIONS = frozenset(
+    {ALLOCATING, AGENT_NAME, REPLACING, COMPOSING, DECOMPOSING, HOST_ID_ANNOTATION, DNS_RECORD, DNS_PENDING}
+)
 #: The annotations that close a crash window: a write that sets or clears one carries the resourceVersion the
 #: pass read (:meth:`capmaas.reconcilers.scope.ObjectScope.flush`), so a writer acting on a stale copy of the
 #: object (a replica that lost the Lease, a cache behind the apiserver) gets 409 instead of going on.

@@ -20,7 +20,7 @@ from typing import Protocol
 from capmaas import backoff, maas
 from capmaas.api import conditions as C
 from capmaas.maas import errors as maas_errors
-from capmaas.reconcilers import facts
+from capmaas.reconcilers import facts, identity, vmhost
 from capmaas.reconcilers.credentials import maas_failure
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.keys import (
@@ -32,6 +32,7 @@ from capmaas.reconcilers.keys import (
 )
 from capmaas.reconcilers.ports import KubePort, MaasPort, NodePatchResult, Recorder
 from capmaas.reconcilers.scope import MachineScope, Requeue
+from capmaas.reconcilers.tenancy import Tenancy
 
 #: MAAS states the shared lifecycle handles; a provisioner's ``follow`` handles the others first.
 SHARED_STATES = frozenset({maas.NodeStatus.ALLOCATED, maas.NodeStatus.DEPLOYING, maas.NodeStatus.DEPLOYED})
@@ -104,6 +105,10 @@ class Provisioner(Protocol):
         """MAAS's refusal of a deploy, as the reason to give the machine back."""
         ...
 
+    async def owns(self, scope: MachineScope, port: MaasPort, system_id: str) -> bool:
+        """The ownership lookup (no memory): MAAS shows ``system_id`` held for this object now."""
+        ...
+
     async def give_back(
         self, scope: MachineScope, port: MaasPort, system_id: str, reason: str, why: str
     ) -> Requeue:
@@ -128,9 +133,13 @@ class Lifecycle:
         settings: MachineSettings,
         recorder: Recorder,
         clock: Callable[[], float],
+        tenancy: Tenancy | None = None,
     ) -> None:
         self.kube = kube
         self.settings = settings
+        self.tenancy = tenancy or Tenancy()
+        #: MaasMachine UID -> system ID whose registered VM host carries the namespace's tag (soft memory).
+        self.vm_hosts_tagged: dict[str, str] = {}
         self.recorder = recorder
         self.clock = clock
         self._power_on_sent: dict[str, float] = {}
@@ -138,7 +147,10 @@ class Lifecycle:
         # every object ever seen): the providerID already on its Node, and the MAAS system ID this process
         # has seen MAAS hold under the object's agent name (the ownership test, once per machine held).
         self._node_done: dict[str, str] = {}
-        self.verified: dict[str, str] = {}
+        #: UID -> (identity fingerprint, system ID): valid only for the identity it was proven with and only
+        #: while the object is stamped with that identity (:meth:`knows`); it spares the ownership lookup of
+        #: a pass that only follows the machine, never the one before a destructive call (:meth:`confirm`).
+        self.verified: dict[str, tuple[str, str]] = {}
 
     def backoff(self, attempt: int, *, cap: float | None = None) -> float:
         """The delay before retry ``attempt`` (0-based) of a reconcile step (full jitter)."""
@@ -146,6 +158,38 @@ class Lifecycle:
         return backoff.full_jitter(
             attempt, base=s.retry_base, cap=s.retry_max if cap is None else min(cap, s.retry_max)
         )
+
+    # --- ownership ---------------------------------------------------------------------------------------
+    def knows(self, scope: MachineScope, port: MaasPort, sid: str) -> bool:
+        """This process saw MAAS hold ``sid`` for this object, through ``port``'s identity, which the object's
+        references are stamped with (:mod:`capmaas.reconcilers.identity`)."""
+        return identity.is_bound_to(scope, port) and self.verified.get(scope.uid) == (port.identity, sid)
+
+    def proved(self, scope: MachineScope, port: MaasPort, sid: str) -> None:
+        """MAAS showed ``sid`` held for this object in this pass: remember it, stamp an object from before the
+        identity stamp (its migration)."""
+        scope.proven = sid
+        self.verified[scope.uid] = (port.identity, sid)
+        identity.adopt(scope)
+
+    async def confirm(
+        self, p: Provisioner, scope: MachineScope, port: MaasPort, sid: str, doing: str
+    ) -> bool:
+        """Right before a destructive call (deploy, power): MAAS must show ``sid`` held for this object, in
+        this pass (no memory counts). Otherwise the reference is forgotten with a Warning Event and False."""
+        if scope.proven == sid:
+            return True
+        if await p.owns(scope, port, sid):
+            self.proved(scope, port, sid)
+            return True
+        port.unwatch(sid)
+        self.verified.pop(scope.uid, None)
+        scope.set_spec(system_id=None, provider_id=None)
+        msg = f"MAAS {p.describe(sid)} is no longer held for this MaasMachine; forgot it, not {doing}"
+        scope.event("Warning", "MachineNotOurs", msg)
+        scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.MACHINE_NOT_FOUND_REASON, msg)
+        await scope.flush()
+        return False
 
     # --- normal ------------------------------------------------------------------------------------------
     async def run(self, p: Provisioner, scope: MachineScope, port: MaasPort) -> Requeue:
@@ -155,6 +199,7 @@ class Lifecycle:
             if refused == facts.deploy_inputs(scope.want, scope.machine):
                 return Requeue()  # the condition says why; a spec change wakes this object
             scope.set_annotation(DEPLOY_REFUSED, None)
+        vmhost.check_registration(scope, self.tenancy)
         got = await p.acquire(scope, port)
         if isinstance(got, Requeue):
             return got
@@ -197,7 +242,11 @@ class Lifecycle:
             return Requeue(max(1.0, started + timeout - self.clock()))
         if m.status == S.DEPLOYED:
             p.deployed(scope, m)
-            return await self.deployed(scope, port, m)
+            done = await self.deployed(p, scope, port, m)
+            later = await vmhost.tag_registered(scope, port, m, self.vm_hosts_tagged)
+            if later is not None and (done.after is None or later < done.after):
+                return Requeue(later)
+            return done
         scope.set_condition(
             C.MACHINE_PROVISIONED_CONDITION,
             "Unknown",
@@ -228,6 +277,8 @@ class Lifecycle:
             )
         fmt = facts.detect_format(data)
         spec = scope.want
+        if not await self.confirm(p, scope, port, m.system_id, "deploying it"):
+            return Requeue(0.0)
         try:
             new = await port.deploy(
                 m.system_id,
@@ -279,7 +330,7 @@ class Lifecycle:
         await scope.flush()
         return Requeue()
 
-    async def deployed(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue:
+    async def deployed(self, p: Provisioner, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue:
         """Deployed and not reported off: provisioned (Ready), then the Node step. Powered off: power it on.
 
         ``unknown`` and ``error`` are not ``off``: MAAS never queries a ``manual`` machine's power, so it
@@ -292,6 +343,8 @@ class Lifecycle:
             scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, reason, msg)
             last = self._power_on_sent.get(m.system_id, 0.0)
             if self.clock() - last >= self.settings.power_on_retry:
+                if not await self.confirm(p, scope, port, m.system_id, "powering it on"):
+                    return Requeue(0.0)
                 try:
                     await port.power_on(
                         m.system_id, comment=f"capmaas {scope.key}: powered off while deployed"
@@ -356,4 +409,5 @@ class Lifecycle:
         self.recorder.machine_phase(scope.key, None)
         self._node_done.pop(scope.uid, None)
         self.verified.pop(scope.uid, None)
+        self.vm_hosts_tagged.pop(scope.uid, None)
         return Requeue()

@@ -32,7 +32,7 @@ from capmaas import maas, placement
 from capmaas.api import conditions as C
 from capmaas.api.v1beta1 import PROVISIONING_MODE_LXD, VMResourceUsage
 from capmaas.maas import errors as maas_errors
-from capmaas.reconcilers import facts
+from capmaas.reconcilers import facts, identity
 from capmaas.reconcilers.credentials import maas_failure
 from capmaas.reconcilers.errors import TerminalError, TransientError
 from capmaas.reconcilers.keys import (
@@ -53,6 +53,9 @@ from capmaas.reconcilers.lxd_placer import (
     Listing,
     LxdPlacer,
     existing_placements,
+    foreign_pin,
+    not_ours_message,
+    tenant_candidates,
     user_zone,
     vm_hostname,
     vm_request,
@@ -160,7 +163,11 @@ class Lxd:
         sid = scope.want.system_id
         if not sid:
             sid = await self._place_and_compose(scope, port)
-        elif self.life.verified.get(scope.uid) != sid and not await self._owns(scope, port, sid):
+        elif self.life.knows(scope, port, sid):
+            pass
+        elif await self._owns(scope, port, sid):
+            self.life.proved(scope, port, sid)
+        else:
             # spec.systemID is just a field someone wrote: never allocate, deploy or decompose someone's VM.
             port.unwatch(sid)
             scope.set_spec(system_id=None, provider_id=None)
@@ -172,8 +179,12 @@ class Lxd:
             scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.MACHINE_NOT_FOUND_REASON, msg)
             await scope.flush()
             return Requeue(0.0)
-        self.life.verified[scope.uid] = str(sid)
+        # Composed by this pass, or proven: the VM named for this object (ours until someone allocates it).
+        self.life.verified[scope.uid] = (port.identity, str(sid))
         return str(sid)
+
+    async def owns(self, scope: MachineScope, port: MaasPort, system_id: str) -> bool:
+        return await self._owns(scope, port, system_id)
 
     def _no_fit_delay(self, uid: str) -> float:
         n = self.placer.waits.get(uid, 0) + 1
@@ -238,9 +249,11 @@ class Lxd:
         fresh = False
         for _ in range(MAX_COMPOSE_TRIES):
             listing = await self._listing(scope, port, fresh)
+            self._check_pin(scope, listing, request.pinned_host)
             siblings = self.life.kube.list_maasmachines(scope.namespace, scope.cluster_name or "")
             existing = existing_placements(siblings, scope.uid, listing, ANNOTATION_PREFIX)
-            candidates = [c for c in listing.candidates if c.id not in refused]
+            usable = tenant_candidates(listing, scope.namespace)  # only this namespace's and shared hosts
+            candidates = [c for c in usable if c.id not in refused]
             # No await between placing and reserving: ``place`` does both.
             result = book.place(request, candidates, existing, snapshot_at=listing.fetched_at)
             if isinstance(result, placement.NoFit):
@@ -260,6 +273,22 @@ class Lxd:
             C.VM_COMPOSE_FAILED_REASON, f"MAAS refused the compose on every chosen host: {notes}", delay=5.0
         )
 
+    def _check_pin(self, scope: MachineScope, listing: Listing, pin: str | None) -> None:
+        """A ``lxdConfig.vmHost`` pin onto a host that is not this namespace's: a condition naming the host,
+        nothing composed (another tenant's host would otherwise hold our VM and its deletion would wait)."""
+        host = foreign_pin(listing, pin, scope.namespace)
+        if host is None:
+            return
+        message = (
+            f"spec.lxdConfig.vmHost {pin!r}: VM host {host.name} is not available to namespace "
+            f"{scope.namespace} ({not_ours_message(scope.namespace)}); nothing composed"
+        )
+        scope.set_condition(C.LXD_HOST_SELECTED_CONDITION, False, C.VM_HOST_NOT_ALLOWED_REASON, message)
+        scope.set_condition(
+            C.LXD_RESOURCES_ALLOCATED_CONDITION, False, C.VM_HOST_NOT_ALLOWED_REASON, "nothing reserved"
+        )
+        raise TransientError(C.VM_HOST_NOT_ALLOWED_REASON, message, delay=self._no_fit_delay(scope.uid))
+
     def _no_fit(
         self, scope: MachineScope, result: placement.NoFit, listing: Listing, refused: dict[int, str]
     ) -> TransientError:
@@ -274,6 +303,9 @@ class Lxd:
         parts += [f"{listing.hosts[h].name} refused the compose ({why})" for h, why in refused.items()]
         if listing.ignored:
             parts.append("not LXD VM hosts: " + ", ".join(listing.ignored))
+        others = len(listing.candidates) - len(tenant_candidates(listing, scope.namespace))
+        if others:  # counted, not named: other tenants' host names are theirs
+            parts.append(f"{others} VM host(s) left out, {not_ours_message(scope.namespace)}")
         message = "; ".join(parts) + "; waiting for capacity"
         scope.set_condition(C.LXD_HOST_SELECTED_CONDITION, False, C.NO_VM_HOST_AVAILABLE_REASON, message)
         scope.set_condition(
@@ -403,7 +435,9 @@ class Lxd:
         """Whether the allocated VM is held under our UID, or under the agent name recorded when it was
         allocated (a moved MaasMachine has a new UID); checked once per process, then remembered. Recording
         the agent name found also covers objects allocated before the annotation existed, ahead of a move."""
-        if (scope.uid, m.system_id) in self.placer.allocated:
+        if (port.identity, scope.uid, m.system_id) in self.placer.allocated and identity.is_bound_to(
+            scope, port
+        ):
             return True
         recorded = scope.annotation(AGENT_NAME)
         for agent in dict.fromkeys(a for a in (scope.uid, recorded) if a):
@@ -412,17 +446,17 @@ class Lxd:
             except maas_errors.MaasError as exc:
                 raise maas_failure(exc, None, "checking who holds the VM") from exc
             if m.system_id in mine:
-                self.placer.allocated.add((scope.uid, m.system_id))
+                self.placer.allocated.add((port.identity, scope.uid, m.system_id))
                 scope.set_annotation(AGENT_NAME, agent)
+                self.life.proved(scope, port, m.system_id)
                 return True
         return False
 
     async def _owns(self, scope: MachineScope, port: MaasPort, sid: str) -> bool:
         """The ownership test before decomposing ``sid`` (``spec.systemID`` is just a field someone wrote):
         MAAS holds it under our agent name, or it is not allocated yet and carries the hostname composed for
-        this object (:func:`lxd_placer.vm_hostname`)."""
-        if (scope.uid, sid) in self.placer.allocated:
-            return True
+        this object (:func:`lxd_placer.vm_hostname`). Always asked (no memory): it runs right before a
+        decompose, and when nothing in this process proved ``sid`` ours through the current identity."""
         recorded = scope.annotation(AGENT_NAME)
         for agent in dict.fromkeys(a for a in (scope.uid, recorded) if a):
             try:
@@ -453,8 +487,9 @@ class Lxd:
             ) from exc
         except maas_errors.MaasError as exc:
             raise maas_failure(exc, None, f"allocating VM {m.system_id}") from exc
-        self.placer.allocated.add((scope.uid, new.system_id))
+        self.placer.allocated.add((port.identity, scope.uid, new.system_id))
         scope.set_annotation(AGENT_NAME, scope.uid)
+        self.life.proved(scope, port, new.system_id)
         scope.event("Normal", "VMAllocated", f"VM {new.system_id} allocated")
         return await self.life.deploy(self, scope, port, new)
 
@@ -470,6 +505,9 @@ class Lxd:
         """Give up on this VM (decomposing it if it is ours) and place a new one on the next pass."""
         attempts = scope.attempts or 1
         scope.event("Warning", reason, f"VM {sid}: {why}; composing another (attempt {attempts})")
+        if own and scope.proven != sid and not await self._owns(scope, port, sid):
+            own = False  # no memory skips the lookup before a decompose: not ours, nothing sent
+            scope.event("Warning", "VMNotOurs", f"VM {sid} is not held for this MaasMachine; not decomposed")
         if own:
             try:
                 await port.delete_machine(sid)
@@ -505,7 +543,7 @@ class Lxd:
             scope.set_annotation(COMPOSING, None)
             await scope.flush()
         if not sid:
-            return self._deleted(scope, None)
+            return self._deleted(scope, port, None)
         requested = scope.annotation(DECOMPOSING)
         if requested is None or self.life.clock() - float(requested) > DECOMPOSE_RECHECK:
             if not await self._owns(scope, port, sid):
@@ -524,19 +562,19 @@ class Lxd:
             self.placer.invalidate(port.endpoint)
             if not known:
                 port.unwatch(sid)
-                return self._deleted(scope, sid)
+                return self._deleted(scope, port, sid)
             scope.set_annotation(DECOMPOSING, str(self.life.clock()))
             scope.event("Normal", "VMDecomposing", f"deleting VM {sid} from its VM host")
             await scope.flush()
         port.watch(sid, scope.key)
         if port.is_gone(sid):
             port.unwatch(sid)
-            return self._deleted(scope, sid)
+            return self._deleted(scope, port, sid)
         scope.set_deletion(C.DECOMPOSING_REASON, f"{sid}: waiting for MAAS to remove it")
         return Requeue(DECOMPOSE_RECHECK)
 
-    def _deleted(self, scope: MachineScope, sid: str | None) -> Requeue:
+    def _deleted(self, scope: MachineScope, port: MaasPort, sid: str | None) -> Requeue:
         if sid:
             scope.event("Normal", "VMDecomposed", f"VM {sid} deleted; its resources are back on the host")
-            self.placer.allocated.discard((scope.uid, sid))
+            self.placer.allocated.discard((port.identity, scope.uid, sid))
         return self.life.finished(scope)

@@ -32,6 +32,7 @@ from capmaas.reconcilers.keys import (
     ZONE_SOURCE,
 )
 from capmaas.reconcilers.ports import Body, VmHostPort
+from capmaas.reconcilers.tenancy import SHARED_VM_HOST_TAG, host_usable, namespace_tag
 
 #: Tags that take a VM host out of placement (the Go provider's maintenance/no-schedule convention).
 MAINTENANCE_TAGS = frozenset({"maintenance", "noschedule", "no-schedule", "capmaas-maintenance"})
@@ -129,6 +130,23 @@ async def fetch_listing(port: VmHostPort, clock: Callable[[], float]) -> Listing
     return Listing(fetched_at, {h.id: h for h in hosts}, tuple(cands), tuple(ignored))
 
 
+def tenant_candidates(listing: Listing, namespace: str) -> tuple[placement.HostCandidate, ...]:
+    """The listing's candidates ``namespace`` may place on: tagged for it or shared (issue 21). The listing
+    itself stays shared by every namespace of the endpoint; only the view is per namespace."""
+    return tuple(c for c in listing.candidates if host_usable(c.tags, namespace))
+
+
+def foreign_pin(listing: Listing, pin: str | None, namespace: str) -> maas.VmHost | None:
+    """The host ``lxdConfig.vmHost`` names when it exists but is not ``namespace``'s to use; else None."""
+    host = listing.host_named(pin) if pin else None
+    return host if host is not None and not host_usable(host.tags, namespace) else None
+
+
+def not_ours_message(namespace: str) -> str:
+    """Why a host is left out for ``namespace``: the tags that would let it in."""
+    return f"tagged neither {namespace_tag(namespace)} nor {SHARED_VM_HOST_TAG}"
+
+
 @dataclass
 class EndpointState:
     """Per MAAS endpoint: the reservation book and the shared listing."""
@@ -147,13 +165,20 @@ class LxdPlacer:
         self.clock = clock
         self._endpoints: dict[str, EndpointState] = {}
         self.waits: dict[str, int] = {}  # MaasMachine UID -> consecutive NoFit passes
-        self.allocated: set[tuple[str, str]] = set()  # (MaasMachine UID, system ID) known to be held by us
+        #: (identity fingerprint, MaasMachine UID, system ID) seen held by us through that identity.
+        self.allocated: set[tuple[str, str, str]] = set()
 
     def state(self, endpoint: str) -> EndpointState:
         return self._endpoints.setdefault(endpoint.rstrip("/"), EndpointState())
 
     def book(self, endpoint: str) -> placement.ReservationBook:
         return self.state(endpoint).book
+
+    def forget(self, uid: str) -> None:
+        """A MaasMachine deleted without a MAAS session (it held nothing there): drop what it reserved."""
+        for st in self._endpoints.values():
+            st.book.release(uid)
+        self.waits.pop(uid, None)
 
     def invalidate(self, endpoint: str) -> None:
         """Forget the listing (a compose was refused, a host vanished): the next placement fetches anew."""

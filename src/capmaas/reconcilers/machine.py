@@ -15,11 +15,12 @@ import time
 from collections.abc import Callable, Mapping
 
 from capmaas.api import conditions as C
-from capmaas.reconcilers import facts
+from capmaas.reconcilers import facts, identity
 from capmaas.reconcilers.baremetal import BareMetal
-from capmaas.reconcilers.credentials import connect, connect_default
+from capmaas.reconcilers.credentials import DEFAULT_REF, connect_ref
 from capmaas.reconcilers.errors import ReconcileError, TransientError
-from capmaas.reconcilers.keys import DELETE_FOR_MOVE_ANNOTATION, MACHINE_FINALIZER
+from capmaas.reconcilers.handoff import Handoff
+from capmaas.reconcilers.keys import MACHINE_FINALIZER
 from capmaas.reconcilers.lifecycle import Lifecycle, MachineSettings, Provisioner
 from capmaas.reconcilers.lxd import Lxd
 from capmaas.reconcilers.owners import Owners, recheck
@@ -34,6 +35,7 @@ from capmaas.reconcilers.ports import (
     Recorder,
 )
 from capmaas.reconcilers.scope import MachineScope, Requeue, is_paused, owner_ref
+from capmaas.reconcilers.tenancy import Tenancy
 
 __all__ = ["MachineReconciler", "MachineScope", "MachineSettings"]
 
@@ -50,16 +52,20 @@ class MachineReconciler:
         settings: MachineSettings | None = None,
         recorder: Recorder | None = None,
         clock: Callable[[], float] = time.time,
+        tenancy: Tenancy | None = None,
     ) -> None:
         self.kube = kube
         self.connector = connector
         self.default_credentials = default_credentials
         self.settings = settings or MachineSettings()
-        self.life = Lifecycle(kube, settings=self.settings, recorder=recorder or NullRecorder(), clock=clock)
+        self.life = Lifecycle(
+            kube, settings=self.settings, recorder=recorder or NullRecorder(), clock=clock, tenancy=tenancy
+        )
         self.bare_metal = BareMetal(self.life)
         self.lxd = Lxd(self.life)
         self.provisioners: Mapping[str, Provisioner] = {p.mode: p for p in (self.bare_metal, self.lxd)}
         self.owners = Owners(kube)
+        self.handoff = Handoff()
 
     def provisioner(self, scope: MachineScope) -> Provisioner:
         """The provisioner of the machine's ``spec.provisioningMode`` (bare metal when unset)."""
@@ -103,22 +109,28 @@ class MachineReconciler:
             scope.maascluster = self.kube.get_maascluster(scope.namespace, str(infra["name"]))
         return None
 
-    async def session(self, scope: MachineScope) -> MaasPort:
+    async def session(self, scope: MachineScope) -> MaasPort | None:
+        """The MAAS connection of this pass, identity checked (:mod:`~capmaas.reconcilers.identity`): None
+        when the MaasMachine's references came from another identity (forgotten; send nothing)."""
         if scope.maascluster is None and scope.deleting and scope.cluster_name:
             # The Cluster may already be gone (namespace deletion): the MaasCluster conventionally shares its
-            # name, and without one the operator's default credentials still release the machine.
+            # name; without one, the credentials recorded with the references (never silently the default).
             scope.maascluster = self.kube.get_maascluster(scope.namespace, scope.cluster_name)
-            if scope.maascluster is None and self.default_credentials is not None:
-                return await connect_default(
-                    self.kube, self.connector, scope.namespace, self.default_credentials
-                )
-        if scope.maascluster is None:
+        ref = identity.machine_ref(scope)
+        if scope.maascluster is None and not (
+            scope.deleting and (ref != DEFAULT_REF or self.default_credentials)
+        ):
             raise TransientError(
                 C.WAITING_FOR_CLUSTER_INFRASTRUCTURE_REASON,
                 "the Cluster's MaasCluster is not found",
                 delay=15,
             )
-        return await connect(self.kube, self.connector, scope.maascluster, self.default_credentials)
+        port, _ = await connect_ref(self.kube, self.connector, scope.namespace, ref, self.default_credentials)
+        identity.connected(scope, port, ref)
+        if identity.check_machine(scope, port):
+            return port
+        await scope.flush()
+        return None
 
     # --- normal ------------------------------------------------------------------------------------------
     async def _normal(self, scope: MachineScope) -> Requeue:
@@ -143,22 +155,33 @@ class MachineReconciler:
                 )
                 return Requeue()
         port = await self.session(scope)
+        if port is None:
+            return Requeue(0.0)
         return await self.life.run(self.provisioner(scope), scope, port)
 
     # --- delete ------------------------------------------------------------------------------------------
     async def _delete(self, scope: MachineScope) -> Requeue:
         """Hands off when the finalizer is not ours (any more), clusterctl is moving the object (what the
-        provisioner keeps lives on in MAAS) or the cluster is paused; otherwise the provisioner deletes."""
+        provisioner keeps lives on in MAAS: :mod:`~capmaas.reconcilers.handoff`) or the cluster is
+        paused; otherwise the provisioner deletes."""
         if MACHINE_FINALIZER not in scope.finalizers:
             return Requeue()
         p = self.provisioner(scope)
-        if DELETE_FOR_MOVE_ANNOTATION in scope.annotations:
+        await self.load(scope)
+        if scope.cluster is None and scope.cluster_name:  # the Machine is gone: the Cluster by its label
+            scope.cluster = await self.owners.get(scope, "clusters", scope.cluster_name, warn=False)
+        if self.handoff.moving_out(scope, scope.cluster, scope.cluster_name):
             scope.set_deletion(C.DELETE_FOR_MOVE_REASON, f"moved; {p.kept} kept")
             scope.remove_finalizer(MACHINE_FINALIZER)
             return Requeue()
-        await self.load(scope)
         paused, why = is_paused(scope.body, scope.cluster)
         scope.set_paused_condition(paused, why)
         if paused:
             return Requeue()
-        return await p.delete(scope, await self.session(scope))
+        if not identity.holds_maas(scope):  # nothing to give back: MAAS is not contacted (issue 21, item 6)
+            self.lxd.placer.forget(scope.uid)
+            return self.life.finished(scope)
+        port = await self.session(scope)
+        if port is None:  # references of another identity, forgotten: nothing of ours to give back
+            return self.life.finished(scope)
+        return await p.delete(scope, port)

@@ -11,9 +11,11 @@ owner the operator's watch filter keeps out of those caches, read from the apise
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
 
 from capmaas import maas
 
@@ -135,6 +137,15 @@ class MaasCredentials:
     namespaces: NamespaceAllowList = field(default_factory=NamespaceAllowList, repr=False, compare=False)
 
 
+def identity_fingerprint(endpoint: str, username: str) -> str:
+    """Which MAAS identity a connection is: the endpoint (scheme and host folded to lower case, no trailing
+    slash) and the MAAS user its key belongs to (``users/?op=whoami``), hashed. The same for a rotated key of
+    the same user; different for another MAAS or another user of it (what a reference must not cross)."""
+    u = urlsplit(endpoint.strip())
+    where = f"{u.scheme.lower()}://{u.netloc.lower()}{u.path.rstrip('/')}"
+    return hashlib.sha256(f"{where}\0{username}".encode()).hexdigest()[:32]
+
+
 @dataclass(frozen=True)
 class DnsRecord:
     """A MAAS DNS resource, reduced to what the cluster reconciler needs."""
@@ -177,12 +188,21 @@ class VmHostPort(Protocol):
         """``DELETE vm-hosts/{id}/`` without decompose; False when MAAS no longer knows it."""
         ...
 
+    async def tag_vm_host(self, host_id: int, *, add: Sequence[str], remove: Sequence[str] = ()) -> None:
+        """``op=add_tag`` / ``op=remove_tag`` on ``vm-hosts/{id}/``, one tag per call (admin)."""
+        ...
+
 
 class MaasPort(VmHostPort, Protocol):
     """One MAAS endpoint and identity: pooled client plus the shared machine poller (+ ``VmHostPort``)."""
 
     @property
     def endpoint(self) -> str: ...
+
+    @property
+    def identity(self) -> str:
+        """:func:`identity_fingerprint` of this connection (from the ``whoami`` of its first connect)."""
+        ...
 
     def watch(self, system_id: str, key: str) -> None:
         """Include ``system_id`` in the shared poll; changes wake the object identified by ``key``."""

@@ -44,8 +44,11 @@ from capmaas.api.v1beta1 import MaasMachineSpec, MaasMachineStatus
 from capmaas.reconcilers.errors import ConflictError, TerminalError
 from capmaas.reconcilers.keys import (
     ANNOTATION_PREFIX,
+    BOUND_ANNOTATIONS,
     CLUSTER_NAME_LABEL,
     GUARDED_ANNOTATIONS,
+    IDENTITY,
+    IDENTITY_REF,
     PAUSED_ANNOTATION,
 )
 from capmaas.reconcilers.ports import Body, EventType, KubePort, ObjectPlural
@@ -53,6 +56,9 @@ from capmaas.reconcilers.ports import Body, EventType, KubePort, ObjectPlural
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 _GUARDED = frozenset(ANNOTATION_PREFIX + name for name in GUARDED_ANNOTATIONS)
+_BOUND = frozenset(ANNOTATION_PREFIX + name for name in BOUND_ANNOTATIONS)
+#: Spec fields (wire names) that name a MAAS machine: bound to the identity like the annotations above.
+BOUND_SPEC = frozenset({"systemID", "providerID"})
 
 
 @dataclass(frozen=True)
@@ -150,6 +156,10 @@ class ObjectScope:
         #: An owner (Machine, Cluster) was read outside the watch cache: no watch event wakes this object.
         self.unwatched_owner = False
         self._want: K8sModel | None = None
+        #: The MAAS identity this pass talks to, as (fingerprint, credentials ref), once connected: every
+        #: metadata/spec write that records a reference stamps it (``…/identity``, ``…/identity-ref``) in the
+        #: same patch (:mod:`capmaas.reconcilers.identity`).
+        self.bound_to: tuple[str, str] | None = None
 
     @property
     def key(self) -> str:
@@ -302,7 +312,20 @@ class ObjectScope:
         return self.now().strftime("%Y-%m-%dT%H:%M:%SZ")
 
     # --- writing -----------------------------------------------------------------------------------------
+    def _stamp_identity(self) -> None:
+        """A write that records a MAAS reference carries the identity it came from, in the same patch."""
+        if self.bound_to is None:
+            return
+        sets_ref = any(v is not None for k, v in self._annotation_patch.items() if k in _BOUND) or any(
+            v is not None for k, v in self._spec_patch.items() if k in BOUND_SPEC
+        )
+        if sets_ref:
+            fingerprint, ref = self.bound_to
+            self.set_annotation(IDENTITY, fingerprint)
+            self.set_annotation(IDENTITY_REF, ref)
+
     def _meta_patch(self) -> dict[str, Any]:
+        self._stamp_identity()
         patch: dict[str, Any] = {}
         meta: dict[str, Any] = {}
         if self._annotation_patch:
@@ -388,6 +411,10 @@ class MachineScope(ObjectScope):
     maascluster: Body | None = None
     #: ``deploy-started`` was written with the allocation in this pass (the deploy follows at once).
     deploy_stamped: bool = False
+    #: The system ID MAAS showed held for this object *in this pass*, by this pass's identity (an allocate or
+    #: an ownership lookup answered): a destructive call on it needs no other lookup in the same pass. Never
+    #: carried over between passes (that would be a memory skipping the check).
+    proven: str | None = None
 
     @property
     def cluster_name(self) -> str | None:

@@ -17,6 +17,11 @@ the MaasMachine records no id); it is the VM host whose ``host.system_id`` is th
 MaasMachine asked for the registration and MAAS shows the machine held under its agent name (the ownership
 rule of docs/security.md). Any other VM host on the machine is left alone: the release's 400 then reads
 ``VMHostInUse`` (:func:`capmaas.reconcilers.credentials.maas_failure`).
+
+Tenancy (issue 21): registering is allowed only in the namespaces the admin lists
+(:func:`check_registration`), and the registered host is tagged for the MaasMachine's namespace
+(:func:`tag_registered`), so only that namespace's LXD machines are placed on it
+(:mod:`capmaas.reconcilers.tenancy`).
 """
 
 from __future__ import annotations
@@ -28,11 +33,66 @@ from capmaas.api import conditions as C
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import facts
 from capmaas.reconcilers.credentials import VM_HOST_RETRY, maas_failure
+from capmaas.reconcilers.errors import ReconcileError, TerminalError
 from capmaas.reconcilers.ports import MaasPort
 from capmaas.reconcilers.scope import MachineScope, Requeue
+from capmaas.reconcilers.tenancy import Tenancy, foreign_namespace_tags, namespace_tag
 
 #: MAAS's VM host type that ``register_vmhost`` creates.
 LXD = "lxd"
+#: Seconds between looks for the VM host MAAS registers once the machine is Deployed (it comes moments later).
+TAG_RETRY = 5.0
+
+
+def check_registration(scope: MachineScope, tenancy: Tenancy) -> None:
+    """Before a machine is acquired for a MaasMachine that would register a VM host: refused (terminal, with
+    a condition) unless the admin lists its namespace. A machine already held is left alone (its host was
+    registered before the rule; it stays untagged, so no tenant's VM lands on it until an admin tags it)."""
+    if scope.want.system_id or not facts.registers_vm_host(scope.want, scope.maascluster):
+        return
+    if tenancy.may_register_vm_hosts(scope.namespace):
+        return
+    via = "spec.registerVMHost" if scope.want.register_vm_host else "its MaasCluster's spec.lxdConfig.enabled"
+    raise TerminalError(
+        C.VM_HOST_REGISTRATION_NOT_ALLOWED_REASON,
+        f"{via} asks MAAS to register this machine as a VM host, and namespace {scope.namespace} may not "
+        "register VM hosts (operator setting lxd.vm_host_namespaces, env CAPMAAS_LXD__VM_HOST_NAMESPACES); "
+        "no machine was allocated",
+    )
+
+
+async def tag_registered(
+    scope: MachineScope, port: MaasPort, m: maas.Machine, tagged: dict[str, str]
+) -> float | None:
+    """Once ``m`` (held by this MaasMachine) is Deployed as a VM host: tag the host MAAS registered on it for
+    this namespace (and drop another namespace's tag: the host is ours). None when done (remembered in
+    ``tagged``, UID -> system ID: one listing per process), else seconds until the next look."""
+    if tagged.get(scope.uid) == m.system_id or not facts.registers_vm_host(scope.want, scope.maascluster):
+        return None
+    try:
+        hosts = await _hosts_on(port, m.system_id)
+    except ReconcileError:
+        return VM_HOST_RETRY  # the machine is fine; the host is tagged on a later pass
+    if not hosts:
+        return TAG_RETRY  # MAAS registers the host after the deploy: look again shortly
+    tag = namespace_tag(scope.namespace)
+    for host in hosts:
+        foreign = foreign_namespace_tags(host.tags, scope.namespace)
+        if tag in host.tags and not foreign:
+            continue
+        try:
+            await port.tag_vm_host(host.id, add=[] if tag in host.tags else [tag], remove=foreign)
+        except maas_errors.MaasError as exc:
+            scope.event(
+                "Warning",
+                "VMHostNotTagged",
+                f"VM host {host.name} (id {host.id}) on {m.system_id} could not be tagged {tag} ({exc}); "
+                "no LXD machine of this namespace is placed on it until it is",
+            )
+            return VM_HOST_RETRY
+        scope.event("Normal", "VMHostTagged", f"VM host {host.name} (id {host.id}) tagged {tag}")
+    tagged[scope.uid] = m.system_id
+    return None
 
 
 async def clear_for_release(

@@ -419,6 +419,9 @@ def generate_data(machines: int, zones: int, vmhosts: int, seed: int) -> dict[st
                     "cpu_over_commit_ratio": 4.0,
                     "memory_over_commit_ratio": 1.5,
                     "storage_pools": [{"name": "default", "size": disk * 1000**3}],
+                    # An admin's hosts for every tenant (capmaas's shared tag, docs/security.md): the
+                    # operator places a namespace's VMs only on hosts tagged for it or shared.
+                    "tags": ["capmaas-shared"],
                 }
             )
     return {

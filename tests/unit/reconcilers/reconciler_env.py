@@ -19,6 +19,7 @@ from capmaas.reconcilers.cluster import ClusterReconciler
 from capmaas.reconcilers.machine import MachineReconciler, MachineSettings
 from capmaas.reconcilers.ports import MaasCredentials, NamespaceAllowList
 from capmaas.reconcilers.scope import Requeue
+from capmaas.reconcilers.tenancy import Tenancy
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
 
 ENDPOINT = "http://maas.test/MAAS"
@@ -119,8 +120,16 @@ def default_credentials(sim: Simulator) -> MaasCredentials:
     )
 
 
+#: The unit tests' namespace "ns" may register VM hosts (the admin's ``lxd.vm_host_namespaces``).
+TENANCY = Tenancy(vm_host_namespaces=frozenset({"ns"}))
+
+
 def make_env(
-    sim: Simulator, settings: MachineSettings | None = None, *, clock_step: float | None = None
+    sim: Simulator,
+    settings: MachineSettings | None = None,
+    *,
+    clock_step: float | None = None,
+    tenancy: Tenancy = TENANCY,
 ) -> Env:
     kube = FakeKube()
 
@@ -140,14 +149,19 @@ def make_env(
     now = None if clock_step is None else [time.time()]
     clock = time.time if now is None else (lambda: now[0])
     machines = MachineReconciler(
-        kube, conns, default_credentials=creds, settings=settings or MachineSettings(), clock=clock
+        kube,
+        conns,
+        default_credentials=creds,
+        settings=settings or MachineSettings(),
+        clock=clock,
+        tenancy=tenancy,
     )
     return Env(
         sim,
         kube,
         conns,
         machines,
-        ClusterReconciler(kube, conns, default_credentials=creds),
+        ClusterReconciler(kube, conns, default_credentials=creds, tenancy=tenancy),
         creds,
         now,
         clock_step or 0.0,

@@ -13,8 +13,9 @@ from reconciler_env import ENDPOINT, Env, make_env
 
 from capmaas import demo
 from capmaas.api import conditions as C
-from capmaas.reconcilers.cluster import ClusterReconciler, dns_name
+from capmaas.reconcilers.cluster import ClusterReconciler, dns_name, legacy_dns_name
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, DELETE_FOR_MOVE_ANNOTATION, DNS_RECORD
+from capmaas.reconcilers.tenancy import Tenancy
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
 
 RECORD = ANNOTATION_PREFIX + DNS_RECORD
@@ -136,14 +137,16 @@ async def test_a_cluster_of_the_same_name_in_another_namespace_cannot_take_the_r
         env, "c1", "evil", controlPlaneEndpoint={"host": fqdn, "port": 6443}, identityRef={"name": "maas"}
     )
     c = cond(evil, C.DNS_READY_CONDITION)
-    assert (c["status"], c["reason"]) == ("False", C.DNS_RECORD_CONFLICT_REASON)
+    # Refused before MAAS is asked: the victim's name is not the attacker's own (issue 21; was
+    # DNSRecordConflict, found by the record's id, before names were checked).
+    assert (c["status"], c["reason"]) == ("False", C.DNS_NAME_NOT_OWN_REASON)
     assert fqdn in c["message"]
     assert not evil["status"].get("ready")
     assert RECORD not in evil["metadata"].get("annotations", {})
     assert "network" not in evil["status"]
     running_cp(env, "x0", "10.66.0.1", ns="evil")  # the attacker's own control plane
     await reconcile(env, "c1", "evil")
-    assert env.kube.reasons().count(C.DNS_RECORD_CONFLICT_REASON) == 1  # one Event, not one per pass
+    assert env.kube.reasons().count(C.DNS_NAME_NOT_OWN_REASON) == 1  # one Event, not one per pass
     assert records(env) == {short: ["10.0.0.10"]}
     await delete(env, "c1", "evil")
     assert ("maasclusters", "evil", "c1") in env.kube.objects  # x0 still there
@@ -175,27 +178,69 @@ async def test_a_record_recreated_by_someone_else_is_a_conflict_and_never_delete
     assert [r.id for r in env.sim.state.dns_resources.values()] == [other.id]
 
 
-async def test_upgrade_adopts_only_the_record_named_for_its_own_uid(env: Env) -> None:
-    """A MaasCluster reconciled by an operator from before the annotation: no id recorded anywhere."""
+async def test_upgrade_adopts_by_name_only_under_the_migration_setting(env: Env) -> None:
+    """A MaasCluster reconciled by an operator from before the annotation: no id recorded anywhere. Its record
+    is adopted by name only with ``dns.adopt_records_by_name`` (issue 21: a name is no proof; it was adopted
+    by default before)."""
     mc = await add_cluster(env)
     fqdn = mc["spec"]["controlPlaneEndpoint"]["host"]
     (rec,) = env.sim.state.dns_resources.values()
     del mc["metadata"]["annotations"][RECORD]
     del mc["status"]["network"]
-    fresh = ClusterReconciler(env.kube, env.connections, default_credentials=env.creds)
+    fresh = ClusterReconciler(env.kube, env.connections, default_credentials=env.creds)  # the default
     mc = await reconcile(env, r=fresh)
+    assert RECORD not in mc["metadata"]["annotations"]
+    c = cond(mc, C.DNS_READY_CONDITION)
+    assert c["reason"] == C.DNS_RECORD_CONFLICT_REASON
+    assert "dns.adopt_records_by_name" in c["message"]
+    migrating = ClusterReconciler(
+        env.kube, env.connections, default_credentials=env.creds, tenancy=Tenancy(adopt_dns_by_name=True)
+    )
+    mc = await reconcile(env, r=migrating)
     assert mc["metadata"]["annotations"][RECORD] == f"{rec.id}/{fqdn}"
     assert cond(mc, C.DNS_READY_CONDITION)["reason"] == C.WAITING_FOR_CONTROL_PLANE_REASON
     assert "DNSRecordAdopted" in env.kube.reasons()
 
-    # A managed-shape name that is not this MaasCluster's own (another UID's suffix) is not adopted.
+    # A managed-shape name that is not this MaasCluster's own (another UID's suffix) is refused before MAAS is
+    # asked, migration or not, and deleting the cluster leaves it.
     port = await env.connections.connect(env.creds)
     other = dns_name("c2", "some-other-uid", "maas")
     await port.dns_create(other, frozenset({"192.0.2.7"}))
     mc2 = await add_cluster(env, "c2", controlPlaneEndpoint={"host": other, "port": 6443})
-    assert cond(mc2, C.DNS_READY_CONDITION)["reason"] == C.DNS_RECORD_CONFLICT_REASON
-    await delete(env, "c2", "ns")
+    assert cond(mc2, C.DNS_READY_CONDITION)["reason"] == C.DNS_NAME_NOT_OWN_REASON
+    await reconcile(env, "c2", r=migrating)
+    again = env.kube.get("maasclusters", "c2")
+    assert cond(again, C.DNS_READY_CONDITION)["reason"] == C.DNS_NAME_NOT_OWN_REASON
+    await delete(env, "c2", "ns", migrating)
     assert other.split(".")[0] in records(env)
+
+
+async def test_an_earlier_releases_24_bit_name_is_adopted_under_the_migration_setting_only(env: Env) -> None:
+    """Clusters created by a release whose names carried 24 bits keep their endpoint: with the migration
+    setting their record (named by the old scheme) is adopted; without it, it is a conflict."""
+    env.kube.add("clusters", demo.cluster("c3", "ns"))
+    body = demo.maascluster("c3", "ns", cluster_uid=env.kube.get("clusters", "c3")["metadata"]["uid"])
+    body["metadata"]["uid"] = "uid-ns-c3"
+    old = legacy_dns_name("c3", "uid-ns-c3", "maas")
+    assert len(old.split(".")[0]) == len("c3-") + 6
+    body["spec"]["controlPlaneEndpoint"] = {"host": old, "port": 6443}
+    env.kube.add("maasclusters", body)
+    port = await env.connections.connect(env.creds)
+    rec = await port.dns_create(old, frozenset({"10.0.0.9"}))
+    mc = await reconcile(env, "c3")
+    assert cond(mc, C.DNS_READY_CONDITION)["reason"] == C.DNS_NAME_NOT_OWN_REASON
+    assert "dns.adopt_records_by_name" in cond(mc, C.DNS_READY_CONDITION)["message"]
+    migrating = ClusterReconciler(
+        env.kube, env.connections, default_credentials=env.creds, tenancy=Tenancy(adopt_dns_by_name=True)
+    )
+    mc = await reconcile(env, "c3", r=migrating)
+    assert mc["metadata"]["annotations"][RECORD] == f"{rec.id}/{old}"
+    # Once recorded, the record is the cluster's with the setting off again.
+    mc = await reconcile(env, "c3")
+    assert mc["spec"]["controlPlaneEndpoint"]["host"] == old
+    assert cond(mc, C.DNS_READY_CONDITION)["reason"] == C.WAITING_FOR_CONTROL_PLANE_REASON
+    await delete(env, "c3", "ns")
+    assert old.split(".")[0] not in records(env)
 
 
 async def test_clusterctl_move_keeps_the_record_status_does_not_travel(env: Env) -> None:
@@ -208,11 +253,14 @@ async def test_clusterctl_move_keeps_the_record_status_does_not_travel(env: Env)
     moved.pop("status")
     moved["metadata"]["uid"] = "uid-after-move"
     moved["metadata"].pop("finalizers", None)
-    # ... then deletes the source with delete-for-move: the record is left alone.
+    # ... then deletes the source (its Cluster paused, as clusterctl pauses it first) with delete-for-move:
+    # the record is left alone.
+    env.kube.get("clusters", "c1", "ns")["spec"]["paused"] = True
     env.kube.get("maasclusters", "c1")["metadata"]["annotations"][DELETE_FOR_MOVE_ANNOTATION] = ""
     await delete(env, "c1", "ns")
     assert ("maasclusters", "ns", "c1") not in env.kube.objects
     assert [r.id for r in env.sim.state.dns_resources.values()] == [rec.id]
+    del env.kube.get("clusters", "c1", "ns")["spec"]["paused"]  # clusterctl resumes the target's Cluster
 
     env.kube.add("maasclusters", moved)  # (one fake apiserver plays both management clusters)
     target = ClusterReconciler(env.kube, env.connections, default_credentials=env.creds)  # another operator
@@ -392,7 +440,8 @@ def lxd_two_subnet_inventory() -> Inventory:
                                 {"name": "eth1", "subnet": "api", "ip": "10.50.0.200"}]}
             ],
             "vm_hosts": [
-                {"name": "lxd0", "host": "kvm0", "storage_pools": [{"name": "default", "size": "500G",
+                {"name": "lxd0", "host": "kvm0", "tags": ["capmaas-shared"],
+                 "storage_pools": [{"name": "default", "size": "500G",
                                                                     "default": True}]}
             ],
         }

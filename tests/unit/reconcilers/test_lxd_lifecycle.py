@@ -19,8 +19,8 @@ from capmaas.simulator import Faults, Inventory, Simulator, Timings
 
 
 def inventory(hosts_per_zone: int = 2, cores: int = 8, memory: int = 16384, disk: str = "200G") -> Inventory:
-    """3 zones with ``hosts_per_zone`` LXD hosts each (over-commit 1.0) on 10.30.0.0/24, plus 6 bare-metal
-    machines."""
+    """3 zones with ``hosts_per_zone`` LXD hosts each (over-commit 1.0, tagged ``capmaas-shared``: an admin's
+    hosts every namespace may use) on 10.30.0.0/24, plus 6 bare-metal machines."""
     zones = ["az1", "az2", "az3"]
     machines: list[dict[str, Any]] = []
     hosts: list[dict[str, Any]] = []
@@ -34,7 +34,7 @@ def inventory(hosts_per_zone: int = 2, cores: int = 8, memory: int = 16384, disk
             )  # fmt: skip
             hosts.append(
                 {"name": f"lxd-{z}-{i}", "host": name, "cpu_over_commit_ratio": 1.0,
-                 "memory_over_commit_ratio": 1.0,
+                 "memory_over_commit_ratio": 1.0, "tags": ["capmaas-shared"],
                  "storage_pools": [{"name": "default", "size": disk, "default": True}]}
             )  # fmt: skip
         for i in range(2):

@@ -120,6 +120,7 @@ async def test_delete_for_move_never_calls_maas(env: Env) -> None:
     await env.cluster()
     env.machine("w0")
     await env.drive(["w0"], ready)
+    env.kube.get("clusters", "c1")["spec"]["paused"] = True  # clusterctl move pauses the Cluster first
     meta = env.kube.get("maasmachines", "w0")["metadata"]
     meta["annotations"] = {"clusterctl.cluster.x-k8s.io/delete-for-move": ""}
     meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
@@ -127,6 +128,28 @@ async def test_delete_for_move_never_calls_maas(env: Env) -> None:
     await env.step("w0")
     assert ("maasmachines", "ns", "w0") not in env.kube.objects
     assert env.requests() == 0
+
+
+async def test_delete_for_move_on_an_unpaused_cluster_releases_and_says_why(env: Env) -> None:
+    """Issue 21, attack 9: the annotation alone (anyone who may write the object can set it) hands nothing
+    on; without clusterctl's pause the deletion gives the machine back, with a Warning naming the reason."""
+    await env.cluster()
+    env.machine("w0")
+    await env.drive(["w0"], ready)
+    sid = env.kube.get("maasmachines", "w0")["spec"]["systemID"]
+    meta = env.kube.get("maasmachines", "w0")["metadata"]
+    meta["annotations"] = {"clusterctl.cluster.x-k8s.io/delete-for-move": ""}
+    meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    for _ in range(5):
+        if ("maasmachines", "ns", "w0") not in env.kube.objects:
+            break
+        await env.step("w0")
+        await env.settle()
+    assert ("maasmachines", "ns", "w0") not in env.kube.objects
+    assert env.sim.machine(sid)["status_name"] == "Ready"
+    warned = [e for e in env.kube.events if e[2] == "DeleteForMoveIgnored"]
+    assert len(warned) == 1, warned
+    assert "Cluster c1 is not paused" in warned[0][3]
 
 
 def conditions(b: dict[str, Any]) -> list[tuple[str, str, str, str]]:

@@ -56,6 +56,18 @@ class VmHosts:
             models.VmHost, "PUT", _ONE, params={"id": id}, form=_update_form(fields)
         )
 
+    async def add_tag(self, id: int, tag: str) -> models.VmHost:
+        """Admin: tag the host (``op=add_tag``; a tag with ``,`` is refused with 400)."""
+        return await self._http.model(
+            models.VmHost, "POST", _ONE, op="add_tag", params={"id": id}, form=[("tag", tag)]
+        )
+
+    async def remove_tag(self, id: int, tag: str) -> models.VmHost:
+        """Admin: remove a tag from the host (``op=remove_tag``)."""
+        return await self._http.model(
+            models.VmHost, "POST", _ONE, op="remove_tag", params={"id": id}, form=[("tag", tag)]
+        )
+
     async def delete(self, id: int, *, decompose: bool = False) -> None:
         """Admin: remove the VM host (``decompose`` also destroys its VMs)."""
         query = [("decompose", models.form_bool(True))] if decompose else []

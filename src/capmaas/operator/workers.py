@@ -19,7 +19,9 @@ namespace runs at most ``per_namespace`` passes at once (:class:`~capmaas.operat
 per namespace): the rest of its due objects wait their turn, passes of objects already in flight before the
 first passes of new ones (finishing work before starting more, as the Kubernetes request slots do), while
 every other namespace's passes start at once. There is deliberately no limit over all namespaces: a tenant
-whose passes are slow (a MAAS endpoint that never answers) then holds up only its own objects.
+whose passes are slow (a MAAS endpoint that never answers) then holds up only its own objects. Passes of
+objects being deleted are not limited: they give MAAS machines back and mostly wait on MAAS, and limited they
+held a mass deletion behind itself (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -152,7 +154,13 @@ class Workers:
         first = True
         try:
             while True:
-                gate = await self._turn(namespace, first)
+                # A deletion's pass is not gated: it gives MAAS machines back, and most of it is waiting on
+                # MAAS (the shared ownership lookup gathers deletions for seconds), so gated deletions held
+                # the namespace's turns while idle and a mass deletion queued behind itself.
+                pending = self._store.get(key)
+                if pending is None:
+                    return
+                gate = None if _deleting(pending) else await self._turn(namespace, first)
                 first = False
                 try:
                     body = self._store.get(key)
@@ -164,7 +172,8 @@ class Workers:
                         self._lag(self.plural, max(0.0, time.monotonic() - due))
                     delay, failures = await self._pass(key, body, failures)
                 finally:
-                    self._done(namespace, gate)
+                    if gate is not None:
+                        self._done(namespace, gate)
                 timeout = self._resync if delay is None else delay
                 if timeout > 0:
                     until = time.monotonic() + timeout
@@ -205,3 +214,7 @@ class Workers:
             return delay, failures
         self._outcome(self.plural, "success")
         return result.after, 0
+
+
+def _deleting(body: Body) -> bool:
+    return bool((body.get("metadata") or {}).get("deletionTimestamp"))

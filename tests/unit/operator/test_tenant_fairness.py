@@ -238,3 +238,36 @@ def test_a_request_belongs_to_the_namespace_in_its_path() -> None:
     assert namespace_of("/api/v1/namespaces/team-b/secrets/identity") == "team-b"
     assert namespace_of("/api/v1/namespaces/team-c") == "team-c"  # the Namespace itself (its labels)
     assert namespace_of("/api/v1/nodes/n1") == ""
+
+
+async def test_a_deletion_is_not_held_behind_its_namespaces_busy_passes() -> None:
+    """A namespace's limit of passes bounds work, not deletions: with one pass allowed and that pass stuck
+    (a MAAS that does not answer), the namespace's object being deleted still gets its pass, since deletions
+    give MAAS machines back and mostly wait on MAAS (held behind the limit, a mass deletion of 1,000 machines
+    queued behind itself)."""
+    store = Store()
+    store.put("maasmachines", _body("t", "busy"))
+    gone = _body("t", "gone")
+    gone["metadata"].update(deletionTimestamp="2026-11-27T00:00:00Z", finalizers=["f"])
+    store.put("maasmachines", gone)
+    stuck, deleted = asyncio.Event(), asyncio.Event()
+
+    async def reconcile(b: Body) -> Requeue:
+        if b["metadata"]["name"] == "busy":
+            stuck.set()
+            await asyncio.Event().wait()
+        deleted.set()
+        return Requeue(None)
+
+    w = Workers(
+        "maasmachines", reconcile, store, resync=3600, backoff_base=0.1, backoff_max=1,
+        outcome=lambda kind, result: None, per_namespace=1,
+    )  # fmt: skip
+    w.ensure(object_key("maasmachines", "t", "busy"))
+    try:
+        await asyncio.wait_for(stuck.wait(), 10)
+        w.ensure(object_key("maasmachines", "t", "gone"))
+        await asyncio.wait_for(deleted.wait(), 10)
+    finally:
+        await w.stop()
+    assert deleted.is_set()

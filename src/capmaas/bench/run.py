@@ -51,7 +51,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=1,
         help="operator processes, each with its own watch-filter label, Lease and Cluster (1)",
     )
+    p.add_argument(
+        "--fairness",
+        action="store_true",
+        help="two tenants: one streams --machines MaasMachines while the other creates --small, --rounds"
+        " times; prints the small tenant's readiness lag alone and under the stream (capmaas.bench.fairness)",
+    )
+    p.add_argument("--small", type=int, default=3, help="--fairness: the small tenant's machines a round (3)")
+    p.add_argument("--rounds", type=int, default=3, help="--fairness: rounds alone and under the stream (3)")
     args = p.parse_args(argv)
+    if args.fairness and (args.shards != 1 or args.small < 1 or args.rounds < 1):
+        p.error("--fairness runs one operator process (no --shards); --small and --rounds at least 1")
     if args.machines < 1:
         p.error("--machines must be at least 1")
     if not 1 <= args.shards <= args.machines:
@@ -487,6 +497,10 @@ class _Progress:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sigterm_as_interrupt()
+    if args.fairness:
+        from capmaas.bench.fairness import Fairness
+
+        return Fairness(args).run()
     return Bench(args).run()
 
 

@@ -15,25 +15,30 @@ Retries, as kopf's own client does them: a 429 or a 5xx answer is retried after 
 lengthened to the server's ``Retry-After`` (capped, so a server cannot park a caller for long); the connection
 slot is given back while waiting. Anything else (4xx, no answer) goes straight to the caller, whose reconcile
 backoff takes over.
+
+The connections are handed out by :class:`~capmaas.operator.slots.PrioritySlots`: the namespaces in a
+request's path take turns, by priority inside a namespace, and one namespace holds at most all but an eighth
+of them (issue 21: one tenant's burst must not hold the others' requests).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import heapq
-import itertools
 import json
 import logging
 import math
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 import kubernetes
+
+from capmaas.operator.slots import PrioritySlots
+
+__all__ = ["KubeHttp", "KubeHttpError", "PrioritySlots", "Retries", "Target", "load_configuration"]
 
 MERGE = "application/merge-patch+json"
 
@@ -103,50 +108,6 @@ def _ssl_context(cfg: Any) -> ssl.SSLContext:
     return ctx
 
 
-class PrioritySlots:
-    """At most ``n`` holders; waiters are let in by ``priority`` (lower first), then in arrival order.
-
-    Why priorities: in a burst the apiserver is the bottleneck and writes queue here. A machine's Ready status
-    must not wait behind the metadata patches of a thousand machines that are only starting (readiness lag),
-    so status writes (priority 0) go before metadata writes and Secret reads (priority 1): finishing work goes
-    before starting more. Priority -1 goes before both: the status write that completes an object (``ready``)
-    and the one shared read of a cached Secret that every pass waits on."""
-
-    def __init__(self, n: int) -> None:
-        self._free = n
-        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
-        self._seq = itertools.count()
-
-    async def acquire(self, priority: int) -> None:
-        if self._free > 0 and not self._waiters:
-            self._free -= 1
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiters, (priority, next(self._seq), future))
-        try:
-            await future
-        except asyncio.CancelledError:
-            if future.done() and not future.cancelled():
-                self.release()  # handed a slot just as it was cancelled: pass it on
-            raise
-
-    def release(self) -> None:
-        while self._waiters:
-            _, _, future = heapq.heappop(self._waiters)
-            if not future.done():
-                future.set_result(None)
-                return
-        self._free += 1
-
-    @contextlib.asynccontextmanager
-    async def slot(self, priority: int) -> AsyncIterator[None]:
-        await self.acquire(priority)
-        try:
-            yield
-        finally:
-            self.release()
-
-
 def config_target(cfg: Any) -> Target:
     """The :class:`Target` of a ``kubernetes`` Configuration (the operator's own apiserver)."""
     base = str(cfg.host).rstrip("/")
@@ -174,6 +135,7 @@ class KubeHttp:
         timeout: float = 30.0,
         retries: Retries | None = None,
         field_validation: str | None = None,
+        per_namespace: int | None = None,
     ) -> None:
         target = cfg if isinstance(cfg, Target) else config_target(cfg)
         self._field_validation = f"?fieldValidation={field_validation}" if field_validation else ""
@@ -185,7 +147,10 @@ class KubeHttp:
         # Per socket operation, not in total: a burst of a thousand patches waits for one of the connections
         # for as long as it takes; only an apiserver that stops answering times out.
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout)
-        self._slots = PrioritySlots(connections)
+        # One tenant may hold all but an eighth of the connections (14 of 16): the rest are always there for
+        # the other namespaces' requests (issue 21); a small client (2 connections) is not capped.
+        cap = per_namespace if per_namespace is not None else connections - connections // 8
+        self._slots = PrioritySlots(connections, per_namespace=cap)
         self._session: aiohttp.ClientSession | None = None  # made on first use, inside the event loop
 
     def _client(self) -> aiohttp.ClientSession:
@@ -216,11 +181,12 @@ class KubeHttp:
         priority: int = 1,
     ) -> dict[str, Any]:
         content = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
+        namespace = namespace_of(path)
         attempt = 0
         while True:
             try:
                 async with (
-                    self._slots.slot(priority),
+                    self._slots.slot(priority, namespace),
                     self._client().request(
                         method, self._base + path, data=content, headers=self._headers(content_type)
                     ) as response,
@@ -297,6 +263,18 @@ class KubeHttp:
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def namespace_of(path: str) -> str:
+    """The namespace a request is for, from its path (``…/namespaces/<ns>/…``, or the Namespace itself);
+    "" for a cluster-scoped one. What the request slots take turns by."""
+    start = path.find("/namespaces/")
+    if start < 0:
+        return ""
+    start += len("/namespaces/")
+    end = path.find("/", start)
+    name = path[start:] if end < 0 else path[start:end]
+    return name.partition("?")[0]
 
 
 def _message(text: str) -> str:

@@ -1,0 +1,18 @@
+"""The test tree has no packages (no ``__init__.py``), so pytest imports every test module by its basename:
+two test modules with the same file name in different folders make the second fail to import ("import file
+mismatch") as soon as both are collected in one run, which only the whole suite does."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def test_no_two_test_modules_share_a_basename() -> None:
+    where: dict[str, list[str]] = defaultdict(list)
+    for path in TESTS.rglob("test_*.py"):
+        where[path.name].append(str(path.relative_to(TESTS)))
+    clashes = {name: paths for name, paths in where.items() if len(paths) > 1}
+    assert not clashes, f"test modules sharing a basename (rename one): {clashes}"

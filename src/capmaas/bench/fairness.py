@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +24,7 @@ from capmaas.bench.metrics import percentile
 from capmaas.demo.capi import Capi, CapiError, MachineSpec, parallel
 from capmaas.demo.kube import MAASMACHINES, Watcher
 from capmaas.demo.progress import Tracker, table
-from capmaas.demo.stack import OperatorProcess, Stack, StackError, StackOptions, _die_with_parent
+from capmaas.demo.stack import OperatorProcess, Stack, StackError, StackOptions
 from capmaas.devcluster import MissingToolError, StartError
 from capmaas.simulator import Inventory, Timings
 
@@ -36,19 +34,8 @@ LARGE_NS, SMALL_NS = "capmaas-bench", "capmaas-bench-small"
 class ClusterwideOperator(OperatorProcess):
     """``capmaas run --standalone`` watching every namespace (both tenants)."""
 
-    def start(self) -> ClusterwideOperator:
-        cmd = [sys.executable, "-m", "capmaas", "run", "--standalone"]
-        with self.log.open("ab") as out:
-            self.popen = subprocess.Popen(
-                cmd,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - a SIGKILL of the benchmark takes it down too
-            )
-        return self
+    def run_args(self) -> list[str]:
+        return ["--standalone"]
 
 
 @dataclass

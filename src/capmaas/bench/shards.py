@@ -10,15 +10,13 @@ filter).
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from capmaas.demo import manifests as M
 from capmaas.demo.capi import Capi
 from capmaas.demo.kube import CLUSTERS, MAASCLUSTERS
-from capmaas.demo.stack import OperatorProcess, _die_with_parent
+from capmaas.demo.stack import OperatorProcess
 from capmaas.devcluster import process as devprocess
 
 #: CAPI's label convention for ``--watch-filter`` (the value names the shard).
@@ -81,20 +79,8 @@ class ShardOperator(OperatorProcess):
         super().__init__(env, namespace, log)
         self.shard = shard
 
-    def start(self) -> ShardOperator:
-        cmd = [sys.executable, "-m", "capmaas", "run", "--namespace", self.namespace]
-        cmd += ["--watch-filter", self.shard.watch_filter]
-        with self.log.open("ab") as out:
-            self.popen = subprocess.Popen(
-                cmd,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - a SIGKILL of the benchmark takes it down too
-            )
-        return self
+    def run_args(self) -> list[str]:
+        return ["--namespace", self.namespace, "--watch-filter", self.shard.watch_filter]
 
 
 def shard_settings(n: int) -> list[ShardSettings]:

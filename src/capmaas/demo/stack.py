@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, Self
 
 from capmaas.demo.kube import Kube
 from capmaas.demo.simthread import SimulatorThread
@@ -72,8 +72,12 @@ class OperatorProcess:
         self.env, self.namespace, self.log = env, namespace, log
         self.popen: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> OperatorProcess:
-        cmd = [sys.executable, "-m", "capmaas", "run", "--namespace", self.namespace, "--standalone"]
+    def run_args(self) -> list[str]:
+        """The arguments of ``capmaas run`` (subclasses run it otherwise: sharded, cluster-wide)."""
+        return ["--namespace", self.namespace, "--standalone"]
+
+    def start(self) -> Self:
+        cmd = [sys.executable, "-m", "capmaas", "run", *self.run_args()]
         with self.log.open("ab") as out:
             self.popen = subprocess.Popen(
                 cmd,

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capmaas.bench.metrics import percentile
-from capmaas.demo.capi import Capi, CapiError, MachineSpec, parallel
+from capmaas.bench.stackrun import run_on_stack
+from capmaas.demo.capi import Capi, MachineSpec, parallel
 from capmaas.demo.kube import MAASMACHINES, Watcher
 from capmaas.demo.progress import Tracker, table
 from capmaas.demo.stack import OperatorProcess, Stack, StackError, StackOptions
-from capmaas.devcluster import MissingToolError, StartError
 from capmaas.simulator import Inventory, Timings
 
 LARGE_NS, SMALL_NS = "capmaas-bench", "capmaas-bench-small"
@@ -87,16 +87,7 @@ class Fairness:
             f" {self.small} x {self.rounds} rounds alone, then as many under the stream"
         )
         stack = Stack(StackOptions(inventory, timings, namespace=LARGE_NS, say=self.say))
-        try:
-            return self._run(stack)
-        except (StackError, CapiError, MissingToolError, StartError) as exc:
-            self.say(f"FAILED: {exc}")
-            return 1
-        except KeyboardInterrupt:
-            self.say("interrupted: stopping everything")
-            return 130
-        finally:
-            stack.close()
+        return run_on_stack(stack, self._run, self.say)
 
     def _run(self, stack: Stack) -> int:
         stack.start()

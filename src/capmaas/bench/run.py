@@ -27,12 +27,12 @@ from urllib3.exceptions import ProtocolError
 
 from capmaas.bench.metrics import ProcStats, WriteKey, apiserver_writes, percentile, proc_stats
 from capmaas.bench.shards import WATCH_FILTER_LABEL, ShardCapi, ShardOperator, shard_settings, shard_value
-from capmaas.demo.capi import Capi, CapiError, MachineSpec, parallel
+from capmaas.bench.stackrun import run_on_stack
+from capmaas.demo.capi import Capi, MachineSpec, parallel
 from capmaas.demo.kube import MAASMACHINES
 from capmaas.demo.manifests import CLUSTER_NAME_LABEL
 from capmaas.demo.progress import Tracker, table
 from capmaas.demo.stack import OperatorProcess, Stack, StackError, StackOptions, sigterm_as_interrupt
-from capmaas.devcluster import MissingToolError, StartError
 from capmaas.simulator import Inventory, Timings
 
 CLUSTER = "bench"
@@ -97,16 +97,7 @@ class Bench:
         shards = f", {self.args.shards} shards" if self.args.shards > 1 else ""
         self.say(f"capmaas bench: {n} MaasMachines, MAAS deploy {self.args.deploy_seconds:g}s{shards}")
         stack = Stack(StackOptions(inventory, timings, namespace="capmaas-bench", say=self.say))
-        try:
-            return self._run(stack)
-        except (StackError, CapiError, MissingToolError, StartError) as exc:
-            self.say(f"FAILED: {exc}")
-            return 1
-        except KeyboardInterrupt:
-            self.say("interrupted: stopping everything")
-            return 130
-        finally:
-            stack.close()
+        return run_on_stack(stack, self._run, self.say)
 
     def _shards(self, stack: Stack) -> list[Shard]:
         """One shard: the stack's operator and one Cluster. Several: the stack's operator is replaced by one

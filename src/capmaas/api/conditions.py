@@ -81,6 +81,7 @@ IDENTITY_SECRET_NOT_FOUND_REASON = "IdentitySecretNotFound"  # identityRef names
 IDENTITY_CHANGED_REASON = "IdentityChanged"  # references from another MAAS identity: forgotten, nothing sent
 IDENTITY_CHANGE_REFUSED_REASON = "IdentityChangeRefused"  # identityRef changed while references are held
 IDENTITY_REF_APPLIED_REASON = "IdentityRefApplied"  # IdentityRefApplied=True
+IDENTITY_KEPT_REASON = "IdentityKept"  # a MaasMachine's references stay with the credentials they came from
 DEFAULT_IDENTITY_NOT_ALLOWED_REASON = "DefaultIdentityNotAllowed"  # no identityRef; namespace not allowed
 PLAINTEXT_ENDPOINT_REFUSED_REASON = "PlaintextEndpointRefused"  # http:// endpoint without the opt-in
 DNS_UPDATE_FAILED_REASON = "DNSUpdateFailed"  # MAAS refused to create/update the DNS resource

@@ -331,3 +331,62 @@ async def test_an_object_holding_nothing_deletes_without_maas() -> None:
         assert env.requests() == 0
     finally:
         await env.connections.aclose()
+
+
+async def test_a_machine_allocated_while_a_change_applied_is_released_through_its_own_identity(
+    two: TwoMaas,
+) -> None:
+    """The race behind the refusal: the MaasCluster's pass applies an ``identityRef`` change because its
+    cached view of the MaasMachines shows nothing held yet, while a machine's pass that read the MaasCluster
+    before the change allocates under the old credentials. That machine keeps them: its next pass neither
+    forgets it (which would leave it allocated in the tenant's MAAS with no object) nor sends anything to the
+    shared MAAS; the MaasCluster says so; its deletion releases it where it was allocated."""
+    own_identity(two)
+    two.kube.add("clusters", demo.cluster("c1", "ns"))
+    c = two.kube.get("clusters", "c1")
+    mc = demo.maascluster("c1", "ns", identity="own", cluster_uid=c["metadata"]["uid"])
+    mc["spec"]["controlPlaneEndpoint"] = {"host": "api.example.com", "port": 6443}  # no DNS record
+    two.kube.add("maasclusters", mc)
+    await two.clusters.reconcile(two.kube.get("maasclusters", "c1"))
+    c["status"] = {"initialization": {"infrastructureProvisioned": True}}
+    two.machine("w0")
+    await two.drive(["w0"], ready)
+    sid = two.kube.get("maasmachines", "w0")["spec"]["systemID"]
+    assert annotations(two, "maasmachines", "w0")[REF] == "Secret/own"
+
+    # The MaasCluster's pass, with a view of the MaasMachines from before w0's allocation: the change applies.
+    del two.kube.get("maasclusters", "c1")["spec"]["identityRef"]
+    real_list = two.kube.list_maasmachines
+    two.kube.list_maasmachines = lambda namespace, cluster: []  # type: ignore[method-assign]
+    await two.clusters.reconcile(two.kube.get("maasclusters", "c1"))
+    two.kube.list_maasmachines = real_list  # type: ignore[method-assign]
+    assert annotations(two, "maasclusters", "c1")[REF] == "default"
+
+    two.sim.reset_counters()
+    await two.connections.connect(two.creds)  # the shared identity's whoami: not counted below
+    two.sim.reset_counters()
+    await two.step("w0")
+    assert two.kube.get("maasmachines", "w0")["spec"].get("systemID") == sid, "the machine was forgotten"
+    assert ("w0", "Warning", C.IDENTITY_CHANGED_REASON) not in [e[:3] for e in two.kube.events]
+    assert not [k for k in two.sim.counters if k[0] != "GET"]
+
+    await two.clusters.reconcile(two.kube.get("maasclusters", "c1"))
+    mc = two.kube.get("maasclusters", "c1")
+    cond = next(c for c in mc["status"]["conditions"] if c["type"] == C.IDENTITY_REF_APPLIED_CONDITION)
+    assert (cond["status"], cond["reason"]) == ("False", C.IDENTITY_KEPT_REASON)
+    assert f"MaasMachine w0 (spec.systemID={sid})" in cond["message"]
+
+    two.kube.get("maasmachines", "w0")["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    for _ in range(8):
+        if ("maasmachines", "ns", "w0") not in two.kube.objects:
+            break
+        await two.step("w0")
+        await two.settle()
+    assert ("maasmachines", "ns", "w0") not in two.kube.objects
+    assert two.own.machine(sid)["status_name"] == "Ready", "left allocated in the tenant's MAAS"
+    assert not [k for k in two.sim.counters if k[0] != "GET"]  # nothing written to the shared MAAS
+
+    await two.clusters.reconcile(two.kube.get("maasclusters", "c1"))
+    mc = two.kube.get("maasclusters", "c1")
+    cond = next(c for c in mc["status"]["conditions"] if c["type"] == C.IDENTITY_REF_APPLIED_CONDITION)
+    assert cond["status"] == "True"

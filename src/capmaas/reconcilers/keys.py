@@ -23,6 +23,13 @@ CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"
 #: The Go provider's: the control-plane endpoint is given, capmaas manages no DNS record for it.
 CUSTOM_DNS_ANNOTATION = "spectrocloud.com/custom-dns-provided"
 
+# --- labels on workload Nodes (set with the providerID; never over a value someone else set) ---------------
+ZONE_LABEL = "topology.kubernetes.io/zone"  # the MAAS zone
+REGION_LABEL = "topology.kubernetes.io/region"  # MaasCluster spec.region, else the MAAS endpoint's host
+POOL_LABEL = "capmaas.infrastructure.cluster.x-k8s.io/pool"  # the MAAS resource pool
+MACHINE_TYPE_LABEL = "capmaas.infrastructure.cluster.x-k8s.io/machine-type"  # baremetal or lxd
+VM_HOST_LABEL = "capmaas.infrastructure.cluster.x-k8s.io/vm-host"  # an LXD VM's MAAS VM host
+
 # --- our annotations (short names, under ANNOTATION_PREFIX) ----------------------------------------------
 ANNOTATION_PREFIX = "capmaas.infrastructure.cluster.x-k8s.io/"
 #: Written before a bare-metal ``allocate``: a pass that finds it without a system ID looks the UID up first.

@@ -205,6 +205,18 @@ class MaasClusterSpec(K8sModel):
         json_schema_extra=list_set(),
     )
 
+    region: (
+        Annotated[
+            str,
+            StringConstraints(max_length=63, pattern=r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="Value of the topology.kubernetes.io/region label capmaas puts on this cluster's Nodes "
+        "(a Kubernetes label value). Empty: the MAAS endpoint's host name.",
+    )
+
     def canonical(self) -> MaasClusterSpec:
         """This spec in canonical form (see ``ClusterLXDConfig.canonical``)."""
         if self.lxd_config is None:

@@ -171,6 +171,14 @@ class MaasSession:
         with contextlib.suppress(maas_errors.NotFoundError):
             await self.client.dns_resources.delete(record_id)
 
+    async def vip_reserve(self, fqdn: str, *, address: str | None, subnet: str | None) -> str:
+        reserved = await self.client.ip_addresses.reserve(ip=address, subnet=subnet, hostname=fqdn)
+        return reserved.ip
+
+    async def vip_release(self, address: str) -> None:
+        if await self.client.ip_addresses.list(ip=address):  # the caller's own reservations only
+            await self.client.ip_addresses.release(address)
+
     # --- VM hosts (the LXD provisioner's part of the port) ----------------------------------------------
     async def list_vm_hosts(self) -> Sequence[maas.VmHost]:
         return await self.client.vm_hosts.list()

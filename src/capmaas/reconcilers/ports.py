@@ -282,6 +282,17 @@ class MaasPort(VmHostPort, Protocol):
 
     async def dns_delete(self, record_id: int) -> None: ...
 
+    async def vip_reserve(self, fqdn: str, *, address: str | None, subnet: str | None) -> str:
+        """Reserve an address in MAAS's IPAM with ``fqdn`` as its hostname (MAAS then makes, or extends, the
+        DNS resource ``fqdn`` listing it): ``address``, or a free one MAAS picks in ``subnet``. Returns the
+        address."""
+        ...
+
+    async def vip_release(self, address: str) -> None:
+        """Release this identity's reservation of ``address`` if MAAS still has it (deleting the DNS
+        resource that was its only user already did)."""
+        ...
+
 
 class MaasConnector(Protocol):
     """Turns credentials into a (pooled) :class:`MaasPort`."""

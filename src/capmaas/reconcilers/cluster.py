@@ -583,7 +583,7 @@ class ClusterReconciler:
             ):
                 raise  # the key or MAAS itself, not the address: said as for any MAAS call
             asked = vip.address or f"an address in {vip.subnet}"
-            said = facts.maas_text(exc.body, exc.status)
+            said = exc.maas_text or facts.maas_text(exc.body, exc.status)
             msg = f"MAAS refused to reserve {asked} for the control-plane VIP (HTTP {exc.status}): {said}"
             scope.set_condition(C.DNS_READY_CONDITION, False, C.VIP_UNAVAILABLE_REASON, msg)
             if scope.condition_reason(C.DNS_READY_CONDITION) != C.VIP_UNAVAILABLE_REASON:

@@ -180,14 +180,6 @@ _MAAS_409 = re.compile(
     r"|Unable to compose KVM instance in '[^']{1,100}'\. .{1,600}"
     r"|Unable to compose machine because: .{1,600}"
     r"|Not enough storage space on storage pools: .{1,600}"
-    # ipaddresses/?op=reserve (MAAS 3.7 api/ip_addresses.py, models/staticipaddress.py, models/subnet.py)
-    r"|The IP address [0-9a-fA-F.:]{2,45} is already in use\."
-    r"|IP address [0-9a-fA-F.:]{2,45} belongs to an existing dynamic range\. .{1,200}"
-    r"|[0-9a-fA-F.:]{2,45} is within the reserved range from [0-9a-fA-F.:]{2,45} to [0-9a-fA-F.:]{2,45}"
-    r"|No more IPs available in subnet: [0-9a-fA-F.:/]{2,60}\."
-    r"|No known subnet for IP address: [0-9a-fA-F.:]{2,45}\."
-    r"|Unable to identify subnet: [^\s]{1,256}\."
-    r"|Must supply either the 'subnet' or the 'ip' parameter\."
 )
 #: What a MAAS form field name looks like (the keys of its 400 JSON).
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")

@@ -274,9 +274,9 @@ def _machine(state: State, entry: dict[str, Any], rng: random.Random) -> Machine
         mac = str(i.get("mac") or f"52:54:00:{(iid >> 16) & 255:02x}:{(iid >> 8) & 255:02x}:{iid & 255:02x}")
         ip = i.get("ip")
         name = str(i.get("name", f"eth{n}"))
-        tags = [str(t) for t in i.get("tags", [])]
+        nic_tags = [str(t) for t in i.get("tags", [])]
         interfaces.append(
-            Interface(iid, name, mac, subnet_id, ip, auto=subnet_id is not None and not ip, tags=tags)
+            Interface(iid, name, mac, subnet_id, ip, auto=subnet_id is not None and not ip, tags=nic_tags)
         )
     status_name = str(entry.get("status", "ready")).lower()
     if status_name not in ANY_STATUS_BY_NAME:

@@ -111,7 +111,15 @@ class MaasSession:
         return m
 
     async def release(
-        self, system_id: str, *, erase: bool, secure_erase: bool, quick_erase: bool, comment: str
+        self,
+        system_id: str,
+        *,
+        erase: bool,
+        secure_erase: bool,
+        quick_erase: bool,
+        comment: str,
+        scripts: Sequence[str] = (),
+        force: bool = False,
     ) -> maas.Machine | None:
         try:
             async with self._writes:
@@ -121,6 +129,8 @@ class MaasSession:
                     secure_erase=secure_erase,
                     quick_erase=quick_erase,
                     comment=comment,
+                    scripts=scripts,
+                    force=force,
                 )
         except maas_errors.NotFoundError:
             self.poller.mark_gone(system_id)

@@ -258,7 +258,15 @@ class MaasPort(VmHostPort, Protocol):
     ) -> maas.Machine: ...
 
     async def release(
-        self, system_id: str, *, erase: bool, secure_erase: bool, quick_erase: bool, comment: str
+        self,
+        system_id: str,
+        *,
+        erase: bool,
+        secure_erase: bool,
+        quick_erase: bool,
+        comment: str,
+        scripts: Sequence[str] = (),
+        force: bool = False,
     ) -> maas.Machine | None: ...
 
     async def mark_broken(self, system_id: str, *, comment: str) -> None: ...

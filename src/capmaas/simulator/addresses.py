@@ -229,10 +229,12 @@ def reserve(sim: Simulator, req: Request) -> dict[str, Any]:
 
 def _machine_row(sim: Simulator, ip: str) -> tuple[Interface, list[Interface]] | None:
     """The machine or device interface holding ``ip`` (a STICKY or AUTO row), with its node's interfaces."""
-    for node in (*sim.state.machines.values(), *sim.state.devices.values()):
-        for i in node.interfaces:
+    nics: list[list[Interface]] = [m.interfaces for m in sim.state.machines.values()]
+    nics += [d.interfaces for d in sim.state.devices.values()]
+    for interfaces in nics:
+        for i in interfaces:
             if i.ip == ip:
-                return i, node.interfaces
+                return i, interfaces
     return None
 
 

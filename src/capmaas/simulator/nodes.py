@@ -77,6 +77,13 @@ def _may_edit(req: Request, m: Machine) -> None:
         raise forbidden()
 
 
+def _may_admin(req: Request, m: Machine) -> None:
+    """``NodePermission.admin``, which ``link_subnet``/``unlink_subnet`` ask of a machine's interface
+    (``get_interface_or_404``): a superuser, on an unlocked machine; owning the machine is not enough."""
+    if not req.is_admin or m.locked:
+        raise forbidden()
+
+
 def _editable_state(m: Machine, operation: str) -> None:
     if m.status not in EDITABLE:
         raise conflict(
@@ -196,7 +203,7 @@ def create_bridge(sim: Simulator, req: Request) -> dict[str, Any]:
 def link_subnet(sim: Simulator, req: Request) -> dict[str, Any]:
     """Link the interface to a subnet (``InterfaceLinkForm``): AUTO, DHCP, STATIC or LINK_UP."""
     m, iface = _interface(sim, req)
-    _may_edit(req, m)
+    _may_admin(req, m)
     _editable_state(m, "link subnet")
     form, state = req.form, sim.state
     errors: dict[str, list[str]] = {}
@@ -296,7 +303,7 @@ def link_active(iface: Interface) -> bool:
 def unlink_subnet(sim: Simulator, req: Request) -> dict[str, Any]:
     """Remove the interface's link ``id`` (``InterfaceUnlinkForm``)."""
     m, iface = _interface(sim, req)
-    _may_edit(req, m)
+    _may_admin(req, m)
     _editable_state(m, "unlink subnet")
     link_id = req.form.get("id") or ""
     if link_id != str(iface.id) or (iface.subnet_id is None and iface.mode is None):

@@ -533,3 +533,17 @@ async def test_a_pinned_address_taken_by_a_reservation_fails_the_deploy(
     assert (await reserve(admin, ip="10.0.0.50")).status_code == 200  # a reservation ignores pins
     r = await deploy(admin, sid(sim, "auto-1"))
     assert (r.status_code, r.text) == (404, "The IP address 10.0.0.50 is already in use.")
+
+
+async def test_linking_a_subnet_needs_admin_even_for_the_owner(
+    sim: Simulator, alice: httpx.AsyncClient
+) -> None:
+    # get_interface_or_404(..., NodePermission.admin): owning the machine does not give "admin" on it
+    r = await alice.post("machines/", params={"op": "allocate"}, data={"name": "free-1"})
+    assert (r.status_code, r.json()["owner"]) == (200, "alice")
+    r = await link(alice, sim, "free-1", mode="static", subnet="lan")
+    assert r.status_code == 403
+    r = await alice.post(
+        f"nodes/{sid(sim, 'free-1')}/interfaces/eth0/", params={"op": "unlink_subnet"}, data={"id": "1"}
+    )
+    assert r.status_code == 403

@@ -548,10 +548,7 @@ class ClusterReconciler:
             address = scope.annotation(VIP) or (min(record.ips) if len(record.ips) == 1 else "")
             if address and scope.annotation(VIP) != address:
                 scope.set_annotation(VIP, address)
-            if address:
-                scope.set_status(
-                    network=ClusterNetworkStatus(dns_name=record.fqdn, dns_record_id=record.id, vip=address)
-                )
+                self._own(scope, record)
             if address and record.ips != frozenset({address}):
                 await port.dns_update(record.id, frozenset({address}))
                 record = DnsRecord(record.id, fqdn, frozenset({address}))
@@ -595,8 +592,8 @@ class ClusterReconciler:
                 f"MAAS reserved {address} with hostname {fqdn} but shows no DNS resource of that name",
                 delay=15.0,
             )
-        self._own(scope, record)
         scope.set_annotation(VIP, address)
+        self._own(scope, record)
         await scope.flush()  # the id and the address at once (a crash before: the pending name finds them)
         scope.event("Normal", "VIPReserved", f"{address} reserved in MAAS; {fqdn} -> {address}")
         return record
@@ -613,7 +610,10 @@ class ClusterReconciler:
         """Record ``record`` as ours: the annotation (trusted, survives a move) and status (for people)."""
         scope.set_annotation(DNS_RECORD, OwnedRecord(record.id, record.fqdn).annotation())
         scope.set_annotation(DNS_PENDING, None)
-        scope.set_status(network=ClusterNetworkStatus(dns_name=record.fqdn, dns_record_id=record.id))
+        network = ClusterNetworkStatus(
+            dns_name=record.fqdn, dns_record_id=record.id, vip=scope.annotation(VIP)
+        )
+        scope.set_status(network=network)
 
     @staticmethod
     def _conflict(

@@ -23,14 +23,14 @@ VIP_ANNOTATION = ANNOTATION_PREFIX + VIP
 ADDRESS = "10.0.200.1"  # in the generated inventory's 10.0.0.0/16, used by no machine
 
 
-def client(env: Env) -> MaasClient:
-    (session,) = env.connections.sessions()
-    return session.client
+async def client(env: Env) -> MaasClient:
+    """The operator's own pooled client (its MAAS user: the default credentials)."""
+    return (await env.connections.connect(env.creds)).client
 
 
 async def reserved(env: Env) -> list[str]:
     """The addresses the operator's MAAS user holds reserved."""
-    return sorted(r.ip for r in await client(env).ip_addresses.list())
+    return sorted(r.ip for r in await (await client(env)).ip_addresses.list())
 
 
 async def test_the_vip_is_reserved_and_the_record_points_at_it_not_at_the_machines(env: Env) -> None:
@@ -59,7 +59,7 @@ async def test_maas_picks_the_address_when_only_a_subnet_is_given(env: Env) -> N
 
 
 async def test_an_address_maas_refuses_shows_in_maas_words_and_nothing_is_reserved(env: Env) -> None:
-    await client(env).ip_addresses.reserve(ip=ADDRESS)  # someone (here: the same user) holds it
+    await (await client(env)).ip_addresses.reserve(ip=ADDRESS)  # someone (here: the same user) holds it
     env.kube.add("clusters", demo.cluster("c1", "ns"))
     body = demo.maascluster("c1", "ns", cluster_uid=env.kube.get("clusters", "c1")["metadata"]["uid"])
     body["spec"]["controlPlaneVIP"] = {"address": ADDRESS}
@@ -86,7 +86,9 @@ async def test_a_crash_after_the_reservation_adopts_it_and_never_reserves_twice(
     fqdn = dns_name("c1", "uid-ns-c1", body["spec"]["dnsDomain"])
     body["metadata"].setdefault("annotations", {})[ANNOTATION_PREFIX + DNS_PENDING] = fqdn
     env.kube.add("maasclusters", body)
-    got = await client(env).ip_addresses.reserve(subnet="10.0.0.0/16", hostname=fqdn)  # before the crash
+    got = await (await client(env)).ip_addresses.reserve(
+        subnet="10.0.0.0/16", hostname=fqdn
+    )  # before the crash
     mc = await reconcile(env)
     assert await reserved(env) == [got.ip]
     assert mc["metadata"]["annotations"][VIP_ANNOTATION] == got.ip
@@ -103,7 +105,7 @@ async def test_the_vip_is_released_with_the_cluster(env: Env) -> None:
     assert await reserved(env) == []
     assert "VIPReleased" in env.kube.reasons()
     # The address is free again: anyone may reserve it.
-    assert (await client(env).ip_addresses.reserve(ip=ADDRESS)).ip == ADDRESS
+    assert (await (await client(env)).ip_addresses.reserve(ip=ADDRESS)).ip == ADDRESS
 
 
 async def test_a_vip_with_an_endpoint_of_the_users_own_is_refused_and_nothing_is_reserved(env: Env) -> None:

@@ -547,3 +547,23 @@ async def test_linking_a_subnet_needs_admin_even_for_the_owner(
         f"nodes/{sid(sim, 'free-1')}/interfaces/eth0/", params={"op": "unlink_subnet"}, data={"id": "1"}
     )
     assert r.status_code == 403
+
+
+async def test_a_dns_record_reserves_its_new_addresses(sim: Simulator, admin: httpx.AsyncClient) -> None:
+    # DNSResourceForm.save: get_or_create a USER_RESERVED row per address; it then blocks a STATIC link
+    r = await admin.post("dnsresources/", data={"fqdn": "api.maas", "ip_addresses": "10.0.0.40 10.0.0.10"})
+    assert r.status_code == 200
+    listed = (await admin.get("ipaddresses/")).json()
+    assert [(a["ip"], a["alloc_type"], a["owner"]["username"]) for a in listed] == [("10.0.0.40", 4, "admin")]
+    r = await link(admin, sim, "free-1", mode="static", subnet="lan", ip_address="10.0.0.40")
+    assert (r.status_code, r.text) == (404, "IP address is already in use.")
+    # deleting the record deletes the rows only it held (static-1's 10.0.0.10 stays with the machine)
+    assert (await admin.delete(f"dnsresources/{r_id(sim)}/")).status_code == 204
+    assert (await admin.get("ipaddresses/")).json() == []
+    assert "10.0.0.10" in sim.state.used_ips
+    r = await link(admin, sim, "free-1", mode="static", subnet="lan", ip_address="10.0.0.40")
+    assert r.status_code == 200
+
+
+def r_id(sim: Simulator) -> int:
+    return next(iter(sim.state.dns_resources))

@@ -199,6 +199,9 @@ async def test_explicit_static_rules(
     assert r.json()["links"][0]["ip_address"] == "10.0.0.5"
     r = await link(admin, sim, "free-1", mode="static", subnet="lan", ip_address="10.0.0.5")  # its own
     assert (r.status_code, r.text) == (404, "IP address is already in use.")
+    for spec in ("cidr:10.0.0.0/24", "name:lan", "ip:10.0.0.77"):  # subnet specifiers
+        r = await link(admin, sim, "free-2", mode="auto", subnet=spec)
+        assert r.json()["links"][0]["subnet"]["name"] == "lan"
 
 
 async def test_static_link_collisions_with_reserved_ips_are_409(

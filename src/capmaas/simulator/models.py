@@ -416,12 +416,12 @@ class IpRange:
 
 @dataclass(slots=True)
 class UserReservedIp:
-    """A ``StaticIPAddress`` of alloc_type USER_RESERVED made by ``ipaddresses/?op=reserve``: owned by
-    ``owner``, never handed to a machine until released."""
+    """A ``StaticIPAddress`` of alloc_type USER_RESERVED, made by ``ipaddresses/?op=reserve`` or by a DNS
+    resource naming an address no row has: owned by ``owner``, never handed to a machine until released."""
 
     id: int
     ip: str
-    subnet_id: int
+    subnet_id: int | None
     owner: str
     #: ``mac``: MAAS made an ``unknown``-type interface with this MAC carrying the address.
     mac: str | None = None

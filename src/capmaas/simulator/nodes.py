@@ -19,6 +19,7 @@ import ipaddress
 import struct
 from typing import TYPE_CHECKING, Any
 
+from capmaas.simulator.addresses import subnet_by_specifier
 from capmaas.simulator.forms import FormError, parse_bool
 from capmaas.simulator.http import (
     Request,
@@ -214,7 +215,7 @@ def link_subnet(sim: Simulator, req: Request) -> dict[str, Any]:
         listing = ", ".join(f"'{x}'" for x in LINK_MODES)
         errors["mode"] = [f"'{form.get('mode')}' is not a valid mode.  It should be one of: {listing}."]
     subnet_key = form.get("subnet") or ""
-    subnet = next((s for s in state.subnets.values() if subnet_key in (str(s.id), s.cidr, s.name)), None)
+    subnet = subnet_by_specifier(state, subnet_key) if subnet_key else None
     if subnet_key and subnet is None:
         errors["subnet"] = ["Select a valid choice. That choice is not one of the available choices."]
     elif subnet is None and mode in ("auto", "static"):

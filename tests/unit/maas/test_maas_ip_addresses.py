@@ -8,8 +8,10 @@ from typing import Any
 
 import httpx
 import pytest
+from maas_fakes import FakeMaas, form_of, text
 
 from capmaas.maas import (
+    ApiError,
     BadRequestError,
     ConflictError,
     ForbiddenError,
@@ -192,3 +194,44 @@ async def test_link_and_unlink_subnet(sim: Simulator, admin: MaasClient) -> None
     assert picked.links[0].ip_address == "10.0.0.10"  # past the gateway and the reserved range
     auto = await admin.interfaces.link_subnet(m2, "eth0", mode="auto", subnet="lan", force=True)
     assert [(lk.mode, lk.ip_address) for lk in auto.links] == [("auto", None)]
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "quoted"),
+    [
+        (404, "IP address is already in use.", "IP address is already in use."),
+        (404, "The IP address 10.0.0.5 is already in use.", "The IP address 10.0.0.5 is already in use."),
+        (409, "The static IP 10.0.0.5 is already reserved for the MAC address 52:54:00:00:00:01.", None),
+        (400, "IP address 10.0.0.5 does not exist.", "IP address 10.0.0.5 does not exist."),
+        # a server that is not MAAS cannot pass free text through a phrasing's placeholders or around it
+        (404, "The IP address <a href=//evil> is already in use.", ""),
+        (404, "IP address is already in use. Call +1 555 0100 to fix.", ""),
+        (404, "The IP address 10.0.0.5 is already in use.\n<script>alert(1)</script>", ""),
+        (503, "No more IPs available in subnet: everything.", ""),
+    ],
+)
+async def test_only_maas_own_address_texts_reach_the_message(
+    client: MaasClient, fake: FakeMaas, status: int, body: str, quoted: str | None
+) -> None:
+    fake.route("POST", "ipaddresses/", "reserve", text(status, body))
+    with pytest.raises(ApiError) as info:
+        await client.ip_addresses.reserve(subnet="lan")
+    exc = info.value
+    expected = body if quoted is None else quoted
+    assert exc.body == body
+    if expected:
+        assert str(exc).endswith(f": {expected}")
+        assert exc.maas_text == expected
+    else:
+        assert body not in str(exc)
+        assert exc.maas_text is None
+
+
+async def test_forms_sent(client: MaasClient, fake: FakeMaas) -> None:
+    reply = {"ip": "10.0.0.9", "alloc_type": 4, "owner": {"username": "a"}, "subnet": None}
+    fake.route("POST", "ipaddresses/", "reserve", httpx.Response(200, json=reply))
+    fake.route("POST", "ipaddresses/", "release", text(204))
+    await client.ip_addresses.reserve(ip="10.0.0.9", hostname="api.maas", mac="02:00:00:00:00:01")
+    assert form_of(fake.last) == [("ip", "10.0.0.9"), ("hostname", "api.maas"), ("mac", "02:00:00:00:00:01")]
+    await client.ip_addresses.release("10.0.0.9", force=True)
+    assert form_of(fake.last) == [("ip", "10.0.0.9"), ("force", "true")]

@@ -199,6 +199,9 @@ async def test_explicit_static_rules(
     assert r.json()["links"][0]["ip_address"] == "10.0.0.5"
     r = await link(admin, sim, "free-1", mode="static", subnet="lan", ip_address="10.0.0.5")  # its own
     assert (r.status_code, r.text) == (404, "IP address is already in use.")
+    for spec in ("cidr:10.0.0.0/24", "name:lan", "ip:10.0.0.77"):  # subnet specifiers
+        r = await link(admin, sim, "free-2", mode="auto", subnet=spec)
+        assert r.json()["links"][0]["subnet"]["name"] == "lan"
 
 
 async def test_static_link_collisions_with_reserved_ips_are_409(
@@ -547,3 +550,23 @@ async def test_linking_a_subnet_needs_admin_even_for_the_owner(
         f"nodes/{sid(sim, 'free-1')}/interfaces/eth0/", params={"op": "unlink_subnet"}, data={"id": "1"}
     )
     assert r.status_code == 403
+
+
+async def test_a_dns_record_reserves_its_new_addresses(sim: Simulator, admin: httpx.AsyncClient) -> None:
+    # DNSResourceForm.save: get_or_create a USER_RESERVED row per address; it then blocks a STATIC link
+    r = await admin.post("dnsresources/", data={"fqdn": "api.maas", "ip_addresses": "10.0.0.40 10.0.0.10"})
+    assert r.status_code == 200
+    listed = (await admin.get("ipaddresses/")).json()
+    assert [(a["ip"], a["alloc_type"], a["owner"]["username"]) for a in listed] == [("10.0.0.40", 4, "admin")]
+    r = await link(admin, sim, "free-1", mode="static", subnet="lan", ip_address="10.0.0.40")
+    assert (r.status_code, r.text) == (404, "IP address is already in use.")
+    # deleting the record deletes the rows only it held (static-1's 10.0.0.10 stays with the machine)
+    assert (await admin.delete(f"dnsresources/{r_id(sim)}/")).status_code == 204
+    assert (await admin.get("ipaddresses/")).json() == []
+    assert "10.0.0.10" in sim.state.used_ips
+    r = await link(admin, sim, "free-1", mode="static", subnet="lan", ip_address="10.0.0.40")
+    assert r.status_code == 200
+
+
+def r_id(sim: Simulator) -> int:
+    return next(iter(sim.state.dns_resources))

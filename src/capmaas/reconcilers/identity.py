@@ -48,6 +48,7 @@ from capmaas.reconcilers.keys import (
     IDENTITY,
     IDENTITY_REF,
     REPLACING,
+    VIP,
 )
 from capmaas.reconcilers.ports import Body, KubePort, MaasPort
 from capmaas.reconcilers.scope import MachineScope, ObjectScope
@@ -150,7 +151,7 @@ def check_cluster(scope: ObjectScope, port: MaasPort) -> bool:
         f"DNS record {record} came from another MAAS identity ({was[:12]}) than the credentials now in use "
         f"({port.identity[:12]}, {port.endpoint}); forgot it, nothing sent to either MAAS"
     )
-    for name in (DNS_RECORD, DNS_PENDING, IDENTITY):  # not identity-ref: what the cluster's objects use
+    for name in (DNS_RECORD, DNS_PENDING, VIP, IDENTITY):  # not identity-ref: what the objects use
         scope.set_annotation(name, None)
     scope.set_status(network=None)
     scope.event("Warning", C.IDENTITY_CHANGED_REASON, msg)

@@ -71,6 +71,9 @@ DNS_RECORD = "dns-record"
 #: On a MaasCluster, written before the DNS record is created: the fqdn asked for. A pass that finds it
 #: without ``dns-record`` (a crash between the create and the id write) adopts the record of that name.
 DNS_PENDING = "dns-record-pending"
+#: On a MaasCluster with ``spec.controlPlaneVIP``: the address capmaas reserved in MAAS (reserved with the
+#: DNS record's name as its hostname, so the record - ``dns-record`` - is the proof it is this cluster's).
+VIP = "vip"
 #: The MAAS identity the object's references came from (:mod:`capmaas.reconcilers.identity`): a fingerprint of
 #: the endpoint and the MAAS user ``users/?op=whoami`` named, written in the same patch as any reference
 #: (:data:`BOUND_ANNOTATIONS`, ``spec.systemID``/``spec.providerID``). A reference is acted on only while the
@@ -83,7 +86,17 @@ IDENTITY_REF = "identity-ref"
 #: The annotations that name something in one MAAS (ids, names, marks of a request in doubt): bound to
 #: :data:`IDENTITY`.
 BOUND_ANNOTATIONS = frozenset(
-    {ALLOCATING, AGENT_NAME, REPLACING, COMPOSING, DECOMPOSING, HOST_ID_ANNOTATION, DNS_RECORD, DNS_PENDING}
+    {
+        ALLOCATING,
+        AGENT_NAME,
+        REPLACING,
+        COMPOSING,
+        DECOMPOSING,
+        HOST_ID_ANNOTATION,
+        DNS_RECORD,
+        DNS_PENDING,
+        VIP,
+    }
 )
 #: The annotations that close a crash window: a write that sets or clears one carries the resourceVersion the
 #: pass read (:meth:`capmaas.reconcilers.scope.ObjectScope.flush`), so a writer acting on a stale copy of the

@@ -258,7 +258,15 @@ class MaasPort(VmHostPort, Protocol):
     ) -> maas.Machine: ...
 
     async def release(
-        self, system_id: str, *, erase: bool, secure_erase: bool, quick_erase: bool, comment: str
+        self,
+        system_id: str,
+        *,
+        erase: bool,
+        secure_erase: bool,
+        quick_erase: bool,
+        comment: str,
+        scripts: Sequence[str] = (),
+        force: bool = False,
     ) -> maas.Machine | None: ...
 
     async def mark_broken(self, system_id: str, *, comment: str) -> None: ...
@@ -281,6 +289,17 @@ class MaasPort(VmHostPort, Protocol):
     async def dns_update(self, record_id: int, ips: frozenset[str]) -> None: ...
 
     async def dns_delete(self, record_id: int) -> None: ...
+
+    async def vip_reserve(self, fqdn: str, *, address: str | None, subnet: str | None) -> str:
+        """Reserve an address in MAAS's IPAM with ``fqdn`` as its hostname (MAAS then makes, or extends, the
+        DNS resource ``fqdn`` listing it): ``address``, or a free one MAAS picks in ``subnet``. Returns the
+        address."""
+        ...
+
+    async def vip_release(self, address: str) -> None:
+        """Release this identity's reservation of ``address`` if MAAS still has it (deleting the DNS
+        resource that was its only user already did)."""
+        ...
 
 
 class MaasConnector(Protocol):

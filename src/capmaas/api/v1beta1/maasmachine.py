@@ -340,6 +340,29 @@ class ReleaseOptions(K8sModel):
     quick_erase: bool | None = Field(
         None, description="Wipe only the start and end of each disk (fast, not secure) when erasing."
     )
+    scripts: (
+        Annotated[
+            list[
+                Annotated[
+                    str,
+                    StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$"),
+                ]
+            ],
+            Field(max_length=16),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="MAAS release scripts to run on release, by name or tag (MAAS release scripts=, e.g. "
+        "wipe-disks, or a script an admin uploaded with script_type release); none: no script. A name MAAS "
+        "does not know keeps the machine held and shows MAAS's answer in the Deleting condition.",
+        json_schema_extra=list_set(),
+    )
+    force: bool | None = Field(
+        None,
+        description="Let MAAS remove VM host records left on the machine (MAAS release force=true). capmaas "
+        "never sends it while a VM is on such a host: it waits for the VMs to be deleted (VMHostInUse).",
+    )
 
 
 class MaasMachineSpec(K8sModel):

@@ -13,6 +13,7 @@ from capmaas.api.v1beta1.common import (
     APIEndpoint,
     Conditions,
     Initialization,
+    IPAddress,
     LocalObjectName,
     ObjectMeta,
 )
@@ -177,14 +178,6 @@ class ClusterLXDConfig(K8sModel):
 
 #: A MAAS subnet named by CIDR, name or id (what ``ipaddresses/?op=reserve subnet=`` takes).
 SubnetKey = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^\s]+$")]
-#: An IPv4 or IPv6 address.
-IPAddress = Annotated[
-    str,
-    StringConstraints(min_length=2, max_length=45),
-    Field(
-        json_schema_extra=schema_extra(rules=[cel("isIP(self)", "must be an IP address such as 10.0.0.10")])
-    ),
-]
 
 
 class ControlPlaneVIP(K8sModel):

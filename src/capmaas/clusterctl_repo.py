@@ -63,7 +63,25 @@ INFRA_API = f"{INFRA_GROUP}/v1beta1"
 
 
 def _dump(docs: Sequence[dict[str, Any]]) -> str:
-    return HEADER + yaml.safe_dump_all(list(docs), sort_keys=False, width=1000)
+    return HEADER + yaml.dump_all(list(docs), Dumper=_Dumper, sort_keys=False, width=1000)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (a file's content, a patch's Go template) as literal blocks: never folded, so a
+    ``{{ … }}`` or ``${…}`` is never split over lines with escapes (which CAPI's template parser refuses)."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def _template(value: Any) -> str:
+    """``value`` as the YAML text of a ClusterClass patch's ``valueFrom.template``."""
+    return yaml.dump(value, Dumper=_Dumper, sort_keys=False, width=1000)
 
 
 def _relabel(obj: dict[str, Any]) -> dict[str, Any]:
@@ -215,7 +233,7 @@ def kube_vip_kubeadm(address: str, interface: str, image: str) -> dict[str, Any]
                 "path": KUBE_VIP_MANIFEST,
                 "owner": "root:root",
                 "permissions": "0644",
-                "content": yaml.safe_dump(kube_vip_pod(address, interface, image), sort_keys=False),
+                "content": _template(kube_vip_pod(address, interface, image)),
             }
         ],
         "preKubeadmCommands": [
@@ -448,7 +466,7 @@ def _kube_vip_patch() -> dict[str, Any]:
                     "matchResources": {"controlPlane": True},
                 },
                 "jsonPatches": [
-                    {"op": "add", "path": f"{path}/{key}", "valueFrom": {"template": yaml.safe_dump(value)}}
+                    {"op": "add", "path": f"{path}/{key}", "valueFrom": {"template": _template(value)}}
                     for key, value in vip.items()
                 ],
             }

@@ -107,6 +107,11 @@ release: venv node-packages ## Release artifacts into dist/: VERSION=X.Y.Z (= ca
 	bash hack/build-tools.sh helm
 	$(BIN)/python -m capmaas.release $(VERSION)
 
+.PHONY: docs
+docs: venv ## The documentation site from docs/ into build/site (mkdocs, strict); the generated reference pages checked first
+	$(BIN)/python -m capmaas.release.docref --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 .PHONY: clusterctl-repo
 clusterctl-repo: venv ## Regenerate the clusterctl provider repository under deploy/clusterctl
 	$(BIN)/python -m capmaas.clusterctl_repo

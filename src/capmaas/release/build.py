@@ -4,7 +4,7 @@ The steps, each from the sources of this checkout at the time of its last commit
 that archives and the image carry no build time):
 
 1. the version: X.Y.Z must be ``capmaas.__version__`` (bump it there, the one place; a mismatch stops here);
-2. wheel and sdist (``python -m build``);
+2. wheel and sdist (``python -m build``; the sdist repacked byte-stable);
 3. the image, as ``make image`` builds it (``hack/image.sh``: the Dockerfile on the mmdebstrap base, no
    network), from that wheel and its dependencies' wheels; built twice from the same wheels without a layer
    cache, and the two manifest digests compared (a difference stops the release: it is not reproducible);
@@ -168,7 +168,11 @@ class Release:
                 raise ReleaseError(
                     f"python -m build wrote {sorted(p.name for p in out.iterdir())}, not {name}"
                 )
-            shutil.copy2(out / name, self.partial / name)
+        shutil.copy2(
+            out / self.names.wheel, self.partial / self.names.wheel
+        )  # SOURCE_DATE_EPOCH: fixed zip times
+        # The sdist's tar carries each file's mtime (PKG-INFO: the time of the build): repacked.
+        repack_tgz(out / self.names.sdist, self.partial / self.names.sdist, mtime=self.epoch)
         self._step("wheel and sdist", t0)
 
     # -- 3. the image ---------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from capmaas.api import conditions, crdgen
+from capmaas.api.v1beta1 import GROUP, VERSION
 
 ROOT = Path(__file__).resolve().parents[3]
 PAGES = Path("docs") / "reference"
@@ -64,7 +65,7 @@ def crd_reference() -> str:
     out = [
         HEADER,
         "# CRD field reference\n\n",
-        f"Group `{crdgen.GROUP}`, version `{crdgen.VERSION}`. Generated from the pydantic models in "
+        f"Group `{GROUP}`, version `{VERSION}`. Generated from the pydantic models in "
         "`capmaas.api.v1beta1`, the same schemas as the CRDs in `crds/` and the chart.\n",
     ]
     for kind in crdgen.KINDS:
@@ -139,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a generated page is out of date")
     parser.add_argument("--root", type=Path, default=ROOT)
     args = parser.parse_args(argv)
-    stale = []
+    stale: list[str] = []
     for rel, text in pages().items():
         path = args.root / rel
         if args.check:
@@ -149,8 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         print(f"wrote {rel}")
-    for rel in stale:
-        print(f"out of date: {rel} (run `python -m capmaas.release.docref`)", file=sys.stderr)
+    for name in stale:
+        print(f"out of date: {name} (run `python -m capmaas.release.docref`)", file=sys.stderr)
     return 1 if stale else 0
 
 

@@ -469,9 +469,12 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         proc = self._ctr(_system_binary("ctr"), "images", "list", "--quiet", check=False)
         return proc.stdout.split()
 
-    def import_image(self, archive: Path) -> None:
-        """Import one more OCI archive (e.g. a rebuilt operator image for ``helm upgrade``)."""
-        self._ctr(_system_binary("ctr"), "images", "import", str(archive))
+    def import_image(self, archive: Path, *, digests: bool = False) -> None:
+        """Import one more OCI archive (e.g. a rebuilt operator image for ``helm upgrade``). ``digests``: also
+        name it ``repo@sha256:<manifest>``, the name containerd's CRI looks up for an image pinned by digest
+        (``repo:tag@sha256:...``, as a release's chart and clusterctl components have it)."""
+        extra = ("--digests",) if digests else ()
+        self._ctr(_system_binary("ctr"), "images", "import", *extra, str(archive))
 
     # -- using it --------------------------------------------------------------------------------------
     @contextlib.contextmanager

@@ -130,6 +130,11 @@ SOURCES: dict[str, list[tuple[str, str]]] = {
         ("devices.json", k)
         for k in ("devices-update", "devices-restore-network-conf", "devices-restore-default-conf", "devices-create")
     ],
+    "ip_address": [("ipaddresses.json", k) for k in ("ipaddresses-reserve", "ipaddresses-read")],
+    "ip_range": [
+        ("ipranges.json", k)
+        for k in ("ipranges-read", "ipranges-create", "ipranges-read-by-id", "ipranges-update")
+    ],
     "account_token": [("account.json", "account-list-tokens")],
     "account_new_token": [("account.json", "account-create-token")],
 }

@@ -191,9 +191,80 @@ def _machine_template(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def cluster_template(*, lxd_control_plane: bool) -> str:
+# -- kube-vip ----------------------------------------------------------------------------------------------
+KUBE_VIP_MANIFEST = "/etc/kubernetes/manifests/kube-vip.yaml"
+_ADMIN_CONF = "/etc/kubernetes/admin.conf"
+_SUPER_ADMIN_CONF = "/etc/kubernetes/super-admin.conf"
+
+
+def kube_vip_pod(address: str, interface: str, image: str) -> dict[str, Any]:
+    """kube-vip as a static pod of every control-plane machine, ARP mode: the elected leader answers ARP for
+    ``address`` (the MaasCluster's ``controlPlaneVIP``, reserved in MAAS) on ``interface``; it reads the API
+    through the machine's own admin kubeconfig, so it runs before the cluster has any workload."""
+    env = {
+        "vip_arp": "true",
+        "port": "6443",
+        "vip_interface": interface,
+        "address": address,
+        "cp_enable": "true",
+        "vip_leaderelection": "true",
+        "vip_leasename": "plndr-cp-lock",
+        "vip_leaseduration": "15",
+        "vip_renewdeadline": "10",
+        "vip_retryperiod": "2",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "kube-vip", "namespace": "kube-system"},
+        "spec": {
+            "hostNetwork": True,
+            "hostAliases": [{"hostnames": ["kubernetes"], "ip": "127.0.0.1"}],
+            "containers": [
+                {
+                    "name": "kube-vip",
+                    "image": image,
+                    "args": ["manager"],
+                    "env": [{"name": k, "value": v} for k, v in env.items()],
+                    "securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_RAW"]}},
+                    "volumeMounts": [{"name": "kubeconfig", "mountPath": "/etc/kubernetes/admin.conf"}],
+                }
+            ],
+            "volumes": [{"name": "kubeconfig", "hostPath": {"path": _ADMIN_CONF, "type": "FileOrCreate"}}],
+        },
+    }
+
+
+def kube_vip_kubeadm(address: str, interface: str, image: str) -> dict[str, Any]:
+    """What a KubeadmControlPlane's ``kubeadmConfigSpec`` gains for kube-vip: the static pod, and on the
+    first machine only (``kubeadm init``) its kubeconfig switched to ``super-admin.conf`` until init is
+    done: since Kubernetes 1.29 ``admin.conf`` gets its rights from an RBAC binding that exists only once the
+    API server is up, which it cannot be reached at without the VIP."""
+    switch = f"s#path: {_ADMIN_CONF}#path: {_SUPER_ADMIN_CONF}#"
+    back = f"s#path: {_SUPER_ADMIN_CONF}#path: {_ADMIN_CONF}#"
+    return {
+        "files": [
+            {
+                "path": KUBE_VIP_MANIFEST,
+                "owner": "root:root",
+                "permissions": "0644",
+                "content": yaml.safe_dump(kube_vip_pod(address, interface, image), sort_keys=False),
+            }
+        ],
+        "preKubeadmCommands": [
+            "if grep -q 'kind: InitConfiguration' /run/kubeadm/kubeadm.yaml 2>/dev/null && "
+            '[ "$(kubeadm version -o short | cut -d. -f2)" -ge 29 ]; then '
+            f"sed -i '{switch}' {KUBE_VIP_MANIFEST}; fi"
+        ],
+        "postKubeadmCommands": [f"sed -i '{back}' {KUBE_VIP_MANIFEST}"],
+    }
+
+
+def cluster_template(*, lxd_control_plane: bool, kube_vip: bool = False) -> str:
     """Cluster + MaasCluster + KubeadmControlPlane + MaasMachineTemplates + MachineDeployment +
-    KubeadmConfigTemplate. ``lxd_control_plane`` composes the control plane as LXD VMs on MAAS VM hosts."""
+    KubeadmConfigTemplate. ``lxd_control_plane`` composes the control plane as LXD VMs on MAAS VM hosts;
+    ``kube_vip`` gives the API server a VIP reserved in MAAS (``CONTROL_PLANE_VIP``) served by kube-vip
+    (``KUBE_VIP_IMAGE``: an image the machines can pull, e.g. from your mirror; ``KUBE_VIP_INTERFACE``)."""
     name = "${CLUSTER_NAME}"
     cp_name = f"{name}-control-plane"
     md_name = f"{name}-md-0"
@@ -211,11 +282,14 @@ def cluster_template(*, lxd_control_plane: bool) -> str:
             "controlPlaneRef": _ref("controlplane.cluster.x-k8s.io", "KubeadmControlPlane", cp_name),
         },
     }
+    maas_cluster_spec: dict[str, Any] = {"dnsDomain": "${MAAS_DNS_DOMAIN}"}
+    if kube_vip:
+        maas_cluster_spec["controlPlaneVIP"] = {"address": "${CONTROL_PLANE_VIP}"}
     maas_cluster = {
         "apiVersion": INFRA_API,
         "kind": "MaasCluster",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {"dnsDomain": "${MAAS_DNS_DOMAIN}"},
+        "spec": maas_cluster_spec,
     }
     cp_spec: dict[str, Any] = {
         "image": "${MAAS_IMAGE}",
@@ -231,7 +305,7 @@ def cluster_template(*, lxd_control_plane: bool) -> str:
         }
     else:
         cp_spec["tags"] = ["${MAAS_CONTROL_PLANE_TAG:=control-plane}"]
-    kcp = {
+    kcp: dict[str, Any] = {
         "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2",
         "kind": "KubeadmControlPlane",
         "metadata": {"name": cp_name, "namespace": ns},
@@ -247,6 +321,10 @@ def cluster_template(*, lxd_control_plane: bool) -> str:
             },
         },
     }
+    if kube_vip:
+        kcp["spec"]["kubeadmConfigSpec"] |= kube_vip_kubeadm(
+            "${CONTROL_PLANE_VIP}", "${KUBE_VIP_INTERFACE}", "${KUBE_VIP_IMAGE}"
+        )
     md = {
         "apiVersion": "cluster.x-k8s.io/v1beta2",
         "kind": "MachineDeployment",
@@ -377,7 +455,38 @@ failureDomains: {{ toJson . }}
 {{- with .preferredSubnets }}
 preferredSubnets: {{ toJson . }}
 {{- end }}
+{{- with .controlPlaneVIP }}
+controlPlaneVIP:
+  address: {{ .address | quote }}
+{{- end }}
 """
+
+
+def _kube_vip_patch() -> dict[str, Any]:
+    """The ClusterClass's kube-vip patch: the KubeadmControlPlane gains the kube-vip static pod (and the
+    init-time kubeconfig switch) when the ``controlPlaneVIP`` variable is set."""
+    vip = kube_vip_kubeadm(
+        "{{ .controlPlaneVIP.address }}", "{{ .controlPlaneVIP.interface }}", "{{ .controlPlaneVIP.image }}"
+    )
+    path = "/spec/template/spec/kubeadmConfigSpec"
+    return {
+        "name": "kubeVIP",
+        "description": "kube-vip serves controlPlaneVIP (reserved in MAAS by the MaasCluster)",
+        "enabledIf": "{{ if .controlPlaneVIP }}true{{ end }}",
+        "definitions": [
+            {
+                "selector": {
+                    "apiVersion": KCP_API,
+                    "kind": "KubeadmControlPlaneTemplate",
+                    "matchResources": {"controlPlane": True},
+                },
+                "jsonPatches": [
+                    {"op": "add", "path": f"{path}/{key}", "valueFrom": {"template": yaml.safe_dump(value)}}
+                    for key, value in vip.items()
+                ],
+            }
+        ],
+    }
 
 
 def _patch(name: str, description: str, selector: dict[str, Any], template: str) -> dict[str, Any]:
@@ -401,7 +510,8 @@ def clusterclass() -> str:
 
     Variables: ``dnsDomain``, ``image``, ``controlPlaneMachine`` / ``workerMachine`` (minCPU, minMemory,
     minDiskSize, tags, resourcePool), ``failureDomains`` (MAAS zones), ``preferredSubnets`` (the DNS
-    record's subnets) and ``lxdControlPlane`` (enabled, diskSize, storagePool: compose the control plane as
+    record's subnets), ``controlPlaneVIP`` (address, interface, image: a VIP reserved in MAAS, served by
+    kube-vip) and ``lxdControlPlane`` (enabled, diskSize, storagePool: compose the control plane as
     LXD VMs). Each template's spec is rendered whole from them, so changing one rolls the machines onto a
     new MaasMachineTemplate (templates are immutable).
     """
@@ -442,6 +552,28 @@ def clusterclass() -> str:
             },
         ),
         _variable(
+            "controlPlaneVIP",
+            {
+                "type": "object",
+                "description": "A VIP for the API server, reserved in MAAS and served by kube-vip (ARP).",
+                "required": ["address", "interface", "image"],
+                "properties": {
+                    "address": {"type": "string", "minLength": 2, "description": "The VIP."},
+                    "interface": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "The control-plane machines' interface kube-vip announces it on.",
+                    },
+                    "image": {
+                        "type": "string",
+                        "minLength": 1,
+                        "description": "The kube-vip image the machines can pull (e.g. from your mirror).",
+                    },
+                },
+            },
+            required=False,
+        ),
+        _variable(
             "lxdControlPlane",
             {
                 "type": "object",
@@ -471,7 +603,12 @@ def clusterclass() -> str:
         "matchResources": {"machineDeploymentClass": {"names": [WORKER_CLASS]}},
     }
     patches = [
-        _patch("maasCluster", "dnsDomain, failureDomains, preferredSubnets", infra_selector, _CLUSTER_SPEC),
+        _patch(
+            "maasCluster",
+            "dnsDomain, failureDomains, preferredSubnets, controlPlaneVIP",
+            infra_selector,
+            _CLUSTER_SPEC,
+        ),
         _patch(
             "controlPlaneMachine",
             "image, controlPlaneMachine sizes and lxdControlPlane",
@@ -484,6 +621,7 @@ def clusterclass() -> str:
             worker_selector,
             _MACHINE_SPEC.format(v="workerMachine"),
         ),
+        _kube_vip_patch(),
     ]
     cls = {
         "apiVersion": CAPI_API,
@@ -622,6 +760,7 @@ def assets(root: Path = REPO_ROOT, image: Image | None = None) -> dict[str, str]
         "infrastructure-components.yaml": components(root, image),
         "cluster-template.yaml": cluster_template(lxd_control_plane=False),
         "cluster-template-lxd.yaml": cluster_template(lxd_control_plane=True),
+        "cluster-template-kube-vip.yaml": cluster_template(lxd_control_plane=False, kube_vip=True),
         "cluster-template-topology.yaml": topology_template(),
         f"clusterclass-{CLUSTER_CLASS}.yaml": clusterclass(),
     }

@@ -31,6 +31,8 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
         "null without a secondary rack controller, as the real MAAS 3.7.3 answers show (machine_get.json); "
         "the examples' region had one. interface_set[].vlan.secondary_rack is null in the examples too."
     ),
+    ("ip_address", "subnet.vlan.secondary_rack"): "As ('machine', '*links[].subnet.vlan.secondary_rack').",
+    ("ip_range", "subnet.vlan.secondary_rack"): "As ('machine', '*links[].subnet.vlan.secondary_rack').",
     ("machine", "status_message"): (
         "Node.status_message() (models/node.py) is None while the node has no status event, as for a VM "
         "composed with skip_commissioning; the examples' machines all had events."

@@ -56,6 +56,10 @@ def rich_simulator() -> Simulator:
                 "space": "storage",
                 "gateway_ip": "10.40.0.1",
                 "dns_servers": ["10.40.0.2"],
+                "ranges": [
+                    {"type": "dynamic", "start": "10.40.0.100", "end": "10.40.0.199"},
+                    {"type": "reserved", "start": "10.40.0.3", "end": "10.40.0.9", "comment": "infra"},
+                ],
             },
         ],
         "boot_resources": [
@@ -162,6 +166,19 @@ async def collect(sim: Simulator) -> dict[str, list[Any]]:
         listed = await ok("GET", "dnsresources/", params={"all": "true"})
         add("dns_resource", listed)
         add("dns_resource_record", [rr for r in listed if r["id"] != -1 for rr in r["resource_records"]])
+        # addresses: a reservation (by subnet and by address) and the subnets' IP ranges
+        add(
+            "ip_address",
+            await ok("POST", "ipaddresses/", params={"op": "reserve"}, data={"subnet": "storage"}),
+        )
+        add(
+            "ip_address",
+            await ok("POST", "ipaddresses/", params={"op": "reserve"}, data={"ip": "10.40.0.60"}),
+        )
+        add("ip_address", await ok("GET", "ipaddresses/"))
+        ranges = await ok("GET", "ipranges/")
+        add("ip_range", ranges)
+        add("ip_range", await ok("GET", f"ipranges/{ranges[0]['id']}/"))
         # networks
         add("fabric", await ok("GET", "fabrics/"))
         add("vlan", await ok("GET", "fabrics/0/vlans/"))

@@ -34,6 +34,10 @@ VARIABLES = {
     "KUBERNETES_VERSION": "v1.33.0",
     "CONTROL_PLANE_MACHINE_COUNT": "3",
     "WORKER_MACHINE_COUNT": "2",
+    # The kube-vip flavor's (unused by the others: clusterctl substitutes only what a template names).
+    "CONTROL_PLANE_VIP": "10.20.0.250",
+    "KUBE_VIP_INTERFACE": "eno1",
+    "KUBE_VIP_IMAGE": "mirror.example/kube-vip/kube-vip:v1.0.0",
 }
 
 
@@ -110,7 +114,7 @@ def test_repository_follows_the_clusterctl_contract() -> None:
     assert "--namespace" in helptext
 
 
-@pytest.mark.parametrize("flavor", ["", "lxd"])
+@pytest.mark.parametrize("flavor", ["", "lxd", "kube-vip"])
 def test_generate_cluster_renders_objects_the_apiserver_accepts(
     flavor: str,
     capi: CapiManager,
@@ -149,7 +153,20 @@ def test_generate_cluster_renders_objects_the_apiserver_accepts(
     cp = templates["demo-control-plane"]
     assert cp["image"] == "ubuntu/noble"
     assert cp["minCPU"] == 2
-    assert cp.get("provisioningMode") == ("lxd" if flavor else None)
+    assert cp.get("provisioningMode") == ("lxd" if flavor == "lxd" else None)
+    if flavor == "kube-vip":
+        assert by_kind["MaasCluster"]["spec"]["controlPlaneVIP"] == {"address": "10.20.0.250"}
+        spec = by_kind["KubeadmControlPlane"]["spec"]["kubeadmConfigSpec"]
+        (manifest,) = spec["files"]
+        assert manifest["path"] == "/etc/kubernetes/manifests/kube-vip.yaml"
+        pod = yaml.safe_load(manifest["content"])
+        env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+        assert (env["address"], env["vip_interface"], env["vip_arp"]) == ("10.20.0.250", "eno1", "true")
+        assert pod["spec"]["containers"][0]["image"] == "mirror.example/kube-vip/kube-vip:v1.0.0"
+        assert "super-admin.conf" in spec["preKubeadmCommands"][0]
+        assert "admin.conf" in spec["postKubeadmCommands"][0]
+    else:
+        assert "controlPlaneVIP" not in by_kind["MaasCluster"]["spec"]
 
     applied = kubectl("apply", "--dry-run=server", "-o", "json", "-f", "-", input=out.stdout)
     result = json.loads(applied.stdout)

@@ -290,6 +290,22 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         cluster(preferredSubnets=["10.0.0.0/24", "10.0.0.0/24"]),
         "Duplicate value",
     ),
+    (
+        "cluster-preferredSubnets-bad-selector",
+        cluster(preferredSubnets=["iface:eno2"]),
+        "interface:<name> such as interface:eno2",
+    ),
+    (
+        "cluster-vip-without-address-or-subnet",
+        cluster(controlPlaneVIP={}),
+        "controlPlaneVIP needs an address or a subnet",
+    ),
+    ("cluster-vip-not-an-ip", cluster(controlPlaneVIP={"address": "banana"}), "must be an IP address"),
+    (
+        "machine-release-script-bad-name",
+        machine(releaseOptions={"scripts": ["wipe disks"]}),
+        "spec.releaseOptions.scripts[0]",
+    ),
     ("template-without-spec", machine_template(None), "spec.template.spec: Required value"),
     (
         "template-lxdConfig-without-lxd",
@@ -484,6 +500,34 @@ def test_dns_domain_is_immutable_other_fields_are_not(
         '{"spec":{"controlPlaneEndpoint":{"host":"demo-abc.maas","port":6443}}}',
     )
     assert get(kubectl, namespace, "maascluster/demo")["spec"]["controlPlaneEndpoint"]["port"] == 6443
+
+
+def test_control_plane_vip_is_set_at_creation_only(crds: list[str], kubectl: Kubectl, namespace: str) -> None:
+    """Adding, changing or removing controlPlaneVIP later is refused: the record and the certificates would
+    point elsewhere. Interface selectors are valid preferredSubnets entries."""
+    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "maascluster.yaml"))
+    for patch in (
+        '{"spec":{"controlPlaneVIP":{"address":"10.0.0.250"}}}',
+        '{"spec":{"preferredSubnets":["tag:api","interface:eno2","10.0.0.0/24"]}}',
+    ):
+        proc = kubectl("patch", "-n", namespace, "maascluster/demo", "--type=merge", "-p", patch, check=False)
+        if "controlPlaneVIP" in patch:
+            assert proc.returncode != 0
+            assert "controlPlaneVIP can be set only when the MaasCluster is created" in proc.stderr
+        else:
+            assert proc.returncode == 0, proc.stderr
+    vip = cluster(controlPlaneVIP={"address": "10.0.0.250"})
+    vip["metadata"]["name"] = "with-vip"
+    kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(vip))
+    for patch, said in (
+        ('{"spec":{"controlPlaneVIP":{"address":"10.0.0.251"}}}', "controlPlaneVIP is immutable"),
+        ('{"spec":{"controlPlaneVIP":null}}', "controlPlaneVIP can be set only when"),
+    ):
+        proc = kubectl(
+            "patch", "-n", namespace, "maascluster/with-vip", "--type=merge", "-p", patch, check=False
+        )
+        assert proc.returncode != 0
+        assert said in proc.stderr, proc.stderr
 
 
 def test_machine_image_immutable_system_id_writable(

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from capmaas.config import load_config
 from capmaas.devcluster import HELM_VERSION, ControlPlane, MissingToolError, find_binary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -223,6 +224,35 @@ def test_default_credentials_allow_list_and_transport_values(helm: Helm) -> None
         render(helm, *CREDS, "--set", "credentials.caBundle=-----BEGIN CERTIFICATE-----x"), "Secret"
     )
     assert "MAAS_CA_CERT" in secret["stringData"]
+
+
+def test_tenancy_values_reach_the_operator_settings(helm: Helm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """VM-host registration and DNS domains per namespace are chart values; the environment they render is
+    what the operator's settings read (parsed here by the real settings loader)."""
+
+    def env_of(docs: list[dict[str, Any]]) -> dict[str, str]:
+        (dep,) = by_kind(docs, "Deployment")
+        return {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+    plain = env_of(render(helm))
+    assert not {"CAPMAAS_LXD__VM_HOST_NAMESPACES", "CAPMAAS_DNS__NAMESPACE_DOMAINS"} & set(plain)
+    docs = render(
+        helm,
+        "--set", "tenancy.vmHostNamespaces={team-a,team-b}",
+        "--set-json", 'tenancy.dnsDomains={"team-a": ["a.maas"], "*": ["maas"]}',
+        "--set", "tenancy.adoptDnsRecordsByName=true",
+    )  # fmt: skip
+    env = env_of(docs)
+    for key, value in env.items():
+        if key.startswith(("CAPMAAS_LXD__", "CAPMAAS_DNS__")):
+            monkeypatch.setenv(key, value)
+    config = load_config()
+    assert config.lxd.vm_host_namespaces == ["team-a", "team-b"]
+    assert config.dns.namespace_domains == {"team-a": ["a.maas"], "*": ["maas"]}
+    assert config.dns.adopt_records_by_name is True
+    bad = helm("template", "x", str(CHART), "--set", "tenancy.vmHostNamespaces={Team_A}", check=False)
+    assert bad.returncode != 0
+    assert "vmHostNamespaces" in bad.stderr
 
 
 def test_capi_aggregation_role(helm: Helm) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import signal
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -301,20 +302,21 @@ async def test_node_provider_id_is_set_in_the_workload_cluster(harness: Harness,
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": hostname}}
     await h.k("apply", "-f", "-", "--kubeconfig", str(workload_kube.kubeconfig), input=yaml.safe_dump(node))
 
+    got: dict[str, Any] = {}
+
     async def patched() -> bool:
-        r = await h.k(
-            "get",
-            "node",
-            hostname,
-            "-o",
-            "jsonpath={.spec.providerID}",
-            "--kubeconfig",
-            str(workload_kube.kubeconfig),
-        )
-        return r.stdout.strip() == pid
+        r = await h.k("get", "node", hostname, "-o", "json", "--kubeconfig", str(workload_kube.kubeconfig))
+        got.update(json.loads(r.stdout))
+        return bool(got.get("spec", {}).get("providerID") == pid)
 
     try:
         await h.wait("Node providerID", patched, within=90)
+        # The topology labels came in the same patch as the providerID.
+        m = h.sim.machine(await h.field("maasmachines", "w0", "spec", "systemID"))
+        labels = got["metadata"].get("labels") or {}
+        assert labels.get("topology.kubernetes.io/zone") == m["zone"]["name"], labels
+        assert labels.get("topology.kubernetes.io/region") == urlsplit(h.url).hostname, labels  # MAAS's host
+        assert labels.get("capmaas.infrastructure.cluster.x-k8s.io/machine-type") == "baremetal", labels
     finally:
         await h.k("delete", "node", hostname, "--kubeconfig", str(workload_kube.kubeconfig), check=False)
 

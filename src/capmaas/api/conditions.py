@@ -81,9 +81,14 @@ IDENTITY_SECRET_NOT_FOUND_REASON = "IdentitySecretNotFound"  # identityRef names
 IDENTITY_CHANGED_REASON = "IdentityChanged"  # references from another MAAS identity: forgotten, nothing sent
 IDENTITY_CHANGE_REFUSED_REASON = "IdentityChangeRefused"  # identityRef changed while references are held
 IDENTITY_REF_APPLIED_REASON = "IdentityRefApplied"  # IdentityRefApplied=True
+IDENTITY_KEPT_REASON = "IdentityKept"  # a MaasMachine's references stay with the credentials they came from
 DEFAULT_IDENTITY_NOT_ALLOWED_REASON = "DefaultIdentityNotAllowed"  # no identityRef; namespace not allowed
 PLAINTEXT_ENDPOINT_REFUSED_REASON = "PlaintextEndpointRefused"  # http:// endpoint without the opt-in
 DNS_UPDATE_FAILED_REASON = "DNSUpdateFailed"  # MAAS refused to create/update the DNS resource
+RELEASE_REFUSED_REASON = "ReleaseRefused"  # MAAS refused spec.releaseOptions (its form errors follow)
+VIP_UNAVAILABLE_REASON = "VIPUnavailable"  # MAAS refused to reserve spec.controlPlaneVIP (its words follow)
+VIP_NEEDS_DNS_RECORD_REASON = "VIPNeedsDNSRecord"  # controlPlaneVIP with an endpoint host of the user's own
+VIP_READY_REASON = "VIPReady"  # DNSReady=True: the record points at the reserved control-plane VIP
 DNS_RECORD_CONFLICT_REASON = "DNSRecordConflict"  # the endpoint's DNS record exists and is not ours
 DNS_NAME_NOT_OWN_REASON = "DNSNameNotOwn"  # a managed-shaped endpoint host not named for this cluster
 DNS_DOMAIN_NOT_ALLOWED_REASON = "DNSDomainNotAllowed"  # dnsDomain not listed for the namespace

@@ -111,7 +111,15 @@ class MaasSession:
         return m
 
     async def release(
-        self, system_id: str, *, erase: bool, secure_erase: bool, quick_erase: bool, comment: str
+        self,
+        system_id: str,
+        *,
+        erase: bool,
+        secure_erase: bool,
+        quick_erase: bool,
+        comment: str,
+        scripts: Sequence[str] = (),
+        force: bool = False,
     ) -> maas.Machine | None:
         try:
             async with self._writes:
@@ -121,6 +129,8 @@ class MaasSession:
                     secure_erase=secure_erase,
                     quick_erase=quick_erase,
                     comment=comment,
+                    scripts=scripts,
+                    force=force,
                 )
         except maas_errors.NotFoundError:
             self.poller.mark_gone(system_id)
@@ -170,6 +180,14 @@ class MaasSession:
     async def dns_delete(self, record_id: int) -> None:
         with contextlib.suppress(maas_errors.NotFoundError):
             await self.client.dns_resources.delete(record_id)
+
+    async def vip_reserve(self, fqdn: str, *, address: str | None, subnet: str | None) -> str:
+        reserved = await self.client.ip_addresses.reserve(ip=address, subnet=subnet, hostname=fqdn)
+        return reserved.ip
+
+    async def vip_release(self, address: str) -> None:
+        if await self.client.ip_addresses.list(ip=address):  # the caller's own reservations only
+            await self.client.ip_addresses.release(address)
 
     # --- VM hosts (the LXD provisioner's part of the port) ----------------------------------------------
     async def list_vm_hosts(self) -> Sequence[maas.VmHost]:

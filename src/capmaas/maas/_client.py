@@ -20,8 +20,12 @@ from capmaas.maas.resources import (
     boot_resources,
     dns,
     domains,
+    interfaces,
+    ip_addresses,
+    ip_ranges,
     machines,
     pools,
+    reserved_ips,
     subnets,
     tags,
     users,
@@ -147,6 +151,10 @@ class MaasClient:
         self.subnets = subnets.Subnets(self._http)
         self.boot_resources = boot_resources.BootResources(self._http)
         self.users = users.Users(self._http)
+        self.interfaces = interfaces.Interfaces(self._http)
+        self.ip_addresses = ip_addresses.IpAddresses(self._http)
+        self.reserved_ips = reserved_ips.ReservedIps(self._http)
+        self.ip_ranges = ip_ranges.IpRanges(self._http)
 
     def __repr__(self) -> str:
         return f"MaasClient({self.api_root!r})"

@@ -31,6 +31,12 @@ The status → class mapping lives in exactly one function, :func:`error_class`.
 wording), never in its message: messages reach conditions that the MaasCluster's tenant reads, and the
 endpoint may not be MAAS at all (a URL the tenant chose, answering with whatever a server there says). The
 message says what was asked, the status, and for a MAAS 400 the names of the fields it refused.
+
+One exception: MAAS's answers about IP addresses (``ipaddresses/``, ``reservedips/``, ``link_subnet``, the
+AUTO-address claim at deploy) are what an operator must read to fix an address clash, so a body that is
+exactly one of MAAS 3.7.3's own phrasings (:data:`MAAS_IP_PHRASES`, placeholders restricted to the
+characters of an address, a MAC, a CIDR or a host name) is quoted in the message (:attr:`ApiError.maas_text`).
+A foreign server cannot smuggle free text through these patterns.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ import math
 import re
 
 __all__ = [
+    "MAAS_IP_PHRASES",
     "MAX_BODY_CHARS",
     "ApiError",
     "BadRequestError",
@@ -63,6 +70,7 @@ __all__ = [
     "UnauthorizedError",
     "cap_body",
     "error_class",
+    "maas_ip_text",
     "parse_field_errors",
 ]
 
@@ -71,6 +79,66 @@ _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 
 #: Error bodies longer than this are cut (with a marker) before they are stored, shown or logged.
 MAX_BODY_CHARS = 1024
+
+_IP = r"[0-9A-Fa-f:.]{2,45}"
+_MAC = r"[0-9A-Fa-f:.-]{11,17}"
+_CIDR = r"[0-9A-Fa-f:.]{2,45}/[0-9]{1,3}"
+_HOST = r"[A-Za-z0-9][A-Za-z0-9.-]{0,62}"
+_SUBNET_LABEL = rf"[A-Za-z0-9_./:-]{{0,63}}:{_CIDR}\(vid=[0-9]{{1,4}}\)"  # models/subnet.py Subnet.__str__
+_SPECIFIER = r"[A-Za-z0-9_./:-]{1,63}"
+
+#: MAAS 3.7.3's texts about IP addresses (maasserver ``api/ip_addresses.py``, ``models/staticipaddress.py``,
+#: ``models/subnet.py``, ``models/interface.py``, ``forms/interface_link.py``, ``forms/reservedip.py``),
+#: whitespace collapsed; a body matching one in full is quoted in the exception's message.
+MAAS_IP_PHRASES: tuple[str, ...] = (
+    r"IP address is already in use\.",
+    rf"The IP address {_IP} is already in use\.",
+    rf"IP address {_IP} belongs to an existing dynamic range\. To reserve this IP address, a MAC address is "
+    r"required\. \(Create a device instead\.\)",
+    rf"No known subnet for IP address: {_IP}\.",
+    rf"Unable to identify subnet: {_SPECIFIER}\.",
+    r"Must supply either the 'subnet' or the 'ip' parameter\.",
+    rf"{_IP} is within the (?:reserved|dynamic) range from {_IP} to {_IP}",
+    rf"{_IP} is not within subnet CIDR: {_CIDR}",
+    rf"MAC address {_MAC} already belongs to {_HOST}\. Use of the interface API is required, for an "
+    r"interface that belongs to a node\.",
+    rf"No more IPs available in subnet: {_CIDR}\.",
+    rf"IP address {_IP} does not exist, is not the correct type of address, or does not belong to the "
+    r"requesting user\. If you are sure you want to release this address, use force=true as a MAAS "
+    r"administrator\.",
+    rf"IP address {_IP} does not exist\.",
+    r"Force-releasing an IP address requires admin privileges\.",
+    r"Listing all IP addresses requires admin privileges\.",
+    r"Listing another user's IP addresses requires admin privileges\.",
+    r"Parameter 'ip' must contain an IP address\.",
+    rf"The static IP {_IP} is already reserved for the MAC address {_MAC}\.",
+    rf"The static IP {_IP} does not match the reserved IP {_IP} for the MAC address {_MAC}\.",
+    rf"The MAC address {_MAC} or the static IP {_IP} are associated with a reserved IP and cannot be used\.",
+    rf"This interface {_MAC} has a reserved ip {_IP} but it does not have a link to that subnet",
+    rf"The reserved ip {_IP} seems to be in use by another host in the network\. The process to find an ip "
+    r"for the machine is stopped\.",
+    rf"IP address is not in the given subnet '{_SUBNET_LABEL}'\.",
+    rf"IP address is inside a dynamic range {_IP} to {_IP}\.",
+    rf"IP address is inside a dynamic range {_IP}-{_IP}\.",
+    rf"The reserved IP {_IP} must be outside the dynamic range {_IP} - {_IP}\.",
+    rf"{_IP} is not part of the subnet\.",
+    rf"The ip {_IP} is already in use by another machine\.",
+    rf"There is no subnet for {_IP}\. Create the subnet and try again\.",
+    r"Reserved IP with this IP address already exists\.",
+    r"Reserved IP with this MAC address and Subnet already exists\.",
+    r"The ip, mac_address and the subnet of a reserved IP are immutable\. Delete the entry and recreate it\.",
+    r"The (?:network|broadcast) address cannot be a reserved IP\.",
+    r"This method is reserved for admin users\.",
+)
+_MAAS_IP_TEXT = re.compile("|".join(f"(?:{p})" for p in MAAS_IP_PHRASES))
+
+
+def maas_ip_text(text: str) -> str | None:
+    """``text`` with its whitespace collapsed when it is exactly one of :data:`MAAS_IP_PHRASES`, else None."""
+    line = " ".join(text.split())
+    if len(line) > 400 or not _MAAS_IP_TEXT.fullmatch(line):
+        return None
+    return line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,9 +226,16 @@ class ApiError(MaasError):
         self.headers = dict(headers or {})
         super().__init__(f"{status} from {request}{self._detail()}")
 
+    @property
+    def maas_text(self) -> str | None:
+        """MAAS's own words when the body is one of its IP-address texts (:data:`MAAS_IP_PHRASES`), for a
+        condition to show; None for any other body."""
+        return maas_ip_text(self.body)
+
     def _detail(self) -> str:
-        """What the message adds to status and request: nothing from the body by default."""
-        return ""
+        """What the message adds to status and request: only MAAS's own IP-address wording, if it is that."""
+        text = self.maas_text
+        return f": {text}" if text else ""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(status={self.status}, body={self.body!r}, request={self.request!s})"
@@ -180,9 +255,27 @@ class BadRequestError(ApiError):
         self.field_errors = parse_field_errors(body)
         super().__init__(status, body, request, headers=headers)
 
+    @property
+    def maas_text(self) -> str | None:
+        """For a form-error answer, the refused fields' messages that are MAAS IP-address texts, as
+        ``field: message; ...``; otherwise as :attr:`ApiError.maas_text`."""
+        if not self.field_errors:
+            return super().maas_text
+        quoted = [
+            f"{name}: {text}"
+            for name, messages in self.field_errors.items()
+            if _FIELD_NAME.fullmatch(name)
+            for text in (maas_ip_text(m) for m in messages[:3])
+            if text
+        ]
+        return "; ".join(quoted[:3]) or None
+
     def _detail(self) -> str:
         names = [n for n in self.field_errors if _FIELD_NAME.fullmatch(n)][:5]
-        return f": MAAS refused field(s) {', '.join(names)}" if names else ""
+        text = self.maas_text
+        if names:
+            return f": MAAS refused field(s) {', '.join(names)}" + (f" ({text})" if text else "")
+        return f": {text}" if text else ""
 
     @property
     def hosted_vm_hosts(self) -> tuple[str, ...] | None:

@@ -26,11 +26,14 @@ __all__ = [
     "Interface",
     "InterfaceLink",
     "IpAddress",
+    "IpRange",
     "Machine",
     "NodeStatus",
     "PodRef",
     "PoolRef",
     "PowerState",
+    "ReservedIp",
+    "ReservedIpAddress",
     "ResourcePool",
     "StoragePool",
     "Subnet",
@@ -319,6 +322,62 @@ class DnsResource(_Model):
     def ips(self) -> tuple[str, ...]:
         """The addresses as plain strings."""
         return tuple(a.ip for a in self.ip_addresses if a.ip)
+
+
+def _username(value: object) -> object:
+    """MAAS nests the owner as a user object; the username is what a caller compares."""
+    if isinstance(value, dict):
+        return value.get("username")
+    return value
+
+
+def _text(value: object) -> object:
+    """MAAS stores some comments as nullable text: null reads as ""."""
+    return "" if value is None else value
+
+
+class ReservedIpAddress(_Model):
+    """A ``StaticIPAddress`` as ``ipaddresses/`` shows it (``op=reserve`` answers one, ``GET`` lists them).
+
+    MAAS's answer has no id: an address is named by ``ip``. ``alloc_type`` is MAAS's ``IPADDRESS_TYPE``
+    (0 AUTO, 1 STICKY, 4 USER_RESERVED, 5 DHCP, 6 DISCOVERED); ``owner`` is the owner's username, None for
+    a machine's own address.
+    """
+
+    ip: str
+    alloc_type: int
+    alloc_type_name: str = ""
+    owner: str | None = None
+    subnet: Subnet | None = None
+
+    _owner = pydantic.field_validator("owner", mode="before")(_username)
+
+
+class ReservedIp(_Model):
+    """A ``reservedips/`` entry (MAAS 3.6+): ``ip`` pinned to ``mac_address`` on ``subnet``. When that NIC has
+    an AUTO link on the subnet, deployment gives it exactly this address; the entry survives release."""
+
+    id: int
+    ip: str
+    mac_address: str
+    subnet: Subnet | None = None
+    comment: str = ""
+
+    _comment = pydantic.field_validator("comment", mode="before")(_text)
+
+
+class IpRange(_Model):
+    """An IP range of a subnet (``ipranges/``): ``type`` is ``dynamic`` (DHCP) or ``reserved``; MAAS hands
+    neither to a machine's AUTO or auto-picked STATIC link."""
+
+    id: int
+    type: str
+    start_ip: str
+    end_ip: str
+    subnet: Subnet | None = None
+    comment: str = ""
+
+    _comment = pydantic.field_validator("comment", mode="before")(_text)
 
 
 class Domain(_Model):

@@ -59,6 +59,7 @@ from capmaas.reconcilers.ports import (
     EventType,
     MaasCredentials,
     NamespaceAllowList,
+    NodePatch,
     NodePatchResult,
     ObjectPlural,
 )
@@ -140,11 +141,11 @@ class FencedKubeAdapter(KubeAdapter):
         self._fence = fence
 
     async def set_node_provider_id(
-        self, kubeconfig: bytes, node_name: str, provider_id: str
-    ) -> tuple[NodePatchResult, str]:
+        self, kubeconfig: bytes, node_name: str, provider_id: str, labels: Mapping[str, str]
+    ) -> NodePatch:
         if not self._fence():
-            return NodePatchResult.UNREACHABLE, "not the leader"
-        return await super().set_node_provider_id(kubeconfig, node_name, provider_id)
+            return NodePatch(NodePatchResult.UNREACHABLE, "not the leader")
+        return await super().set_node_provider_id(kubeconfig, node_name, provider_id, labels)
 
     def emit_event(self, obj: Body, type: EventType, reason: str, message: str) -> None:
         if self._fence():

@@ -42,7 +42,15 @@ from capmaas.operator.kubehttp import KubeHttp, KubeHttpError, Retries, Target
 from capmaas.operator.ttlcache import TtlLru
 from capmaas.reconcilers.errors import ConflictError, TransientError
 from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL
-from capmaas.reconcilers.ports import Body, CapiPlural, EventType, NodePatchResult, ObjectPlural, Unwatched
+from capmaas.reconcilers.ports import (
+    Body,
+    CapiPlural,
+    EventType,
+    NodePatch,
+    NodePatchResult,
+    ObjectPlural,
+    Unwatched,
+)
 
 log = logging.getLogger(__name__)
 
@@ -505,31 +513,39 @@ class KubeAdapter:
         return workload
 
     async def set_node_provider_id(
-        self, kubeconfig: bytes, node_name: str, provider_id: str
-    ) -> tuple[NodePatchResult, str]:
+        self, kubeconfig: bytes, node_name: str, provider_id: str, labels: Mapping[str, str]
+    ) -> NodePatch:
         workload = self._workload_for(kubeconfig)
         if workload.client is None:
-            return NodePatchResult.REJECTED, workload.rejected or "kubeconfig rejected"
+            return NodePatch(NodePatchResult.REJECTED, workload.rejected or "kubeconfig rejected")
         client = workload.client
         try:
             node = await client.get_node(node_name)
         except KubeHttpError as exc:
             if exc.status == 404:
-                return NodePatchResult.NOT_FOUND, ""
-            return NodePatchResult.UNREACHABLE, f"HTTP {exc.status}" if exc.status else "no answer"
+                return NodePatch(NodePatchResult.NOT_FOUND, "")
+            return NodePatch(NodePatchResult.UNREACHABLE, f"HTTP {exc.status}" if exc.status else "no answer")
         current = str((node.get("spec") or {}).get("providerID") or "")
-        if current == provider_id:
-            return NodePatchResult.ALREADY_SET, current
-        if current:
-            return NodePatchResult.CONFLICT, current
-        # The resourceVersion makes it a compare-and-set: a providerID written meanwhile is never replaced.
-        rv = (node.get("metadata") or {}).get("resourceVersion")
-        patch = {"metadata": {"resourceVersion": rv}, "spec": {"providerID": provider_id}}
+        if current and current != provider_id:
+            return NodePatch(NodePatchResult.CONFLICT, current)
+        meta = node.get("metadata") or {}
+        have = meta.get("labels") or {}
+        missing = {k: v for k, v in labels.items() if k not in have}
+        kept = {k: str(have[k]) for k, v in labels.items() if k in have and have[k] != v}
+        if current == provider_id and not missing:
+            return NodePatch(NodePatchResult.ALREADY_SET, current, kept)
+        # The resourceVersion makes it a compare-and-set: a providerID or label written meanwhile is never
+        # replaced.
+        patch: dict[str, Any] = {"metadata": {"resourceVersion": meta.get("resourceVersion")}}
+        if missing:
+            patch["metadata"]["labels"] = missing
+        if not current:
+            patch["spec"] = {"providerID": provider_id}
         try:
             await client.patch_node(node_name, patch)
         except KubeHttpError as exc:
-            return NodePatchResult.UNREACHABLE, f"HTTP {exc.status}" if exc.status else "no answer"
-        return NodePatchResult.PATCHED, provider_id
+            return NodePatch(NodePatchResult.UNREACHABLE, f"HTTP {exc.status}" if exc.status else "no answer")
+        return NodePatch(NodePatchResult.PATCHED, provider_id, kept)
 
     def emit_event(self, obj: Body, type: EventType, reason: str, message: str) -> None:
         self.events.post(obj, type, reason, message)

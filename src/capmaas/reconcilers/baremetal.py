@@ -95,6 +95,10 @@ def agent_name(scope: MachineScope) -> str:
     return scope.annotation(AGENT_NAME) or scope.uid
 
 
+#: Seconds between tries of a release MAAS refused for its form (spec.releaseOptions): a person fixes it.
+RELEASE_REFUSED_RETRY = 60.0
+
+
 class BareMetal:
     """The :class:`~capmaas.reconcilers.lifecycle.Provisioner` of whole MAAS machines."""
 
@@ -265,6 +269,7 @@ class BareMetal:
                     secure_erase=bool(opts.secure_erase),
                     quick_erase=bool(opts.quick_erase),
                     comment=f"capmaas {scope.key}: second machine under one agent name",
+                    scripts=opts.scripts or (),
                 )
             except maas_errors.NotFoundError:
                 continue
@@ -529,6 +534,8 @@ class BareMetal:
                 "forgetting it, nothing released",
             )
             return self.life.finished(scope)
+        if opts.force and (hosting := await vmhost.vms_hosted(scope, port, sid)) is not None:
+            return hosting  # force would have MAAS remove VM hosts that still carry someone's VMs
         await self._release_extra(scope, port, [m for m in held if m.system_id != sid], opts)
         try:
             await port.release(
@@ -537,12 +544,26 @@ class BareMetal:
                 secure_erase=bool(opts.secure_erase),
                 quick_erase=bool(opts.quick_erase),
                 comment=f"capmaas {scope.key} deleted",
+                scripts=opts.scripts or (),
+                force=bool(opts.force),
             )
         except maas_errors.NotFoundError:
             return self.life.finished(scope)
         except maas_errors.ConflictError as exc:
             scope.set_deletion(C.RELEASING_REASON, f"{sid}: release refused: {exc}")
             return Requeue(30.0)
+        except maas_errors.BadRequestError as exc:
+            if exc.field_errors and exc.hosted_vm_hosts is None:
+                # The release form itself (spec.releaseOptions): a person must fix it; the machine stays held.
+                msg = (
+                    f"MAAS refused to release {sid} with spec.releaseOptions: "
+                    f"{facts.refusal_text(exc.field_errors)}; the machine stays held until they are fixed"
+                )
+                if scope.condition_reason(C.READY_CONDITION) != C.RELEASE_REFUSED_REASON:
+                    scope.event("Warning", C.RELEASE_REFUSED_REASON, msg)
+                scope.set_deletion(C.RELEASE_REFUSED_REASON, msg)
+                return Requeue(RELEASE_REFUSED_RETRY)
+            raise maas_failure(exc, None, f"releasing {sid}") from exc
         except maas_errors.MaasError as exc:
             raise maas_failure(exc, None, f"releasing {sid}") from exc
         # No Event for the request itself: the condition says it, and MachineReleased follows when MAAS

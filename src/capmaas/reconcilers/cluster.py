@@ -49,7 +49,7 @@ from capmaas.api.v1beta1 import (
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import facts, identity
 from capmaas.reconcilers.credentials import connect_ref, effective_ref, maas_failure, transport_security
-from capmaas.reconcilers.errors import ReconcileError
+from capmaas.reconcilers.errors import ReconcileError, TransientError
 from capmaas.reconcilers.handoff import Handoff
 from capmaas.reconcilers.keys import (
     CLUSTER_FINALIZER,
@@ -58,6 +58,7 @@ from capmaas.reconcilers.keys import (
     DNS_PENDING,
     DNS_RECORD,
     MANAGED_BY_ANNOTATION,
+    VIP,
 )
 from capmaas.reconcilers.owners import Owners, recheck
 from capmaas.reconcilers.ports import (
@@ -175,6 +176,9 @@ class ControlPlane:
     count: int  # control-plane MaasMachines not being deleted
     ips: frozenset[str]  # the chosen address of each running one
     outside: tuple[str, ...] = ()  # running ones with addresses, none inside the preferred subnets
+    #: Running ones whose interfaces are not known yet (an interface selector needs the poller's view): the
+    #: record keeps what it lists for them rather than dropping an address that may be theirs.
+    unknown: tuple[str, ...] = ()
 
 
 Snapshot = Callable[[str], maas.Machine | None]
@@ -207,7 +211,7 @@ def control_plane(
     MaasMachine's status. Running = Deploying or Deployed and not reported powered off (``unknown`` is not
     off: MAAS never queries a manual-power machine)."""
     preferred = preferred or ps.PreferredSubnets((), "none")
-    count, ips, outside = 0, set(), []
+    count, ips, outside, unknown = 0, set(), [], []
     for mm in kube.list_maasmachines(namespace, cluster_name):
         meta = mm.get("metadata") or {}
         if CONTROL_PLANE_LABEL not in (meta.get("labels") or {}) or meta.get("deletionTimestamp"):
@@ -217,9 +221,14 @@ def control_plane(
         if not sid:
             continue
         m = snapshot(str(sid))
+        interfaces: list[ps.InterfaceAddresses] | None = None
         if m is not None:
             running = m.status in RUNNING_MAAS_STATES and m.power_state != maas.PowerState.OFF
             addresses = _addresses(facts.addresses(m))
+            interfaces = [
+                ps.InterfaceAddresses(i.name, i.tags, tuple(a.ip_address for a in i.links if a.ip_address))
+                for i in m.interface_set
+            ]
         else:
             status = mm.get("status") or {}
             running = (
@@ -228,12 +237,14 @@ def control_plane(
             addresses = _addresses(status.get("addresses"))
         if not running:
             continue
-        ip = ps.pick_address(addresses, preferred)
+        ip = ps.pick_address(addresses, preferred, interfaces)
         if ip is not None:
             ips.add(ip)
+        elif interfaces is None and preferred.needs_interfaces:
+            unknown.append(str(meta.get("name")))  # no MAAS view of its interfaces yet (status only)
         elif any(a.type in ("InternalIP", "ExternalIP") for a in addresses):
             outside.append(str(meta.get("name")))
-    return ControlPlane(count, frozenset(ips), tuple(sorted(outside)))
+    return ControlPlane(count, frozenset(ips), tuple(sorted(outside)), tuple(sorted(unknown)))
 
 
 class ClusterReconciler:
@@ -371,6 +382,16 @@ class ClusterReconciler:
         custom = CUSTOM_DNS_ANNOTATION in scope.annotations or (
             host and not is_managed_name(host, scope.cluster_name, domain)
         )
+        vip = scope.want.control_plane_vip
+        if custom and vip is not None:
+            msg = (
+                "spec.controlPlaneVIP needs capmaas's DNS record to point at it, but the endpoint is your "
+                f"own ({host or CUSTOM_DNS_ANNOTATION}); nothing is reserved: leave "
+                "spec.controlPlaneEndpoint.host empty, or remove the VIP and serve the endpoint yourself"
+            )
+            scope.set_condition(C.DNS_READY_CONDITION, False, C.VIP_NEEDS_DNS_RECORD_REASON, msg)
+            scope.block(C.VIP_NEEDS_DNS_RECORD_REASON, msg)
+            return None
         if custom:
             if not host:
                 self._wait(
@@ -421,9 +442,15 @@ class ClusterReconciler:
         record = result
         self._own(scope, record)
         scope.set_spec(control_plane_endpoint=APIEndpoint(host=fqdn, port=api_port))
+        if vip is not None:
+            address = scope.annotation(VIP) or ""
+            scope.set_condition(C.DNS_READY_CONDITION, True, C.VIP_READY_REASON, f"{fqdn} -> {address}")
+            return fqdn
         left_out = ""
         if cp.outside:
             left_out = f"; left out, no address in {preferred.describe()}: {', '.join(cp.outside)}"
+        if cp.unknown:
+            left_out += f"; interfaces not known yet (record kept for them): {', '.join(cp.unknown)}"
         if cp.ips:
             ready_msg = " ".join(sorted(cp.ips)) + left_out
             scope.set_condition(C.DNS_READY_CONDITION, True, C.DNS_RECORD_READY_REASON, ready_msg)
@@ -500,26 +527,75 @@ class ClusterReconciler:
         if conflict:
             self._dns.pop(scope.uid, None)
             return conflict
+        vip = scope.want.control_plane_vip
         if record is None:
             scope.set_annotation(DNS_PENDING, fqdn)  # before the create: a crash after it can claim it
             await scope.flush()
-            record = await port.dns_create(fqdn, cp.ips)
-            self._own(scope, record)
-            await scope.flush()  # the id at once: a crash now must not leave a record we cannot claim
-            scope.event("Normal", "DNSRecordCreated", f"{fqdn} -> {sorted(cp.ips) or '(none yet)'}")
+            if vip is not None:
+                record = await self._reserve_vip(scope, port, fqdn)
+            else:
+                record = await port.dns_create(fqdn, cp.ips)
+                self._own(scope, record)
+                await scope.flush()  # the id at once: a crash now must not leave a record we cannot claim
+                scope.event("Normal", "DNSRecordCreated", f"{fqdn} -> {sorted(cp.ips) or '(none yet)'}")
         elif owned is None:
             self._own(scope, record)  # adopted: pending, or the migration setting (see _adoptable)
             await scope.flush()
             scope.event("Normal", "DNSRecordAdopted", f"{fqdn} (MAAS id {record.id})")
-        if cp.ips and record.ips != cp.ips:
-            await port.dns_update(record.id, cp.ips)
-            record = DnsRecord(record.id, fqdn, cp.ips)
-            scope.event("Normal", "DNSRecordUpdated", f"{fqdn} -> {sorted(cp.ips)}")
+        if vip is not None:
+            # The record is the VIP's: it lists the reserved address, never the machines'. A crash between the
+            # reservation and the annotation write is recovered from the record (adopted above as pending).
+            address = scope.annotation(VIP) or (min(record.ips) if len(record.ips) == 1 else "")
+            if address and scope.annotation(VIP) != address:
+                scope.set_annotation(VIP, address)
+                self._own(scope, record)
+            if address and record.ips != frozenset({address}):
+                await port.dns_update(record.id, frozenset({address}))
+                record = DnsRecord(record.id, fqdn, frozenset({address}))
+                scope.event("Normal", "DNSRecordUpdated", f"{fqdn} -> {address} (the control-plane VIP)")
+        elif cp.ips and record.ips != (want := cp.ips | record.ips if cp.unknown else cp.ips):
+            await port.dns_update(record.id, want)
+            record = DnsRecord(record.id, fqdn, want)
+            scope.event("Normal", "DNSRecordUpdated", f"{fqdn} -> {sorted(want)}")
         elif cp.count == 0 and record.ips:
             await port.dns_update(record.id, frozenset())  # no control plane left at all
             record = DnsRecord(record.id, fqdn, frozenset())
         self._dns[scope.uid] = (port.identity, record)
         identity.adopt(scope)  # the record we recorded, found through this identity: stamp an older object
+        return record
+
+    async def _reserve_vip(self, scope: ClusterScope, port: MaasPort, fqdn: str) -> DnsRecord:
+        """Reserve ``spec.controlPlaneVIP`` in MAAS with ``fqdn`` as its hostname: MAAS makes the DNS resource
+        ``fqdn`` -> the address in the same call, so that record (this MaasCluster's own name, marked
+        pending before the call) is the proof the reservation is ours after a crash; an address MAAS
+        refuses shows in MAAS's own words and nothing is reserved."""
+        vip = scope.want.control_plane_vip
+        assert vip is not None
+        try:
+            address = await port.vip_reserve(fqdn, address=vip.address, subnet=vip.subnet)
+            record = await port.dns_find(fqdn)
+        except maas_errors.ApiError as exc:
+            if isinstance(exc, maas_errors.UnauthorizedError) or (
+                isinstance(exc, maas_errors.ServiceUnavailableError) and "No more IPs" not in exc.body
+            ):
+                raise  # the key or MAAS itself, not the address: said as for any MAAS call
+            asked = vip.address or f"an address in {vip.subnet}"
+            said = exc.maas_text or facts.maas_text(exc.body, exc.status)
+            msg = f"MAAS refused to reserve {asked} for the control-plane VIP (HTTP {exc.status}): {said}"
+            scope.set_condition(C.DNS_READY_CONDITION, False, C.VIP_UNAVAILABLE_REASON, msg)
+            if scope.condition_reason(C.DNS_READY_CONDITION) != C.VIP_UNAVAILABLE_REASON:
+                scope.event("Warning", C.VIP_UNAVAILABLE_REASON, msg)
+            raise TransientError(C.VIP_UNAVAILABLE_REASON, msg, delay=30.0) from exc
+        if record is None:
+            raise TransientError(
+                C.DNS_UPDATE_FAILED_REASON,
+                f"MAAS reserved {address} with hostname {fqdn} but shows no DNS resource of that name",
+                delay=15.0,
+            )
+        scope.set_annotation(VIP, address)
+        self._own(scope, record)
+        await scope.flush()  # the id and the address at once (a crash before: the pending name finds them)
+        scope.event("Normal", "VIPReserved", f"{address} reserved in MAAS; {fqdn} -> {address}")
         return record
 
     async def _preferred(self, scope: ClusterScope) -> ps.PreferredSubnets:
@@ -534,7 +610,10 @@ class ClusterReconciler:
         """Record ``record`` as ours: the annotation (trusted, survives a move) and status (for people)."""
         scope.set_annotation(DNS_RECORD, OwnedRecord(record.id, record.fqdn).annotation())
         scope.set_annotation(DNS_PENDING, None)
-        scope.set_status(network=ClusterNetworkStatus(dns_name=record.fqdn, dns_record_id=record.id))
+        network = ClusterNetworkStatus(
+            dns_name=record.fqdn, dns_record_id=record.id, vip=scope.annotation(VIP)
+        )
+        scope.set_status(network=network)
 
     @staticmethod
     def _conflict(
@@ -612,6 +691,11 @@ class ClusterReconciler:
             if record is not None and (adopt or (owned is not None and record.id == owned.id)):
                 await port.dns_delete(record.id)
                 scope.event("Normal", "DNSRecordDeleted", f"{fqdn} (MAAS id {record.id})")
+                if address := scope.annotation(VIP) or (
+                    min(record.ips) if scope.want.control_plane_vip and len(record.ips) == 1 else ""
+                ):
+                    await port.vip_release(address)  # MAAS dropped it with the record; if not, now
+                    scope.event("Normal", "VIPReleased", f"{address} released in MAAS")
             elif record is not None:
                 scope.event(
                     "Warning",

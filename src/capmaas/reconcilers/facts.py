@@ -12,11 +12,19 @@ import logging
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import pydantic
 
 from capmaas import maas
 from capmaas.api.v1beta1 import PROVISIONING_MODE_LXD, MaasClusterSpec, MaasMachineSpec
+from capmaas.reconcilers.keys import (
+    MACHINE_TYPE_LABEL,
+    POOL_LABEL,
+    REGION_LABEL,
+    VM_HOST_LABEL,
+    ZONE_LABEL,
+)
 from capmaas.reconcilers.ports import Body
 
 log = logging.getLogger(__name__)
@@ -30,8 +38,10 @@ __all__ = [
     "distro_series",
     "infra_provisioned",
     "maas_text",
+    "node_labels",
     "powered",
     "refusal_text",
+    "region_of",
     "registers_vm_host",
 ]
 
@@ -77,6 +87,38 @@ def addresses(m: maas.Machine) -> list[dict[str, str]]:
     for ip in m.ip_addresses:
         out.append({"type": "ExternalIP", "address": ip})
     return out
+
+
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+
+def node_labels(m: maas.Machine, region: str | None) -> dict[str, str]:
+    """The labels a workload Node of machine ``m`` gets with its providerID: zone and region (what the
+    scheduler's topology spreading and CAPI's failure domains mean on bare metal), the MAAS pool, bare metal
+    or LXD VM, and a VM's VM host. A value that is not a valid label value (MAAS allows names Kubernetes
+    does not) is left out rather than mangled."""
+    vm = m.pod is not None
+    want = {
+        ZONE_LABEL: m.zone.name,
+        REGION_LABEL: region or "",
+        POOL_LABEL: m.pool.name if m.pool is not None else "",
+        MACHINE_TYPE_LABEL: "lxd" if vm else "baremetal",
+        VM_HOST_LABEL: m.pod.name if m.pod is not None else "",
+    }
+    return {k: v for k, v in want.items() if _LABEL_VALUE.match(v)}
+
+
+def region_of(maascluster: Body | None, endpoint: str) -> str | None:
+    """The MaasCluster's ``spec.region``, else the MAAS endpoint's host name (one MAAS region is one
+    Kubernetes region)."""
+    if maascluster is not None:
+        try:
+            region = MaasClusterSpec.model_validate(maascluster.get("spec") or {}).region
+        except pydantic.ValidationError:
+            region = None  # the cluster reconciler reports a spec it cannot read
+        if region:
+            return region
+    return urlsplit(endpoint).hostname
 
 
 def describe(c: maas.AllocateConstraints) -> str:

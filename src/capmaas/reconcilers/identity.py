@@ -22,6 +22,11 @@ The rules:
   then with ``IdentityRefApplied=False``/``IdentityChangeRefused`` naming them (:func:`apply_identity_ref`).
 - A deletion whose MaasCluster is gone uses the credentials recorded on the MaasMachine (``…/identity-ref``),
   never silently the default ones (:func:`machine_ref`).
+- A MaasMachine's references stay with the credentials they came from (:func:`kept_ref`): a pass that read
+  the MaasCluster before an ``identityRef`` change was applied may still allocate under the old credentials
+  (the change's check saw nothing held yet); its machine keeps those credentials until it is deleted, and is
+  released through them, instead of being forgotten (a machine left allocated in the old MAAS). Only when
+  those credentials now name another identity (the Secret was pointed elsewhere) is the reference forgotten.
 - Objects from before the stamp (references, no ``…/identity``): the current identity is adopted only after an
   ownership check against it succeeded (:func:`adopt`); until then no in-memory proof counts for them.
 """
@@ -43,6 +48,7 @@ from capmaas.reconcilers.keys import (
     IDENTITY,
     IDENTITY_REF,
     REPLACING,
+    VIP,
 )
 from capmaas.reconcilers.ports import Body, KubePort, MaasPort
 from capmaas.reconcilers.scope import MachineScope, ObjectScope
@@ -100,6 +106,16 @@ def machine_ref(scope: MachineScope) -> str:
     return scope.annotation(IDENTITY_REF) or DEFAULT_REF
 
 
+def kept_ref(scope: MachineScope, ref: str) -> str | None:
+    """The credentials recorded with the MaasMachine's references when they are not ``ref`` (what its
+    MaasCluster now uses): the pass tries them first, and uses them while they still reach the identity the
+    references are stamped with."""
+    recorded = scope.annotation(IDENTITY_REF)
+    if recorded is None or recorded == ref or bound(scope) is None or not machine_references(scope.body):
+        return None
+    return recorded
+
+
 def check_machine(scope: MachineScope, port: MaasPort) -> bool:
     """False when the MaasMachine's references came from another identity than ``port``'s: they are forgotten
     (written with the next flush) with a Warning Event, and the caller sends nothing to MAAS in this pass."""
@@ -135,31 +151,46 @@ def check_cluster(scope: ObjectScope, port: MaasPort) -> bool:
         f"DNS record {record} came from another MAAS identity ({was[:12]}) than the credentials now in use "
         f"({port.identity[:12]}, {port.endpoint}); forgot it, nothing sent to either MAAS"
     )
-    for name in (DNS_RECORD, DNS_PENDING, IDENTITY):  # not identity-ref: what the cluster's objects use
+    for name in (DNS_RECORD, DNS_PENDING, VIP, IDENTITY):  # not identity-ref: what the objects use
         scope.set_annotation(name, None)
     scope.set_status(network=None)
     scope.event("Warning", C.IDENTITY_CHANGED_REASON, msg)
     return False
 
 
-def cluster_references(scope: ObjectScope, kube: KubePort, cluster_name: str) -> list[str]:
-    """What is held in MAAS under a MaasCluster's identity: its DNS record, its MaasMachines' references."""
+def cluster_references(scope: ObjectScope, kube: KubePort, cluster_name: str, want: str) -> list[str]:
+    """What is held in MAAS under other credentials than ``want``: the MaasCluster's DNS record (under the
+    bound ref), its MaasMachines' references (under the ref recorded with them, else the bound one)."""
+    was = scope.annotation(IDENTITY_REF) or want
     out = []
-    if record := scope.annotation(DNS_RECORD) or scope.annotation(DNS_PENDING):
+    if was != want and (record := scope.annotation(DNS_RECORD) or scope.annotation(DNS_PENDING)):
         out.append(f"DNS record {record}")
     for mm in kube.list_maasmachines(scope.namespace, cluster_name):
         held = machine_references(mm)
-        if held:
+        recorded = (mm.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_PREFIX + IDENTITY_REF)
+        if held and (recorded or was) != want:
             out.append(f"MaasMachine {mm.get('metadata', {}).get('name')} ({', '.join(held)})")
     return out
 
 
 def apply_identity_ref(scope: ObjectScope, kube: KubePort, cluster_name: str) -> str:
     """The credentials ref the MaasCluster's objects use from now on: ``spec.identityRef``'s, unless it
-    changed while references are held under the bound one (then the bound one, and the refusal is said)."""
+    changed while references are held under the bound one (then the bound one, and the refusal is said).
+
+    A change applied while a machine's pass was still allocating under the old credentials (the cached
+    view showed nothing held) leaves that machine on them (:func:`kept_ref`): said as
+    ``IdentityRefApplied=False``/``IdentityKept`` until it is gone."""
     want = spec_ref(scope.body)
     was = scope.annotation(IDENTITY_REF)
-    held = cluster_references(scope, kube, cluster_name) if was is not None and was != want else []
+    held = cluster_references(scope, kube, cluster_name, want) if was is not None else []
+    if held and was == want:
+        shown = "; ".join(held[:10]) + (f"; and {len(held) - 10} more" if len(held) > 10 else "")
+        msg = (
+            f"using {describe_ref(want)}, but {shown} keep the credentials their references came from "
+            "until they are deleted"
+        )
+        scope.set_condition(C.IDENTITY_REF_APPLIED_CONDITION, False, C.IDENTITY_KEPT_REASON, msg)
+        return want
     if held and was is not None:
         shown = "; ".join(held[:10]) + (f"; and {len(held) - 10} more" if len(held) > 10 else "")
         old = describe_ref(was)

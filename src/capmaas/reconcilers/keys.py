@@ -23,6 +23,13 @@ CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"
 #: The Go provider's: the control-plane endpoint is given, capmaas manages no DNS record for it.
 CUSTOM_DNS_ANNOTATION = "spectrocloud.com/custom-dns-provided"
 
+# --- labels on workload Nodes (set with the providerID; never over a value someone else set) ---------------
+ZONE_LABEL = "topology.kubernetes.io/zone"  # the MAAS zone
+REGION_LABEL = "topology.kubernetes.io/region"  # MaasCluster spec.region, else the MAAS endpoint's host
+POOL_LABEL = "capmaas.infrastructure.cluster.x-k8s.io/pool"  # the MAAS resource pool
+MACHINE_TYPE_LABEL = "capmaas.infrastructure.cluster.x-k8s.io/machine-type"  # baremetal or lxd
+VM_HOST_LABEL = "capmaas.infrastructure.cluster.x-k8s.io/vm-host"  # an LXD VM's MAAS VM host
+
 # --- our annotations (short names, under ANNOTATION_PREFIX) ----------------------------------------------
 ANNOTATION_PREFIX = "capmaas.infrastructure.cluster.x-k8s.io/"
 #: Written before a bare-metal ``allocate``: a pass that finds it without a system ID looks the UID up first.
@@ -64,6 +71,9 @@ DNS_RECORD = "dns-record"
 #: On a MaasCluster, written before the DNS record is created: the fqdn asked for. A pass that finds it
 #: without ``dns-record`` (a crash between the create and the id write) adopts the record of that name.
 DNS_PENDING = "dns-record-pending"
+#: On a MaasCluster with ``spec.controlPlaneVIP``: the address capmaas reserved in MAAS (reserved with the
+#: DNS record's name as its hostname, so the record - ``dns-record`` - is the proof it is this cluster's).
+VIP = "vip"
 #: The MAAS identity the object's references came from (:mod:`capmaas.reconcilers.identity`): a fingerprint of
 #: the endpoint and the MAAS user ``users/?op=whoami`` named, written in the same patch as any reference
 #: (:data:`BOUND_ANNOTATIONS`, ``spec.systemID``/``spec.providerID``). A reference is acted on only while the
@@ -76,7 +86,17 @@ IDENTITY_REF = "identity-ref"
 #: The annotations that name something in one MAAS (ids, names, marks of a request in doubt): bound to
 #: :data:`IDENTITY`.
 BOUND_ANNOTATIONS = frozenset(
-    {ALLOCATING, AGENT_NAME, REPLACING, COMPOSING, DECOMPOSING, HOST_ID_ANNOTATION, DNS_RECORD, DNS_PENDING}
+    {
+        ALLOCATING,
+        AGENT_NAME,
+        REPLACING,
+        COMPOSING,
+        DECOMPOSING,
+        HOST_ID_ANNOTATION,
+        DNS_RECORD,
+        DNS_PENDING,
+        VIP,
+    }
 )
 #: The annotations that close a crash window: a write that sets or clears one carries the resourceVersion the
 #: pass read (:meth:`capmaas.reconcilers.scope.ObjectScope.flush`), so a writer acting on a stale copy of the

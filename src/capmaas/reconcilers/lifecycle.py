@@ -13,7 +13,7 @@ Everything after acquisition reads machine state from the shared poller behind t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -367,10 +367,11 @@ class Lifecycle:
         # behind every starting machine's writes in a burst) and may dial a slow workload apiserver, and
         # CAPI is waiting on Ready, not on the Node's providerID (readiness lag). close() may run again.
         await scope.close()
-        return await self.node(scope)
+        return await self.node(scope, facts.node_labels(m, facts.region_of(scope.maascluster, port.endpoint)))
 
-    async def node(self, scope: MachineScope) -> Requeue:
-        """Put our providerID on the workload Node (no cloud provider does it on bare metal)."""
+    async def node(self, scope: MachineScope, labels: Mapping[str, str]) -> Requeue:
+        """Put our providerID and the topology labels on the workload Node (no cloud provider does it on bare
+        metal); a label someone set to another value stays, said in a Warning Event."""
         pid = scope.want.provider_id or ""
         name = scope.cluster_name
         hostname = scope.hostname
@@ -379,7 +380,11 @@ class Lifecycle:
         secret = await self.kube.get_secret(scope.namespace, f"{name}-kubeconfig")
         if secret is None or not secret.get("value"):
             return Requeue(self.settings.node_retry * 2)
-        result, current = await self.kube.set_node_provider_id(secret["value"], hostname, pid)
+        done = await self.kube.set_node_provider_id(secret["value"], hostname, pid, labels)
+        result, current = done.result, done.current
+        if done.kept_labels:
+            theirs = ", ".join(f"{k}={v} (ours: {labels[k]})" for k, v in sorted(done.kept_labels.items()))
+            scope.event("Warning", "NodeLabelConflict", f"Node {hostname} has {theirs}; left unchanged")
         if result is NodePatchResult.REJECTED:  # a tenant's kubeconfig we will not use: say which field
             scope.set_condition(C.NODE_PROVIDER_ID_CONDITION, False, C.KUBECONFIG_REJECTED_REASON, current)
             return Requeue(self.settings.node_retry * 2)

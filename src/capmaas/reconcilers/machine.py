@@ -125,6 +125,13 @@ class MachineReconciler:
                 "the Cluster's MaasCluster is not found",
                 delay=15,
             )
+        if (kept := identity.kept_ref(scope, ref)) is not None:
+            port, _ = await connect_ref(
+                self.kube, self.connector, scope.namespace, kept, self.default_credentials
+            )
+            if identity.is_bound_to(scope, port):
+                identity.connected(scope, port, kept)
+                return port
         port, _ = await connect_ref(self.kube, self.connector, scope.namespace, ref, self.default_credentials)
         identity.connected(scope, port, ref)
         if identity.check_machine(scope, port):

@@ -49,6 +49,17 @@ class NodePatchResult(enum.Enum):
     REJECTED = "rejected"  # the kubeconfig is not trusted or not accepted; the text names the field
 
 
+@dataclass(frozen=True, slots=True)
+class NodePatch:
+    """The outcome of :meth:`KubePort.set_node_provider_id`: what happened to the providerID, the Node's
+    current providerID (or a short error text), and the labels the Node already had with another value
+    (left as they were: a person or another controller set them)."""
+
+    result: NodePatchResult
+    current: str
+    kept_labels: Mapping[str, str] = field(default_factory=dict)
+
+
 class KubePort(Protocol):
     """Kubernetes reads (mostly from caches) and writes the reconcilers need."""
 
@@ -95,10 +106,11 @@ class KubePort(Protocol):
         ...
 
     async def set_node_provider_id(
-        self, kubeconfig: bytes, node_name: str, provider_id: str
-    ) -> tuple[NodePatchResult, str]:
-        """Set ``spec.providerID`` of Node ``node_name`` in the workload cluster, never overwriting another
-        value. Returns the result and the Node's current providerID (or a short error text)."""
+        self, kubeconfig: bytes, node_name: str, provider_id: str, labels: Mapping[str, str]
+    ) -> NodePatch:
+        """Set ``spec.providerID`` of Node ``node_name`` in the workload cluster and add the ``labels`` it
+        does not have, in one patch, never overwriting another providerID or a label set to another value. A
+        Node with another providerID is not ours: nothing is written to it."""
         ...
 
     def emit_event(self, obj: Body, type: EventType, reason: str, message: str) -> None:
@@ -246,7 +258,15 @@ class MaasPort(VmHostPort, Protocol):
     ) -> maas.Machine: ...
 
     async def release(
-        self, system_id: str, *, erase: bool, secure_erase: bool, quick_erase: bool, comment: str
+        self,
+        system_id: str,
+        *,
+        erase: bool,
+        secure_erase: bool,
+        quick_erase: bool,
+        comment: str,
+        scripts: Sequence[str] = (),
+        force: bool = False,
     ) -> maas.Machine | None: ...
 
     async def mark_broken(self, system_id: str, *, comment: str) -> None: ...
@@ -269,6 +289,17 @@ class MaasPort(VmHostPort, Protocol):
     async def dns_update(self, record_id: int, ips: frozenset[str]) -> None: ...
 
     async def dns_delete(self, record_id: int) -> None: ...
+
+    async def vip_reserve(self, fqdn: str, *, address: str | None, subnet: str | None) -> str:
+        """Reserve an address in MAAS's IPAM with ``fqdn`` as its hostname (MAAS then makes, or extends, the
+        DNS resource ``fqdn`` listing it): ``address``, or a free one MAAS picks in ``subnet``. Returns the
+        address."""
+        ...
+
+    async def vip_release(self, address: str) -> None:
+        """Release this identity's reservation of ``address`` if MAAS still has it (deleting the DNS
+        resource that was its only user already did)."""
+        ...
 
 
 class MaasConnector(Protocol):

@@ -95,6 +95,40 @@ async def tag_registered(
     return None
 
 
+async def _first_with_vms(
+    port: MaasPort, hosts: Sequence[maas.VmHost]
+) -> tuple[maas.VmHost, Sequence[maas.Machine]] | None:
+    """The first of ``hosts`` MAAS shows a VM on, with its VMs; None when every one is empty."""
+    for host in hosts:
+        try:
+            vms = await port.vms_on(host.name)
+        except maas_errors.MaasError as exc:
+            raise maas_failure(exc, None, f"listing the VMs on VM host {host.name}") from exc
+        if vms:
+            return host, vms
+    return None
+
+
+def _names(vms: Sequence[maas.Machine]) -> str:
+    return ", ".join(sorted(v.hostname for v in vms)[:5])
+
+
+async def vms_hosted(scope: MachineScope, port: MaasPort, sid: str) -> Requeue | None:
+    """Before a forced release of ``sid`` (MAAS then removes the VM hosts on it, whoever registered them):
+    None when no VM host on it (of any type: MAAS removes them all) carries a VM, else the end of this pass
+    (``VMHostInUse``, named)."""
+    busy = await _first_with_vms(port, await _hosts_on(port, sid, any_type=True))
+    if busy is None:
+        return None
+    host, vms = busy
+    scope.set_deletion(
+        C.VM_HOST_IN_USE_REASON,
+        f"{sid} is VM host {host.name} (id {host.id}) with {len(vms)} VM(s) ({_names(vms)}); "
+        "releaseOptions.force would have MAAS remove it with them: waiting for them to be deleted",
+    )
+    return Requeue(VM_HOST_RETRY)
+
+
 async def clear_for_release(
     scope: MachineScope, port: MaasPort, m: maas.Machine, agent_name: str
 ) -> Requeue | None:
@@ -112,19 +146,14 @@ async def clear_for_release(
         raise maas_failure(exc, None, f"checking who holds {sid}") from exc
     if sid not in {h.system_id for h in held}:
         return None  # not ours: BareMetal.delete forgets it and sends nothing
-    for host in hosts:
-        try:
-            vms = await port.vms_on(host.name)
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"listing the VMs on VM host {host.name}") from exc
-        if vms:
-            names = ", ".join(sorted(v.hostname for v in vms)[:5])
-            scope.set_deletion(
-                C.VM_HOST_IN_USE_REASON,
-                f"{sid} is VM host {host.name} (id {host.id}); waiting for its {len(vms)} VM(s) to be "
-                f"deleted by their own MaasMachines or owners ({names}) before removing it and releasing",
-            )
-            return Requeue(VM_HOST_RETRY)
+    if (busy := await _first_with_vms(port, hosts)) is not None:
+        host, vms = busy
+        scope.set_deletion(
+            C.VM_HOST_IN_USE_REASON,
+            f"{sid} is VM host {host.name} (id {host.id}); waiting for its {len(vms)} VM(s) to be "
+            f"deleted by their own MaasMachines or owners ({_names(vms)}) before removing it and releasing",
+        )
+        return Requeue(VM_HOST_RETRY)
     for host in hosts:
         try:
             await port.delete_vm_host(host.id)
@@ -138,12 +167,15 @@ async def clear_for_release(
     return None
 
 
-async def _hosts_on(port: MaasPort, sid: str) -> Sequence[maas.VmHost]:
-    """The LXD VM hosts MAAS shows running on machine ``sid`` (none on a MAAS without VM hosts)."""
+async def _hosts_on(port: MaasPort, sid: str, *, any_type: bool = False) -> Sequence[maas.VmHost]:
+    """The LXD VM hosts (``any_type``: of every type) MAAS shows running on machine ``sid`` (none on a MAAS
+    without VM hosts)."""
     try:
         hosts = await port.list_vm_hosts()
     except maas_errors.GoneError:
         return ()  # MAAS 4.0: no VM hosts, nothing refuses the release
     except maas_errors.MaasError as exc:
         raise maas_failure(exc, None, f"listing the VM hosts on {sid}") from exc
-    return [h for h in hosts if h.type == LXD and h.host is not None and h.host.system_id == sid]
+    return [
+        h for h in hosts if (any_type or h.type == LXD) and h.host is not None and h.host.system_id == sid
+    ]

@@ -71,6 +71,7 @@ class Names:
             "infrastructure-components.yaml",
             "cluster-template.yaml",
             "cluster-template-lxd.yaml",
+            "cluster-template-kube-vip.yaml",
             "cluster-template-topology.yaml",
             f"clusterclass-{clusterctl_repo.CLUSTER_CLASS}.yaml",
         )

@@ -17,7 +17,18 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import quote
 
-from capmaas.simulator import devices, dnsrecords, info, machines, misc, networks, nodes, router, vmhosts
+from capmaas.simulator import (
+    addresses,
+    devices,
+    dnsrecords,
+    info,
+    machines,
+    misc,
+    networks,
+    nodes,
+    router,
+    vmhosts,
+)
 from capmaas.simulator.auth import Authenticator, SignedRequest, User, challenge, new_api_key
 from capmaas.simulator.constraints import Constraints, pod_allowed
 from capmaas.simulator.faults import ConnectionDropped, Faults, Timings, WriteFault
@@ -81,6 +92,7 @@ class Simulator(Lifecycle):
             *nodes.RESOURCES,
             *networks.RESOURCES,
             *devices.RESOURCES,
+            *addresses.RESOURCES,
             *info.RESOURCES,
         ]
         self.api_hash = info.api_hash(self)

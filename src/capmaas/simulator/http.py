@@ -109,6 +109,11 @@ def not_found(model: str) -> HttpError:
     return HttpError(404, f"No {model} matches the given query.")
 
 
+def not_found_text(message: str) -> HttpError:
+    """404 with MAAS's own text: ``StaticIPAddressUnavailable`` (an address in use) answers 404."""
+    return HttpError(404, message)
+
+
 def conflict(message: str) -> HttpError:
     """409 without Retry-After: a retrying client (gomaasapi) must not loop on a state violation."""
     return HttpError(409, message)

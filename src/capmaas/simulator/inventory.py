@@ -6,7 +6,8 @@ The YAML shape (every section optional; see examples/inventory-sample.yaml)::
     pools: [{name, description}]            # "default" (id 0) always exists
     tags: [{name, comment, definition, kernel_opts}]
     domains: [{name, ttl, authoritative}]   # "maas" (id 0) always exists and is the default
-    subnets: [{cidr, name, gateway_ip, dns_servers, vid, space}]
+    subnets: [{cidr, name, gateway_ip, dns_servers, vid, space,
+               ranges: [{type: dynamic|reserved, start, end, comment}]}]
     boot_resources: [{name: ubuntu/jammy, architecture: amd64/generic, type: synced|uploaded, title}]
     users: [{username, api_key, admin, password}]
     machines: [{hostname, system_id, zone, pool, domain, arch, cpu_count, cpu_speed, memory, tags,
@@ -46,6 +47,7 @@ from capmaas.simulator.models import (
     Disk,
     Domain,
     Interface,
+    IpRange,
     Machine,
     NodeStatus,
     Pool,
@@ -58,6 +60,27 @@ from capmaas.simulator.models import (
 from capmaas.simulator.state import State
 
 SYSTEM_ID_ALPHABET = "abcdefghkmnpqrstwxy34678"
+IP_RANGE_TYPES = ("dynamic", "reserved")
+
+
+def _add_range(state: State, subnet: Subnet, entry: dict[str, Any]) -> None:
+    """An IP range of ``subnet``: both ends inside it, in order (what MAAS's ``IPRangeForm`` insists on)."""
+    where = f"subnets: {subnet.cidr}: ranges"
+    kind = str(entry.get("type", ""))
+    if kind not in IP_RANGE_TYPES:
+        raise InventoryError(f"{where}: type must be dynamic or reserved, not {kind!r}")
+    network = ipaddress.ip_network(subnet.cidr, strict=False)
+    try:
+        start = ipaddress.ip_address(str(_require(entry, "start", where)))
+        end = ipaddress.ip_address(str(_require(entry, "end", where)))
+    except ValueError as exc:
+        raise InventoryError(f"{where}: {exc}") from exc
+    if start not in network or end not in network or end < start:  # type: ignore[operator]
+        raise InventoryError(f"{where}: {start}-{end} is not an ordered range inside {subnet.cidr}")
+    rid = state.new_id("iprange")
+    state.ip_ranges[rid] = IpRange(rid, subnet.id, kind, str(start), str(end), str(entry.get("comment", "")))
+
+
 DEFAULT_SUBNET: dict[str, Any] = {"cidr": "10.250.0.0/16", "name": "default"}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(i?)B?\s*$", re.IGNORECASE)
 _POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
@@ -197,6 +220,8 @@ class Inventory:
                 int(entry.get("vid", 0)),
                 str(entry.get("space", "undefined")),
             )
+            for r in entry.get("ranges") or []:
+                _add_range(state, state.subnets[sid], r)
         for entry in _list(self.data, "boot_resources"):
             bid = state.new_id("boot")
             kind = str(entry.get("type", "synced")).capitalize()
@@ -274,7 +299,10 @@ def _machine(state: State, entry: dict[str, Any], rng: random.Random) -> Machine
         mac = str(i.get("mac") or f"52:54:00:{(iid >> 16) & 255:02x}:{(iid >> 8) & 255:02x}:{iid & 255:02x}")
         ip = i.get("ip")
         name = str(i.get("name", f"eth{n}"))
-        interfaces.append(Interface(iid, name, mac, subnet_id, ip, auto=subnet_id is not None and not ip))
+        nic_tags = [str(t) for t in i.get("tags", [])]
+        interfaces.append(
+            Interface(iid, name, mac, subnet_id, ip, auto=subnet_id is not None and not ip, tags=nic_tags)
+        )
     status_name = str(entry.get("status", "ready")).lower()
     if status_name not in ANY_STATUS_BY_NAME:
         raise InventoryError(f"{where}: unknown status {status_name!r}")

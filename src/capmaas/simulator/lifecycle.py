@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from capmaas.simulator.faults import Faults, Timings
+from capmaas.simulator.http import HttpError
 from capmaas.simulator.inventory import new_system_id
 from capmaas.simulator.models import RELEASABLE, Disk, Interface, Machine, NodeStatus, StoragePool, VmHost
 from capmaas.simulator.serialize import machine_dict
@@ -68,7 +69,14 @@ class Lifecycle:
         m.status_action = ""
 
     def start_deploy(self, m: Machine) -> None:
-        """Deploying; the AUTO IPs come in MAAS's post-commit hook, so the deploy answer has none yet."""
+        """Deploying; the AUTO IPs come in MAAS's post-commit hook, so the deploy answer has none yet.
+
+        That hook runs before MAAS answers, and when it cannot claim an address (a ``reservedips/`` entry
+        whose subnet the NIC has no AUTO link on, an exhausted subnet) MAAS puts the machine back to
+        Allocated and answers with the claim's error (404/503): so the claim is planned here, first, and
+        its error raised with the machine still Allocated (``Node.start``'s errbacks).
+        """
+        self.state.plan_auto_ips(m)
         self.state.set_status(m, S.DEPLOYING)
         self.switch_power(m, "on")
         m.error_description = ""
@@ -79,11 +87,17 @@ class Lifecycle:
         self._after(m, self.timings.deploy, "deployed")
 
     def _on_auto_ips(self, m: Machine) -> None:
-        self.state.claim_auto_ips(m)
-        m.cached_json = None
+        self._claim_late(m)
+
+    def _claim_late(self, m: Machine) -> None:
+        """The claim planned at deploy, made now; an address taken in between leaves the link without one."""
+        try:
+            self.state.claim_auto_ips(m)
+        except HttpError:
+            m.cached_json = None
 
     def _on_deployed(self, m: Machine) -> None:
-        self.state.claim_auto_ips(m)  # a deploy faster than the IP claim still boots with its address
+        self._claim_late(m)  # a deploy faster than the IP claim still boots with its address
         if self.faults.goes_broken():
             self.state.set_status(m, S.BROKEN)
             self.switch_power(m, "off")

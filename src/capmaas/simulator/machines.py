@@ -178,11 +178,29 @@ def no_match_message(form: FormData, c: constraints.Constraints) -> str:
     return f'No available machine matches constraints: {grouped} (resolved to "{desc}")'
 
 
+#: MAAS's built-in release script and its tags (``builtin_scripts/release_scripts/maas_wipe.py``), plus the
+#: ``none`` choice of ``ReleaseForm``'s ``scripts`` field; admins may upload more (not modelled).
+WIPE_CHOICES = frozenset({"wipe-disks", "wipe", "disk", "storage"})
+RELEASE_SCRIPT_CHOICES = WIPE_CHOICES | {"none"}
+
+
+def release_erases(form: FormData) -> bool:
+    """``ReleaseForm``: ``scripts`` (comma-separated, or repeated) must name release scripts by name or tag,
+    else 400 in Django's ``MultipleChoiceField`` words; erase flags add ``wipe-disks``. True when the
+    release wipes the disks (Disk erasing)."""
+    scripts = [p for v in form.getlist("scripts") for p in v.split(",")]
+    bad = next((v for v in scripts if v not in RELEASE_SCRIPT_CHOICES), None)
+    if bad is not None:
+        raise bad_request({"scripts": [f"Select a valid choice. {bad} is not one of the available choices."]})
+    flags = any(bool_opt(form, k) for k in ("erase", "secure_erase", "quick_erase"))
+    return flags or any(v in WIPE_CHOICES for v in scripts)
+
+
 @machines_res.op("POST", "release")
 def release_many(sim: Simulator, req: Request) -> list[str]:
     """Release several machines; READY ones are skipped; returns the ids actually released."""
     ids = list(dict.fromkeys(req.form.getlist("machines")))
-    erase = any(bool_opt(req.form, k) for k in ("erase", "secure_erase", "quick_erase"))
+    erase = release_erases(req.form)
     unknown = [sid for sid in ids if sid not in sim.state.machines]
     if unknown:
         raise bad_request(f"Unknown machine(s): {', '.join(unknown)}.")
@@ -380,7 +398,7 @@ def release(sim: Simulator, req: Request) -> Response:
     """Release a machine; READY or RELEASING is a successful no-op."""
     m = editable_machine(sim, req)
     form = req.form
-    erase = any(bool_opt(form, k) for k in ("erase", "secure_erase", "quick_erase"))
+    erase = release_erases(form)
     force = bool_opt(form, "force")
     if m.status in (S.READY, S.RELEASING):
         return machine_response(sim, m)

@@ -23,7 +23,7 @@ from capmaas.simulator.http import (
     raw_json_response,
 )
 from capmaas.simulator.machines import visible
-from capmaas.simulator.models import DnsResource, Domain, Pool, Tag, Zone
+from capmaas.simulator.models import DnsResource, Domain, Pool, Tag, UserReservedIp, Zone
 from capmaas.simulator.router import Resource, resource
 from capmaas.simulator.serialize import (
     dns_resource_json,
@@ -481,12 +481,27 @@ def _dns_fields(
     return name, domain_id, ips
 
 
+def _address_rows(sim: Simulator, req: Request, ips: list[str]) -> None:
+    """``DNSResourceForm.save``: each address without a row gets a USER_RESERVED one owned by the caller
+    (best subnet, possibly none; no range check), which from then on blocks ``link_subnet`` STATIC to it
+    (404) like any reservation. An address some row already has (a machine's) is linked as it is."""
+    state = sim.state
+    owner = req.user.username if req.user else ""
+    for ip in ips:
+        if ip not in state.used_ips:
+            subnet = state.subnet_for_ip(ip)
+            row = UserReservedIp(state.new_id("staticipaddress"), ip, subnet.id if subnet else None, owner)
+            state.user_reserved[ip] = row
+            state.used_ips.add(ip)
+
+
 @dns_res.op("POST")
 def create_dns(sim: Simulator, req: Request) -> dict[str, Any]:
     """Create a DNS resource from ``fqdn`` (or ``name`` + ``domain``) and ``ip_addresses`` (admin)."""
     if not req.is_admin:
         raise admin_only()
     name, domain_id, ips = _dns_fields(sim, req, None)
+    _address_rows(sim, req, ips or [])
     ttl = req.form.get("address_ttl")
     rid = sim.state.new_id("dnsresource")
     record = DnsResource(rid, name, domain_id, ips or [], int(ttl) if ttl and ttl.isdigit() else None)
@@ -512,7 +527,8 @@ def update_dns(sim: Simulator, req: Request) -> dict[str, Any]:
     record = _dns(sim, req, write=True)
     name, domain_id, ips = _dns_fields(sim, req, record)
     record.name, record.domain_id = name, domain_id
-    if ips is not None:
+    if ips is not None:  # the rows of addresses dropped from the record stay (M2M set), still reserved
+        _address_rows(sim, req, ips)
         record.ips, record.released_ips = ips, 0  # the new set replaces any freed (null) address too
     ttl = req.form.get("address_ttl")
     if ttl and ttl.isdigit():
@@ -522,9 +538,16 @@ def update_dns(sim: Simulator, req: Request) -> dict[str, Any]:
 
 @dns_one_res.op("DELETE")
 def delete_dns(sim: Simulator, req: Request) -> Response:
-    """Delete a DNS resource (admin)."""
+    """Delete a DNS resource (admin), and each of its USER_RESERVED addresses no interface and no other DNS
+    resource has (``StaticIPAddress.is_safe_to_delete``)."""
     record = _dns(sim, req, write=True)
-    del sim.state.dns_resources[record.id]
+    state = sim.state
+    del state.dns_resources[record.id]
+    for ip in record.ips:
+        row = state.user_reserved.get(ip)
+        if row is not None and row.mac is None and not any(ip in r.ips for r in state.dns_resources.values()):
+            del state.user_reserved[ip]
+            state.used_ips.discard(ip)
     return NO_CONTENT
 
 

@@ -400,3 +400,39 @@ class Device:
     interfaces: list[Interface] = field(default_factory=list)
     tags: set[str] = field(default_factory=set)
     annotations: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class IpRange:
+    """An IP range of a subnet (M ``models/iprange.py``): ``dynamic`` (DHCP) or ``reserved``."""
+
+    id: int
+    subnet_id: int
+    type: str
+    start_ip: str
+    end_ip: str
+    comment: str = ""
+
+
+@dataclass(slots=True)
+class UserReservedIp:
+    """A ``StaticIPAddress`` of alloc_type USER_RESERVED, made by ``ipaddresses/?op=reserve`` or by a DNS
+    resource naming an address no row has: owned by ``owner``, never handed to a machine until released."""
+
+    id: int
+    ip: str
+    subnet_id: int | None
+    owner: str
+    #: ``mac``: MAAS made an ``unknown``-type interface with this MAC carrying the address.
+    mac: str | None = None
+
+
+@dataclass(slots=True)
+class ReservedIp:
+    """A ``reservedips/`` entry (M ``models/reservedip.py``): ``ip`` pinned to ``mac_address`` on a subnet."""
+
+    id: int
+    ip: str
+    subnet_id: int
+    mac_address: str
+    comment: str = ""

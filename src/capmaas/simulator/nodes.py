@@ -5,6 +5,12 @@ Interfaces carry one link each (MAAS allows several static links per interface; 
 VM-host preparation step use): ``link_subnet`` sets it, ``unlink_subnet`` removes it. ``create_bridge`` does
 what ``BridgeInterfaceForm`` / ``AcquiredBridgeInterfaceForm`` do: on an Allocated machine the parent's link
 moves to the bridge, otherwise the parent's link is reset and the bridge starts LINK_UP.
+
+A STATIC link follows MAAS's rules (``InterfaceLinkForm``, ``Interface._link_subnet_static``): an explicit
+address must be in the subnet and outside its dynamic ranges (400 form errors), must not clash with a
+``reservedips/`` entry (409) and must have no address row yet (404 ``IP address is already in use.``, which
+includes a USER_RESERVED address of ``ipaddresses/``); without one, a free address outside the subnet's
+ranges is picked (503 when there is none). STATIC addresses are kept across release; AUTO ones are not.
 """
 
 from __future__ import annotations
@@ -13,12 +19,23 @@ import ipaddress
 import struct
 from typing import TYPE_CHECKING, Any
 
+from capmaas.simulator.addresses import subnet_by_specifier
 from capmaas.simulator.forms import FormError, parse_bool
-from capmaas.simulator.http import Request, Response, bad_request, conflict, forbidden, not_found
+from capmaas.simulator.http import (
+    Request,
+    Response,
+    bad_request,
+    conflict,
+    forbidden,
+    not_found,
+    not_found_text,
+    unavailable,
+)
 from capmaas.simulator.machines import machine_res, visible
-from capmaas.simulator.models import Interface, Machine, NodeStatus
+from capmaas.simulator.models import Interface, Machine, NodeStatus, Subnet
 from capmaas.simulator.router import Resource, resource
 from capmaas.simulator.serialize import block_device_json, interface_json
+from capmaas.simulator.state import State
 
 if TYPE_CHECKING:
     from capmaas.simulator.core import Simulator
@@ -58,6 +75,13 @@ def _interface(sim: Simulator, req: Request) -> tuple[Machine, Interface]:
 def _may_edit(req: Request, m: Machine) -> None:
     """``NodePermission.admin`` or ``edit``: an admin, or the owner of the machine."""
     if not (req.is_admin or (req.user is not None and m.owner == req.user.username)):
+        raise forbidden()
+
+
+def _may_admin(req: Request, m: Machine) -> None:
+    """``NodePermission.admin``, which ``link_subnet``/``unlink_subnet`` ask of a machine's interface
+    (``get_interface_or_404``): a superuser, on an unlocked machine; owning the machine is not enough."""
+    if not req.is_admin or m.locked:
         raise forbidden()
 
 
@@ -180,7 +204,7 @@ def create_bridge(sim: Simulator, req: Request) -> dict[str, Any]:
 def link_subnet(sim: Simulator, req: Request) -> dict[str, Any]:
     """Link the interface to a subnet (``InterfaceLinkForm``): AUTO, DHCP, STATIC or LINK_UP."""
     m, iface = _interface(sim, req)
-    _may_edit(req, m)
+    _may_admin(req, m)
     _editable_state(m, "link subnet")
     form, state = req.form, sim.state
     errors: dict[str, list[str]] = {}
@@ -191,22 +215,14 @@ def link_subnet(sim: Simulator, req: Request) -> dict[str, Any]:
         listing = ", ".join(f"'{x}'" for x in LINK_MODES)
         errors["mode"] = [f"'{form.get('mode')}' is not a valid mode.  It should be one of: {listing}."]
     subnet_key = form.get("subnet") or ""
-    subnet = next((s for s in state.subnets.values() if subnet_key in (str(s.id), s.cidr, s.name)), None)
+    subnet = subnet_by_specifier(state, subnet_key) if subnet_key else None
     if subnet_key and subnet is None:
         errors["subnet"] = ["Select a valid choice. That choice is not one of the available choices."]
     elif subnet is None and mode in ("auto", "static"):
         errors["subnet"] = ["This field is required."]
     ip = form.get("ip_address") or None
     if mode == "static" and subnet is not None and ip:
-        try:
-            inside = ipaddress.ip_address(ip) in ipaddress.ip_network(subnet.cidr, strict=False)
-        except ValueError:
-            errors["ip_address"] = ["Enter a valid IPv4 or IPv6 address."]
-        else:
-            if not inside:
-                errors["ip_address"] = [f"IP address is not in the given subnet '{subnet.name}'."]
-            elif ip in state.used_ips and ip != iface.ip:
-                errors["ip_address"] = [f"IP address {ip} is already in use."]
+        errors.update(_static_ip_errors(state, subnet, ip))
     if mode == "link_up" and iface.subnet_id is not None and link_active(iface) and not _bool(req, "force"):
         errors["mode"] = [
             "Cannot configure interface to link up (with no IP address) while other links are already "
@@ -214,14 +230,14 @@ def link_subnet(sim: Simulator, req: Request) -> dict[str, Any]:
         ]
     if errors:
         raise bad_request(errors)
+    static_ip = _claim_static(state, iface, subnet, ip) if mode == "static" and subnet is not None else None
     if iface.ip:
         state.used_ips.discard(iface.ip)
     iface.subnet_id = subnet.id if subnet is not None else iface.subnet_id
     iface.ip, iface.auto, iface.mode = None, False, None
-    if mode == "static":
-        iface.ip = ip or _free_ip(sim, subnet)
-        if iface.ip:
-            state.used_ips.add(iface.ip)
+    if static_ip is not None:  # written at once (a STICKY row), kept across release
+        iface.ip = static_ip
+        state.used_ips.add(static_ip)
     elif mode == "auto":  # the address comes at deployment (claim_auto_ips)
         iface.auto = True
     else:
@@ -230,23 +246,65 @@ def link_subnet(sim: Simulator, req: Request) -> dict[str, Any]:
     return interface_json(state, m, iface)
 
 
+def subnet_label(subnet: Subnet) -> str:
+    """How MAAS writes a subnet in messages (``Subnet.__str__``): ``name:cidr(vid=N)``."""
+    return f"{subnet.name}:{subnet.cidr}(vid={subnet.vid})"
+
+
+def _static_ip_errors(state: State, subnet: Subnet, ip: str) -> dict[str, list[str]]:
+    """``InterfaceLinkForm._clean_mode_static``: the address is in the subnet and outside its dynamic ranges
+    (an address inside a *reserved* range is accepted)."""
+    try:
+        inside = ipaddress.ip_address(ip) in ipaddress.ip_network(subnet.cidr, strict=False)
+    except ValueError:
+        return {"ip_address": ["Enter a valid IPv4 or IPv6 address."]}
+    if not inside:
+        return {"ip_address": [f"IP address is not in the given subnet '{subnet_label(subnet)}'."]}
+    dynamic = state.range_for(subnet, ip, "dynamic")
+    if dynamic is not None:
+        return {
+            "ip_address": [f"IP address is inside a dynamic range {dynamic.start_ip} to {dynamic.end_ip}."]
+        }
+    return {}
+
+
+def _claim_static(state: State, iface: Interface, subnet: Subnet, ip: str | None) -> str:
+    """``Interface._link_subnet_static``: the given address unless a ``reservedips/`` entry of another MAC or
+    address stands in the way (409) or some row already has it (404; the interface's own address too, as
+    MAAS adds a link rather than replacing one); without one, a free address (503 when none). The
+    auto-pick skips ranges and used addresses but, as in MAAS, not ``reservedips/`` entries."""
+    if ip is None:
+        picked = state.free_ip(subnet)
+        if picked is None:
+            raise unavailable(f"No more IPs available in subnet: {subnet.cidr}.")
+        return picked
+    mac = iface.mac_address.lower()
+    pins = [r for r in state.reserved_ips.values() if r.mac_address == mac or r.ip == ip]
+    if len(pins) > 1:
+        raise conflict(
+            f"The MAC address {mac} or the static IP {ip} are associated with a reserved IP and cannot be "
+            "used."
+        )
+    if pins and pins[0].ip != ip:
+        raise conflict(
+            f"The static IP {ip} does not match the reserved IP {pins[0].ip} for the MAC address {mac}."
+        )
+    if pins and pins[0].mac_address != mac:
+        raise conflict(f"The static IP {ip} is already reserved for the MAC address {pins[0].mac_address}.")
+    if ip in state.used_ips:
+        raise not_found_text("IP address is already in use.")
+    return ip
+
+
 def link_active(iface: Interface) -> bool:
     return iface.mode != "link_up"
-
-
-def _free_ip(sim: Simulator, subnet: Any) -> str | None:
-    network = ipaddress.ip_network(subnet.cidr, strict=False)
-    return next(
-        (str(a) for a in network.hosts() if str(a) not in sim.state.used_ips and str(a) != subnet.gateway_ip),
-        None,
-    )
 
 
 @interface_res.op("POST", "unlink_subnet")
 def unlink_subnet(sim: Simulator, req: Request) -> dict[str, Any]:
     """Remove the interface's link ``id`` (``InterfaceUnlinkForm``)."""
     m, iface = _interface(sim, req)
-    _may_edit(req, m)
+    _may_admin(req, m)
     _editable_state(m, "unlink subnet")
     link_id = req.form.get("id") or ""
     if link_id != str(iface.id) or (iface.subnet_id is None and iface.mode is None):

@@ -11,7 +11,7 @@ import heapq
 import ipaddress
 from collections.abc import Iterable
 
-from capmaas.simulator.http import conflict
+from capmaas.simulator.http import HttpError, conflict, not_found_text, unavailable
 from capmaas.simulator.models import (
     TRANSITIONS,
     BootResource,
@@ -19,11 +19,15 @@ from capmaas.simulator.models import (
     DnsData,
     DnsResource,
     Domain,
+    Interface,
+    IpRange,
     Machine,
     NodeStatus,
     Pool,
+    ReservedIp,
     Subnet,
     Tag,
+    UserReservedIp,
     VmHost,
     Zone,
 )
@@ -50,7 +54,12 @@ class State:
         self.timers: list[tuple[float, int, str, int, str]] = []  # (due, seq, system_id, epoch, action)
         self._seq = 0
         self.next_ids: dict[str, int] = {}
+        #: Every address MAAS has a StaticIPAddress row for: machines' (and devices') addresses and the
+        #: USER_RESERVED ones of ``ipaddresses/``. None of them is handed out again.
         self.used_ips: set[str] = set()
+        self.ip_ranges: dict[int, IpRange] = {}
+        self.user_reserved: dict[str, UserReservedIp] = {}  # by address
+        self.reserved_ips: dict[int, ReservedIp] = {}  # ``reservedips/`` entries by id
 
     def new_id(self, kind: str, start: int = 1) -> int:
         value = self.next_ids.get(kind, start)
@@ -102,18 +111,110 @@ class State:
             if idx < len(self.ready) and self.ready[idx] == key:
                 del self.ready[idx]
 
-    def claim_auto_ips(self, m: Machine) -> None:
-        """``claim_auto_ips`` at deploy: an AUTO link without an address takes its subnet's first free one."""
-        for i in m.interfaces:
-            subnet = (
-                self.subnets.get(i.subnet_id) if i.auto and not i.ip and i.subnet_id is not None else None
-            )
-            if subnet is None:
+    # -- addresses ------------------------------------------------------------------------------------------
+    def range_for(self, subnet: Subnet, ip: str, kind: str | None = None) -> IpRange | None:
+        """The ``kind`` (``dynamic``/``reserved``, None: either) IP range of ``subnet`` holding ``ip``."""
+        address = ipaddress.ip_address(ip)
+        for r in self.ip_ranges.values():
+            if r.subnet_id != subnet.id or (kind is not None and r.type != kind):
                 continue
-            hosts = map(str, ipaddress.ip_network(subnet.cidr, strict=False).hosts())
-            i.ip = next((a for a in hosts if a not in self.used_ips and a != subnet.gateway_ip), None)
-            if i.ip:
-                self.used_ips.add(i.ip)
+            start, end = ipaddress.ip_address(r.start_ip), ipaddress.ip_address(r.end_ip)
+            if start.version == address.version and start <= address <= end:  # type: ignore[operator]
+                return r
+        return None
+
+    def subnet_for_ip(self, ip: str) -> Subnet | None:
+        """``Subnet.objects.get_best_subnet_for_ip``: the most specific subnet holding ``ip``."""
+        address = ipaddress.ip_address(ip)
+        best: tuple[int, Subnet] | None = None
+        for s in self.subnets.values():
+            network = ipaddress.ip_network(s.cidr, strict=False)
+            inside = address.version == network.version and address in network
+            if inside and (best is None or network.prefixlen > best[0]):
+                best = (network.prefixlen, s)
+        return best[1] if best else None
+
+    def free_ip(self, subnet: Subnet, exclude: Iterable[str] = ()) -> str | None:
+        """A free address of ``subnet`` for an AUTO claim or an auto-picked STATIC link or reservation
+        (``get_ipranges_for_ip_allocation``): never the gateway, a DNS server, an address with a row
+        (``used_ips``), one in ``exclude``, or one inside a dynamic or reserved range. MAAS takes the first
+        address of the *smallest* free block; the simulator takes the lowest free address."""
+        network = ipaddress.ip_network(subnet.cidr, strict=False)
+        taken = set(exclude) | {a for a in (subnet.gateway_ip, *subnet.dns_servers) if a}
+        ranges = sorted(
+            (int(ipaddress.ip_address(r.start_ip)), int(ipaddress.ip_address(r.end_ip)))
+            for r in self.ip_ranges.values()
+            if r.subnet_id == subnet.id
+        )
+        first, last = int(network.network_address), int(network.broadcast_address)
+        if network.num_addresses > 2:
+            first, last = first + 1, last - 1 if network.version == 4 else last
+        value = first
+        while value <= last:
+            inside = next(((a, b) for a, b in ranges if a <= value <= b), None)
+            if inside is not None:
+                value = inside[1] + 1
+                continue
+            text = str(ipaddress.ip_address(value))
+            if text not in self.used_ips and text not in taken:
+                return text
+            value += 1
+        return None
+
+    def reserved_ip_for_mac(self, mac: str) -> ReservedIp | None:
+        return next((r for r in self.reserved_ips.values() if r.mac_address == mac.lower()), None)
+
+    def plan_auto_ips(self, m: Machine) -> list[tuple[Interface, str]]:
+        """``Node.claim_auto_ips``: the address each AUTO link without one gets, or MAAS's error.
+
+        A NIC whose MAC has a ``reservedips/`` entry gets exactly that address on the entry's subnet (reserved
+        ranges allowed); with AUTO links only on other subnets the claim fails. Other NICs never get an
+        address reserved in ``reservedips/`` on their subnet (M ``Interface.claim_auto_ips``).
+        """
+        plan: list[tuple[Interface, str]] = []
+        exclude: set[str] = set()
+        for i in m.interfaces:
+            if not (i.auto and not i.ip and i.subnet_id in self.subnets):
+                continue
+            subnet = self.subnets[i.subnet_id]
+            pinned = self.reserved_ip_for_mac(i.mac_address)
+            if pinned is None:
+                reserved = {r.ip for r in self.reserved_ips.values() if r.subnet_id == subnet.id}
+                ip = self.free_ip(subnet, exclude | reserved)
+                if ip is None:
+                    raise unavailable(f"No more IPs available in subnet: {subnet.cidr}.")
+            elif pinned.ip in exclude:
+                raise HttpError(
+                    404,
+                    f"The reserved ip {pinned.ip} seems to be in use by another host in the network. The "
+                    "process to find an ip for the machine is stopped.",
+                )
+            elif pinned.subnet_id != subnet.id:
+                raise HttpError(
+                    404,
+                    f"This interface {i.mac_address} has a reserved ip {pinned.ip} but it does not have a "
+                    "link to that subnet",
+                )
+            else:
+                ip = pinned.ip
+                if ip in self.used_ips:
+                    raise not_found_text(f"The IP address {ip} is already in use.")
+                dynamic = self.range_for(subnet, ip, "dynamic")
+                if dynamic is not None:
+                    raise not_found_text(
+                        f"{ip} is within the dynamic range from {dynamic.start_ip} to {dynamic.end_ip}"
+                    )
+            plan.append((i, ip))
+            exclude.add(ip)
+        return plan
+
+    def claim_auto_ips(self, m: Machine) -> None:
+        """``claim_auto_ips`` at deploy: every AUTO link without an address gets one (:meth:`plan_auto_ips`),
+        all or none; MAAS's error (404/503) is raised when one cannot."""
+        for i, ip in self.plan_auto_ips(m):
+            i.ip = ip
+            self.used_ips.add(ip)
+        m.cached_json = None
 
     def release_auto_ips(self, m: Machine) -> None:
         """``release_interface_config``: AUTO addresses go back to the subnet; a DNS resource that listed one

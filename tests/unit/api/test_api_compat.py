@@ -279,6 +279,37 @@ def test_configmap_junk_is_an_error_naming_the_entry() -> None:
     assert ps.resolve(["10.0.0.0/24"], {ps.CONFIGMAP_KEY: "banana"}).source == "spec"
 
 
+def test_an_interface_by_name_or_tag_picks_its_address_in_the_order_given() -> None:
+    ifaces = [
+        ps.InterfaceAddresses("eno1", ("pxe",), ("10.0.0.5",)),
+        ps.InterfaceAddresses("eno2", ("api", "storage"), ("192.168.50.5",)),
+        ps.InterfaceAddresses("eno3", (), ("172.16.0.5",)),
+    ]
+    assert ps.pick_address(MULTI, ps.resolve(["interface:eno3"], None), ifaces) == "172.16.0.5"
+    assert ps.pick_address(MULTI, ps.resolve(["tag:api"], None), ifaces) == "192.168.50.5"
+    # The first selector that finds one wins, whatever its kind.
+    assert ps.pick_address(MULTI, ps.resolve(["tag:nope", "10.0.0.0/24"], None), ifaces) == "10.0.0.5"
+    assert ps.pick_address(MULTI, ps.resolve(["interface:eno2", "10.0.0.0/24"], None), ifaces) == (
+        "192.168.50.5"
+    )
+    # Unknown interfaces (no MAAS view yet): an interface selector finds nothing; the caller keeps the record.
+    pref = ps.resolve(["tag:api"], None)
+    assert pref.needs_interfaces
+    assert ps.pick_address(MULTI, pref, None) is None
+    assert not ps.resolve(["10.0.0.0/24"], None).needs_interfaces
+    # An address linked to the interface that is not the machine's (stale) is not published.
+    stale = [ps.InterfaceAddresses("eno2", ("api",), ("192.0.2.9",))]
+    assert ps.pick_address(MULTI, pref, stale) is None
+
+
+def test_the_configmap_takes_interface_selectors_and_names_junk() -> None:
+    got = ps.resolve(None, {ps.CONFIGMAP_KEY: "tag:api, interface:eno2,10.0.0.0/24"})
+    assert [str(s) for s in got.selectors] == ["tag:api", "interface:eno2", "10.0.0.0/24"]
+    assert "tag:api" in got.describe()
+    with pytest.raises(ps.InvalidPreferredSubnets, match=r"'iface:eno2'.*'tag:'"):
+        ps.resolve(None, {ps.CONFIGMAP_KEY: "iface:eno2,tag:"})
+
+
 def test_spec_preferred_subnets_are_a_cidr_list_in_the_model() -> None:
     s = MaasClusterSpec.from_body({"dnsDomain": "maas", "preferredSubnets": ["10.0.0.0/24", "fd00::/64"]})
     assert s.preferred_subnets == ["10.0.0.0/24", "fd00::/64"]

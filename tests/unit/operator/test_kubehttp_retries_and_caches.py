@@ -241,13 +241,18 @@ async def test_a_rejected_kubeconfig_names_the_field_and_sends_nothing(server: t
     kube = KubeAdapter(Store(), http(url), secret_ttl=30.0)
     try:
         raw = kubeconfig("https://127.0.0.1:1", {"token": "t", "tokenFile": "/etc/hostname"})
-        result, text = await kube.set_node_provider_id(SecretValue(raw, origin()), "n1", "maas:///a/b")
+        done = await kube.set_node_provider_id(SecretValue(raw, origin()), "n1", "maas:///a/b", {})
+        result, text = done.result, done.current
         assert result is NodePatchResult.REJECTED
         assert "users[0].user.tokenFile" in text
         assert "ns/c1-kubeconfig" in text
-        result, text = await kube.set_node_provider_id(
-            SecretValue(kubeconfig("https://127.0.0.1:1", {"token": "t"}), origin(type_="Opaque")), "n1", "p"
+        done = await kube.set_node_provider_id(
+            SecretValue(kubeconfig("https://127.0.0.1:1", {"token": "t"}), origin(type_="Opaque")),
+            "n1",
+            "p",
+            {},
         )
+        result, text = done.result, done.current
         assert result is NodePatchResult.REJECTED
         assert "field type" in text
     finally:
@@ -260,8 +265,8 @@ async def test_workload_clients_are_bounded_and_closed_when_they_leave() -> None
     try:
         for i in range(3):
             raw = kubeconfig("https://127.0.0.1:1", {"token": f"t{i}"})
-            result, _ = await kube.set_node_provider_id(SecretValue(raw, origin()), "n1", "p")
-            assert result is NodePatchResult.UNREACHABLE  # nothing listens there
+            done = await kube.set_node_provider_id(SecretValue(raw, origin()), "n1", "p", {})
+            assert done.result is NodePatchResult.UNREACHABLE  # nothing listens there
         assert len(kube._workload) == 2
         await asyncio.sleep(0)
         assert not kube._closing  # the evicted client was closed

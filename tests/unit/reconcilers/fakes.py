@@ -28,6 +28,7 @@ from capmaas.reconcilers.ports import (
     CapiPlural,
     EventType,
     NamespaceAllowList,
+    NodePatch,
     NodePatchResult,
     ObjectPlural,
     Unwatched,
@@ -112,6 +113,7 @@ class FakeKube:
         self.configmaps: dict[tuple[str, str], dict[str, str]] = {}
         self.namespaces: dict[str, dict[str, str]] = {}  # name -> labels
         self.nodes: dict[str, str] = {}  # node name -> providerID ("" = unset)
+        self.node_labels: dict[str, dict[str, str]] = {}  # node name -> its labels
         self.events: list[tuple[str, str, str, str]] = []
         self.writes = 0
         self.conflicts = 0  # patches refused by their resourceVersion precondition (409)
@@ -206,17 +208,21 @@ class FakeKube:
         return copy.deepcopy(obj)
 
     async def set_node_provider_id(
-        self, kubeconfig: bytes, node_name: str, provider_id: str
-    ) -> tuple[NodePatchResult, str]:
+        self, kubeconfig: bytes, node_name: str, provider_id: str, labels: Mapping[str, str]
+    ) -> NodePatch:
         if node_name not in self.nodes:
-            return NodePatchResult.NOT_FOUND, ""
+            return NodePatch(NodePatchResult.NOT_FOUND, "")
         current = self.nodes[node_name]
-        if current == provider_id:
-            return NodePatchResult.ALREADY_SET, current
-        if current:
-            return NodePatchResult.CONFLICT, current
+        if current and current != provider_id:
+            return NodePatch(NodePatchResult.CONFLICT, current)
+        have = self.node_labels.setdefault(node_name, {})
+        kept = {k: have[k] for k, v in labels.items() if k in have and have[k] != v}
+        missing = {k: v for k, v in labels.items() if k not in have}
+        if current == provider_id and not missing:
+            return NodePatch(NodePatchResult.ALREADY_SET, current, kept)
+        have.update(missing)
         self.nodes[node_name] = provider_id
-        return NodePatchResult.PATCHED, provider_id
+        return NodePatch(NodePatchResult.PATCHED, provider_id, kept)
 
     def emit_event(self, obj: Body, type: EventType, reason: str, message: str) -> None:
         self.events.append((obj["metadata"]["name"], type, reason, message))

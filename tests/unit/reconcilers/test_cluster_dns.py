@@ -39,7 +39,8 @@ def two_nic_inventory(machines: int = 4) -> Inventory:
             "boot_resources": [{"name": "ubuntu/jammy"}],
             "machines": [
                 {"hostname": f"m{n}", "zone": "az1", "cpu_count": 4, "memory": 8192,
-                 "interfaces": [{"name": "eth0", "subnet": "pxe"}, {"name": "eth1", "subnet": "api"}]}
+                 "interfaces": [{"name": "eth0", "subnet": "pxe"},
+                                {"name": "eth1", "subnet": "api", "tags": ["api"]}]}
                 for n in range(machines)
             ],
         }
@@ -381,6 +382,41 @@ async def test_spec_preferred_subnets_pick_the_address(nenv: Env, clock: Clock) 
     mc = await reconcile(nenv)
     assert records(nenv) == {mc["spec"]["controlPlaneEndpoint"]["host"].split(".")[0]: [api]}
     assert cond(mc, C.DNS_READY_CONDITION)["message"] == api
+
+
+async def test_an_interface_tag_or_name_picks_the_address(nenv: Env, clock: Clock) -> None:
+    """Issue 23 item 3: the API network may be eth1 on one server and eno2 on another; a MAAS tag on the
+    interface names it on all of them."""
+    mc = await add_cluster(nenv, preferredSubnets=["tag:api"])
+    short = mc["spec"]["controlPlaneEndpoint"]["host"].split(".")[0]
+    pxe, api = await deployed_cp(nenv, clock)
+    mc = await reconcile(nenv)
+    assert records(nenv) == {short: [api]}
+    nenv.kube.get("maasclusters", "c1")["spec"]["preferredSubnets"] = ["interface:eth0"]
+    await reconcile(nenv)
+    assert records(nenv) == {short: [pxe]}
+
+
+async def test_interfaces_not_known_yet_never_take_an_address_out_of_the_record(
+    nenv: Env, clock: Clock
+) -> None:
+    """A new operator process has no MAAS view of a machine's interfaces until its first pass: with an
+    interface selector, the cluster's pass must not drop the machine's address from the record meanwhile."""
+    mc = await add_cluster(nenv, preferredSubnets=["tag:api"])
+    short = mc["spec"]["controlPlaneEndpoint"]["host"].split(".")[0]
+    _, api0 = await deployed_cp(nenv, clock, "cp0")
+    _, api1 = await deployed_cp(nenv, clock, "cp1")
+    await reconcile(nenv)
+    assert records(nenv) == {short: sorted([api0, api1])}
+    fresh = ClusterReconciler(nenv.kube, nenv.connections, default_credentials=nenv.creds)
+    sid1 = nenv.kube.get("maasmachines", "cp1")["spec"]["systemID"]
+    for session in nenv.connections.sessions():
+        session.poller._snap.pop(sid1, None)  # as in a new process: cp1's pass has not run yet
+    mc = await reconcile(nenv, r=fresh)
+    assert records(nenv) == {short: sorted([api0, api1])}
+    assert (
+        "interfaces not known yet (record kept for them): cp1" in cond(mc, C.DNS_READY_CONDITION)["message"]
+    )
 
 
 async def test_the_go_providers_configmap_is_used_and_the_spec_wins(nenv: Env, clock: Clock) -> None:

@@ -133,6 +133,22 @@ def annotations(env: Env, plural: str, name: str) -> dict[str, str]:
     return dict(env.kube.get(plural, name)["metadata"].get("annotations") or {})
 
 
+async def delete_until_gone(env: Env, name: str) -> None:
+    """Mark MaasMachine ``name`` deleted and run its passes until it is gone (asserted)."""
+    env.kube.get("maasmachines", name)["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    for _ in range(8):
+        if ("maasmachines", "ns", name) not in env.kube.objects:
+            break
+        await env.step(name)
+        await env.settle()
+    assert ("maasmachines", "ns", name) not in env.kube.objects
+
+
+def identity_ref_applied(env: Env) -> dict[str, Any]:
+    mc = env.kube.get("maasclusters", "c1")
+    return next(c for c in mc["status"]["conditions"] if c["type"] == C.IDENTITY_REF_APPLIED_CONDITION)
+
+
 def test_the_fingerprint_is_the_endpoint_and_the_user() -> None:
     a = identity_fingerprint("https://MAAS.example/MAAS/", "alice")
     assert a == identity_fingerprint("https://maas.example/MAAS", "alice")  # same MAAS, a rotated key
@@ -195,21 +211,14 @@ async def test_an_identity_ref_change_is_refused_while_references_are_held(two: 
     sid = two.kube.get("maasmachines", "w0")["spec"]["systemID"]
     del two.kube.get("maasclusters", "c1")["spec"]["identityRef"]  # the switch to the default credentials
     await two.clusters.reconcile(two.kube.get("maasclusters", "c1"))
-    mc = two.kube.get("maasclusters", "c1")
-    cond = next(c for c in mc["status"]["conditions"] if c["type"] == C.IDENTITY_REF_APPLIED_CONDITION)
+    cond = identity_ref_applied(two)
     assert (cond["status"], cond["reason"]) == ("False", C.IDENTITY_CHANGE_REFUSED_REASON)
     assert f"MaasMachine w0 (spec.systemID={sid})" in cond["message"]
     assert "DNS record" in cond["message"]
     assert annotations(two, "maasclusters", "c1")[REF] == "Secret/own"
     # The machines keep the identity they are bound to: the deletion releases in the tenant's MAAS.
     two.sim.reset_counters()
-    two.kube.get("maasmachines", "w0")["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    for _ in range(8):
-        if ("maasmachines", "ns", "w0") not in two.kube.objects:
-            break
-        await two.step("w0")
-        await two.settle()
-    assert ("maasmachines", "ns", "w0") not in two.kube.objects
+    await delete_until_gone(two, "w0")
     assert two.own.machine(sid)["status_name"] == "Ready"
     assert not [k for k in two.sim.counters if k[0] != "GET"]  # nothing written to the shared MAAS
     # Still the DNS record: refused. Once it is gone (the cluster is deleted) nothing is held.
@@ -217,7 +226,8 @@ async def test_an_identity_ref_change_is_refused_while_references_are_held(two: 
     assert annotations(two, "maasclusters", "c1")[REF] == "Secret/own"
 
 
-async def test_the_change_applies_once_nothing_is_held(two: TwoMaas) -> None:
+async def tenant_cluster_without_dns(two: TwoMaas) -> dict[str, Any]:
+    """:func:`tenant_cluster` with an endpoint of the user's own: no DNS record is held by the MaasCluster."""
     own_identity(two)
     two.kube.add("clusters", demo.cluster("c1", "ns"))
     c = two.kube.get("clusters", "c1")
@@ -225,6 +235,11 @@ async def test_the_change_applies_once_nothing_is_held(two: TwoMaas) -> None:
     mc["spec"]["controlPlaneEndpoint"] = {"host": "api.example.com", "port": 6443}  # no DNS record
     two.kube.add("maasclusters", mc)
     await two.clusters.reconcile(two.kube.get("maasclusters", "c1"))
+    return c
+
+
+async def test_the_change_applies_once_nothing_is_held(two: TwoMaas) -> None:
+    await tenant_cluster_without_dns(two)
     assert annotations(two, "maasclusters", "c1")[REF] == "Secret/own"
     del two.kube.get("maasclusters", "c1")["spec"]["identityRef"]
     await two.clusters.reconcile(two.kube.get("maasclusters", "c1"))
@@ -241,13 +256,7 @@ async def test_a_deletion_without_its_maascluster_uses_the_recorded_identity(two
     del two.kube.objects[("maasclusters", "ns", "c1")]  # finalizer stripped, deleted
     del two.kube.objects[("clusters", "ns", "c1")]
     two.sim.reset_counters()
-    two.kube.get("maasmachines", "w0")["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    for _ in range(8):
-        if ("maasmachines", "ns", "w0") not in two.kube.objects:
-            break
-        await two.step("w0")
-        await two.settle()
-    assert ("maasmachines", "ns", "w0") not in two.kube.objects
+    await delete_until_gone(two, "w0")
     assert two.own.machine(sid)["status_name"] == "Ready"
     assert sum(two.sim.counters.values()) == 0
 
@@ -331,3 +340,48 @@ async def test_an_object_holding_nothing_deletes_without_maas() -> None:
         assert env.requests() == 0
     finally:
         await env.connections.aclose()
+
+
+async def test_a_machine_allocated_while_a_change_applied_is_released_through_its_own_identity(
+    two: TwoMaas,
+) -> None:
+    """The race behind the refusal: the MaasCluster's pass applies an ``identityRef`` change because its
+    cached view of the MaasMachines shows nothing held yet, while a machine's pass that read the MaasCluster
+    before the change allocates under the old credentials. That machine keeps them: its next pass neither
+    forgets it (which would leave it allocated in the tenant's MAAS with no object) nor sends anything to the
+    shared MAAS; the MaasCluster says so; its deletion releases it where it was allocated."""
+    c = await tenant_cluster_without_dns(two)
+    c["status"] = {"initialization": {"infrastructureProvisioned": True}}
+    two.machine("w0")
+    await two.drive(["w0"], ready)
+    sid = two.kube.get("maasmachines", "w0")["spec"]["systemID"]
+    assert annotations(two, "maasmachines", "w0")[REF] == "Secret/own"
+
+    # The MaasCluster's pass, with a view of the MaasMachines from before w0's allocation: the change applies.
+    del two.kube.get("maasclusters", "c1")["spec"]["identityRef"]
+    real_list = two.kube.list_maasmachines
+    two.kube.list_maasmachines = lambda namespace, cluster: []  # type: ignore[method-assign]
+    await two.clusters.reconcile(two.kube.get("maasclusters", "c1"))
+    two.kube.list_maasmachines = real_list  # type: ignore[method-assign]
+    assert annotations(two, "maasclusters", "c1")[REF] == "default"
+
+    two.sim.reset_counters()
+    await two.connections.connect(two.creds)  # the shared identity's whoami: not counted below
+    two.sim.reset_counters()
+    await two.step("w0")
+    assert two.kube.get("maasmachines", "w0")["spec"].get("systemID") == sid, "the machine was forgotten"
+    assert ("w0", "Warning", C.IDENTITY_CHANGED_REASON) not in [e[:3] for e in two.kube.events]
+    assert not [k for k in two.sim.counters if k[0] != "GET"]
+
+    await two.clusters.reconcile(two.kube.get("maasclusters", "c1"))
+    cond = identity_ref_applied(two)
+    assert (cond["status"], cond["reason"]) == ("False", C.IDENTITY_KEPT_REASON)
+    assert f"MaasMachine w0 (spec.systemID={sid})" in cond["message"]
+
+    await delete_until_gone(two, "w0")
+    assert two.own.machine(sid)["status_name"] == "Ready", "left allocated in the tenant's MAAS"
+    assert not [k for k in two.sim.counters if k[0] != "GET"]  # nothing written to the shared MAAS
+
+    await two.clusters.reconcile(two.kube.get("maasclusters", "c1"))
+    cond = identity_ref_applied(two)
+    assert cond["status"] == "True"

@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 from reconciler_env import Env
 
+from capmaas import maas
 from capmaas.api import conditions as C
+from capmaas.reconcilers import facts
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.keys import MACHINE_FINALIZER as FINALIZER
 
@@ -215,6 +217,62 @@ async def test_a_node_with_another_provider_id_is_left_alone_with_a_warning(env:
     assert b1["spec"]["providerID"] in message
     assert "left unchanged" in message
     assert cond(env.kube.get("maasmachines", "w1"), C.READY_CONDITION)["status"] == "True"
+
+
+async def test_the_node_gets_topology_labels_with_its_provider_id_and_a_users_label_stays(env: Env) -> None:
+    """Zone, region (spec.region, else the MAAS endpoint's host), pool and machine type in the providerID's
+    patch; a label a person set to another value is kept and said once in a Warning Event."""
+    await env.cluster()
+    env.kube.get("maasclusters", "c1")["spec"]["region"] = "dc-east"
+    env.kube.secrets[("ns", "c1-kubeconfig")] = {"value": b"apiVersion: v1\nkind: Config\n"}
+    for n in ("w0", "w1"):
+        env.machine(n)
+    await env.drive(["w0", "w1"], ready)
+    b0, b1 = env.kube.get("maasmachines", "w0"), env.kube.get("maasmachines", "w1")
+    h0, h1 = b0["status"]["hostname"], b1["status"]["hostname"]
+    env.kube.nodes[h0] = ""
+    env.kube.nodes[h1] = ""
+    env.kube.node_labels[h1] = {"topology.kubernetes.io/zone": "rack-7"}  # set by a person
+    for _ in range(2):
+        for n in ("w0", "w1"):
+            await env.step(n)
+    m0 = env.sim.machine(b0["spec"]["systemID"])
+    assert env.kube.nodes[h0] == b0["spec"]["providerID"]
+    assert env.kube.node_labels[h0] == {
+        "topology.kubernetes.io/zone": m0["zone"]["name"],
+        "topology.kubernetes.io/region": "dc-east",
+        "capmaas.infrastructure.cluster.x-k8s.io/pool": m0["pool"]["name"],
+        "capmaas.infrastructure.cluster.x-k8s.io/machine-type": "baremetal",
+    }
+    assert env.kube.nodes[h1] == b1["spec"]["providerID"]
+    assert env.kube.node_labels[h1]["topology.kubernetes.io/zone"] == "rack-7"
+    assert env.kube.node_labels[h1]["topology.kubernetes.io/region"] == "dc-east"
+    conflicts = [e for e in env.kube.events if e[2] == "NodeLabelConflict"]
+    assert len(conflicts) == 1, env.kube.events
+    assert conflicts[0][:2] == ("w1", "Warning")
+    assert "topology.kubernetes.io/zone=rack-7" in conflicts[0][3]
+
+
+def test_node_labels_leave_out_what_is_not_a_label_value_and_default_the_region() -> None:
+    m = maas.Machine.model_validate(
+        {
+            "system_id": "abc",
+            "hostname": "vm-1",
+            "status": 6,
+            "status_name": "Deployed",
+            "zone": {"id": 1, "name": "az1"},
+            "pool": {"id": 0, "name": "GPU pool"},  # a MAAS name with a space: no label value
+            "pod": {"id": 3, "name": "host-3"},
+        }
+    )
+    labels = facts.node_labels(m, facts.region_of(None, "https://maas.example.com:5240/MAAS"))
+    assert labels == {
+        "topology.kubernetes.io/zone": "az1",
+        "topology.kubernetes.io/region": "maas.example.com",
+        "capmaas.infrastructure.cluster.x-k8s.io/machine-type": "lxd",
+        "capmaas.infrastructure.cluster.x-k8s.io/vm-host": "host-3",
+    }
+    assert facts.region_of({"spec": {"dnsDomain": "maas", "region": "r1"}}, "http://10.0.0.1/MAAS") == "r1"
 
 
 async def test_a_burst_spreads_over_zones_even_when_the_cache_lags(env: Env) -> None:

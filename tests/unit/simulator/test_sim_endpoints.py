@@ -138,14 +138,18 @@ async def test_interface_form_errors_and_states(
     r = await admin.post(one, params={"op": "link_subnet"}, data={"mode": "static"})
     assert r.json() == {"subnet": ["This field is required."]}
     for ip, message in (
-        ("192.0.2.1", "IP address is not in the given subnet 'lab'."),
-        ("10.10.0.11", "IP address 10.10.0.11 is already in use."),
+        ("192.0.2.1", "IP address is not in the given subnet 'lab:10.10.0.0/24(vid=0)'."),  # Subnet.__str__
         ("not-an-ip", "Enter a valid IPv4 or IPv6 address."),
     ):
         r = await admin.post(
             one, params={"op": "link_subnet"}, data={"mode": "static", "subnet": "1", "ip_address": ip}
         )
         assert r.json() == {"ip_address": [message]}
+    # an address in use is a model error (StaticIPAddressUnavailable): 404 text, not a form error
+    r = await admin.post(
+        one, params={"op": "link_subnet"}, data={"mode": "static", "subnet": "1", "ip_address": "10.10.0.11"}
+    )
+    assert (r.status_code, r.text) == (404, "IP address is already in use.")
     r = await admin.post(one, params={"op": "link_subnet"}, data={"mode": "static", "subnet": "10.10.0.0/24"})
     assert r.json()["links"][0]["ip_address"].startswith("10.10.0.")
     r = await admin.post(one, params={"op": "link_subnet"}, data={"mode": "link_up"})

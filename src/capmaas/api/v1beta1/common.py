@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
-from capmaas.api.schema import DNS1123_SUBDOMAIN, K8sModel, list_map
+from capmaas.api.schema import DNS1123_SUBDOMAIN, K8sModel, cel, list_map, schema_extra
 
 GROUP = "infrastructure.cluster.x-k8s.io"
 VERSION = "v1beta1"
@@ -111,6 +111,16 @@ def set_condition(
     else:
         result[result.index(old)] = new
     return result
+
+
+#: An IPv4 or IPv6 address.
+IPAddress = Annotated[
+    str,
+    StringConstraints(min_length=2, max_length=45),
+    Field(
+        json_schema_extra=schema_extra(rules=[cel("isIP(self)", "must be an IP address such as 10.0.0.10")])
+    ),
+]
 
 
 class APIEndpoint(K8sModel):

@@ -13,6 +13,7 @@ from capmaas.api.v1beta1.common import (
     APIEndpoint,
     Conditions,
     Initialization,
+    IPAddress,
     LocalObjectName,
     ObjectMeta,
 )
@@ -24,13 +25,20 @@ MAAS_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 
 ZoneName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=MAAS_NAME_PATTERN)]
 MaasName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=MAAS_NAME_PATTERN)]
-#: An IPv4 or IPv6 network in CIDR notation (10.0.0.0/24, fd00::/64).
-CIDR = Annotated[
+#: A ``preferredSubnets`` entry: a CIDR, or a MAAS interface by name or tag
+#: (:mod:`capmaas.api.preferred_subnets`).
+PreferredSubnet = Annotated[
     str,
-    StringConstraints(min_length=3, max_length=49),
+    StringConstraints(min_length=3, max_length=73),
     Field(
         json_schema_extra=schema_extra(
-            rules=[cel("isCIDR(self)", "must be a CIDR such as 10.0.0.0/24 or fd00::/64")]
+            rules=[
+                cel(
+                    "isCIDR(self) || self.matches('^(interface|tag):[A-Za-z0-9][A-Za-z0-9._:-]{0,62}$')",
+                    "must be a CIDR such as 10.0.0.0/24, interface:<name> such as interface:eno2, or "
+                    "tag:<interface tag> such as tag:api",
+                )
+            ]
         )
     ),
 ]
@@ -168,8 +176,50 @@ class ClusterLXDConfig(K8sModel):
         return out
 
 
+#: A MAAS subnet named by CIDR, name or id (what ``ipaddresses/?op=reserve subnet=`` takes).
+SubnetKey = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^\s]+$")]
+
+
+class ControlPlaneVIP(K8sModel):
+    """A control-plane virtual IP reserved in MAAS's IPAM (``ipaddresses/?op=reserve``) and served by the
+    control-plane machines themselves (kube-vip, the ``kube-vip`` flavor)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=schema_extra(
+            rules=[
+                cel(
+                    "has(self.address) || has(self.subnet)",
+                    "controlPlaneVIP needs an address or a subnet to reserve one in",
+                    reason="FieldValueRequired",
+                )
+            ]
+        )
+    )
+
+    address: IPAddress | None = Field(
+        None,
+        description="The address to reserve (the one kube-vip advertises; give it to the kube-vip flavor "
+        "too). Empty: MAAS picks a free address in subnet.",
+    )
+    subnet: SubnetKey | None = Field(
+        None,
+        description="MAAS subnet (CIDR, name or id) to reserve in. Empty: the subnet MAAS knows address in.",
+    )
+
+
 class MaasClusterSpec(K8sModel):
     """Desired state of a MaasCluster."""
+
+    model_config = ConfigDict(
+        json_schema_extra=schema_extra(
+            rules=[
+                cel(
+                    "has(self.controlPlaneVIP) == has(oldSelf.controlPlaneVIP)",
+                    "controlPlaneVIP can be set only when the MaasCluster is created, and not removed",
+                ),
+            ]
+        )
+    )
 
     dns_domain: Annotated[
         str, StringConstraints(min_length=1, max_length=253, pattern=DNS_DOMAIN_PATTERN)
@@ -196,13 +246,34 @@ class MaasClusterSpec(K8sModel):
     lxd_config: ClusterLXDConfig | None = Field(
         None, description="Settings for turning this cluster's bare-metal machines into LXD VM hosts."
     )
-    preferred_subnets: Annotated[list[CIDR], Field(max_length=32)] | None = Field(
+    preferred_subnets: Annotated[list[PreferredSubnet], Field(max_length=32)] | None = Field(
         None,
-        description="CIDRs whose addresses the control-plane DNS record uses when a machine has several "
-        "(first matching subnet wins; at most 32). Overrides the Go provider's ConfigMap "
-        "maas-preferred-subnet (key preferredSubnets) in the same namespace. Empty: the ConfigMap, else "
-        "every machine's first address.",
+        description="Which address of a control-plane machine with several the DNS record uses, in order "
+        "(the first entry that finds one wins; at most 32): a CIDR, interface:<name> (a MAAS interface name "
+        "such as interface:eno2) or tag:<tag> (a MAAS tag on the interface, such as tag:api). Overrides the "
+        "Go provider's ConfigMap maas-preferred-subnet (key preferredSubnets) in the same namespace. Empty: "
+        "the ConfigMap, else every machine's first address.",
         json_schema_extra=list_set(),
+    )
+
+    control_plane_vip: ControlPlaneVIP | None = Field(
+        None,
+        alias="controlPlaneVIP",
+        description="Reserve a virtual IP for the API server in MAAS: capmaas's DNS record for the cluster "
+        "points at it (instead of at each control-plane machine), and it is released with the cluster. "
+        "Needs capmaas's DNS record (no spec.controlPlaneEndpoint.host of your own). Immutable.",
+        json_schema_extra=schema_extra(rules=[cel("self == oldSelf", "controlPlaneVIP is immutable")]),
+    )
+    region: (
+        Annotated[
+            str,
+            StringConstraints(max_length=63, pattern=r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="Value of the topology.kubernetes.io/region label capmaas puts on this cluster's Nodes "
+        "(a Kubernetes label value). Empty: the MAAS endpoint's host name.",
     )
 
     def canonical(self) -> MaasClusterSpec:
@@ -232,6 +303,11 @@ class FailureDomain(K8sModel):
 
 class ClusterNetworkStatus(K8sModel):
     """Network facts capmaas worked out for the cluster."""
+
+    vip: Annotated[str, StringConstraints(max_length=45)] | None = Field(
+        None,
+        description="The control-plane virtual IP capmaas reserved in MAAS (spec.controlPlaneVIP).",
+    )
 
     dns_name: Annotated[str, StringConstraints(max_length=253)] | None = Field(
         None, description="Fully qualified MAAS DNS name created for the API server."

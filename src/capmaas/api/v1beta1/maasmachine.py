@@ -12,7 +12,14 @@ from pydantic import ConfigDict, Field, StringConstraints
 
 from capmaas.api.schema import K8sModel, cel, crd_default, list_set, schema_extra
 from capmaas.api.sizes import DiskSize, gigabytes
-from capmaas.api.v1beta1.common import API_VERSION, Conditions, Initialization, MachineAddress, ObjectMeta
+from capmaas.api.v1beta1.common import (
+    API_VERSION,
+    Conditions,
+    Initialization,
+    IPAddress,
+    MachineAddress,
+    ObjectMeta,
+)
 from capmaas.api.v1beta1.maascluster import MaasName, ZoneName
 
 #: ``osystem/series`` (ubuntu/jammy) or a custom image name (custom/k8s-1.31, u-2204-0-k-1311-0).
@@ -42,13 +49,6 @@ TagName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern
 LXDName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=LXD_NAME_PATTERN)]
 IfaceName = Annotated[str, StringConstraints(min_length=1, max_length=15, pattern=IFACE_PATTERN)]
 SubnetRef = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=SUBNET_REF_PATTERN)]
-IPAddress = Annotated[
-    str,
-    StringConstraints(min_length=2, max_length=45),
-    Field(
-        json_schema_extra=schema_extra(rules=[cel("isIP(self)", "must be an IP address such as 10.0.0.10")])
-    ),
-]
 
 
 class LXDStorage(K8sModel):
@@ -339,6 +339,29 @@ class ReleaseOptions(K8sModel):
     )
     quick_erase: bool | None = Field(
         None, description="Wipe only the start and end of each disk (fast, not secure) when erasing."
+    )
+    scripts: (
+        Annotated[
+            list[
+                Annotated[
+                    str,
+                    StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$"),
+                ]
+            ],
+            Field(max_length=16),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="MAAS release scripts to run on release, by name or tag (MAAS release scripts=, e.g. "
+        "wipe-disks, or a script an admin uploaded with script_type release); none: no script. A name MAAS "
+        "does not know keeps the machine held and shows MAAS's answer in the Deleting condition.",
+        json_schema_extra=list_set(),
+    )
+    force: bool | None = Field(
+        None,
+        description="Let MAAS remove VM host records left on the machine (MAAS release force=true). capmaas "
+        "never sends it while a VM is on such a host: it waits for the VMs to be deleted (VMHostInUse).",
     )
 
 

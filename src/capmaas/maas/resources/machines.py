@@ -138,9 +138,17 @@ class Machines:
 
     @staticmethod
     def _release_form(
-        erase: bool, secure_erase: bool, quick_erase: bool, force: bool, comment: str | None
+        erase: bool,
+        secure_erase: bool,
+        quick_erase: bool,
+        force: bool,
+        comment: str | None,
+        *,
+        scripts: Sequence[str] = (),
     ) -> builtins.list[tuple[str, str]]:
         form = _flags(erase=erase, secure_erase=secure_erase, quick_erase=quick_erase, force=force)
+        if scripts:
+            form.append(("scripts", ",".join(scripts)))  # MAAS splits the one value on commas
         return form + _optional(comment=comment)
 
     async def release(
@@ -152,9 +160,11 @@ class Machines:
         quick_erase: bool = False,
         force: bool = False,
         comment: str | None = None,
+        scripts: Sequence[str] = (),
     ) -> models.Machine:
-        """Give the machine back (RELEASING or DISK_ERASING, then READY). READY/RELEASING is a no-op."""
-        form = self._release_form(erase, secure_erase, quick_erase, force, comment)
+        """Give the machine back (RELEASING or DISK_ERASING, then READY). READY/RELEASING is a no-op.
+        ``scripts``: release scripts by name or tag (``wipe-disks``; ``none``)."""
+        form = self._release_form(erase, secure_erase, quick_erase, force, comment, scripts=scripts)
         return await self._http.model(
             models.Machine, "POST", _ONE, op="release", params={"system_id": system_id}, form=form
         )
@@ -168,10 +178,11 @@ class Machines:
         quick_erase: bool = False,
         force: bool = False,
         comment: str | None = None,
+        scripts: Sequence[str] = (),
     ) -> builtins.list[str]:
         """Release several machines in one call; returns the ids MAAS released (READY ones are skipped)."""
         form = [("machines", s) for s in system_ids]
-        form += self._release_form(erase, secure_erase, quick_erase, force, comment)
+        form += self._release_form(erase, secure_erase, quick_erase, force, comment, scripts=scripts)
         data = await self._http.call("POST", "machines/", op="release", form=form)
         if not isinstance(data, list) or not all(isinstance(s, str) for s in data):
             raise self._http.shape_error("POST", "machines/?op=release", "a JSON list of system ids", data)

@@ -241,7 +241,7 @@ class Release:
         venv = self.work / "sbom-venv"
         _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
         _run([str(self.bin / "pip"), "--python", str(venv / "bin" / "python"), "install", "--quiet",
-              "--disable-pip-version-check", "--no-index", "--find-links", str(wheels),
+              "--disable-pip-version-check", "--no-compile", "--no-index", "--find-links", str(wheels),
               f"capmaas=={self.opts.version}"])  # fmt: skip
         _run([str(self.bin / "cyclonedx-py"), "environment", str(venv), "--sv", "1.6",
               "--output-reproducible", "-o", str(self.partial / self.names.python_sbom)],

@@ -7,14 +7,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from reconciler_env import Env, make_env
 
 from capmaas import maas
 from capmaas.api import conditions as C
-from capmaas.api.v1beta1 import MaasMachineSpec
+from capmaas.api.v1beta1 import MaasMachineSpec, MaasMachineTemplate
 from capmaas.reconcilers import facts
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
 
@@ -187,3 +189,23 @@ async def test_interfaces_select_by_space(henv: Env) -> None:
     assert allocated_host(henv, "net") == "m5"  # every NIC is on space api: the cheapest with 8 cores
     b = await selecting(henv, "none", interfaces=[{"label": "st", "space": "storage"}])
     assert cond(b, C.MACHINE_PROVISIONED_CONDITION)["reason"] == C.NO_MACHINE_AVAILABLE_REASON
+
+
+def test_the_example_templates_mean_what_their_comments_say() -> None:
+    path = (
+        Path(__file__).resolve().parents[3] / "examples/manifests/maasmachinetemplate-hardware-selection.yaml"
+    )
+    specs = {
+        d["metadata"]["name"]: MaasMachineTemplate.from_body(d).spec.template.spec
+        for d in yaml.safe_load_all(path.read_text())
+        if d
+    }
+    assert facts.selection(specs["gpu-workers-v1"]) == {
+        "devices": "vendor_id=10de,commissioning_driver=nvidia",
+        "not_tags": ("maintenance",),
+    }
+    assert facts.selection(specs["arm64-workers-v1"]) == {"arch": "arm64/generic"}
+    assert facts.selection(specs["storage-workers-v1"]) == {
+        "storage": "root:200(ssd),data:2000(nvme),scratch:4000",
+        "interfaces": "api:space=api;storage:space=storage,link_speed=25000",
+    }

@@ -259,3 +259,45 @@ def test_inventory_devices_need_hex_ids_and_a_known_bus() -> None:
     bad = {"machines": [{"hostname": "x", "devices": [{**NVIDIA_A6000, "bus": "ISA"}]}]}
     with pytest.raises(InventoryError, match="PCIE or USB"):
         Inventory(bad).build()
+
+
+# -- nodes/{system_id}/devices/ (api/nodedevices.py:19-251) ------------------------------------------------
+async def test_node_devices_list_filters_and_reads(api: httpx.AsyncClient, hsim: Simulator) -> None:
+    sid = hsim.state.by_hostname["gpu-a6000"].system_id
+    r = await api.get(f"nodes/{sid}/devices/")
+    assert r.status_code == 200
+    devices = r.json()
+    assert [(d["vendor_id"], d["hardware_type"], d["hardware_type_name"]) for d in devices] == [
+        ("10de", 5, "GPU"),
+        ("8086", 4, "Network"),
+    ]
+    assert (devices[0]["bus"], devices[0]["bus_name"], devices[0]["system_id"]) == (1, "PCIE", sid)
+    assert [
+        d["id"] for d in (await api.get(f"nodes/{sid}/devices/", params={"hardware_type": "gpu"})).json()
+    ] == [devices[0]["id"]]
+    graphics = await api.get(
+        f"nodes/{sid}/devices/", params={"hardware_type": "graphics", "vendor_id": "10DE"}
+    )
+    assert len(graphics.json()) == 1  # MAAS's alias, and the ids compared case-insensitively
+    assert (await api.get(f"nodes/{sid}/devices/", params={"bus": "usb"})).json() == []
+    r = await api.get(f"nodes/{sid}/devices/{devices[0]['id']}/")
+    assert r.json() == devices[0]
+    r = await api.get(f"nodes/{sid}/devices/{devices[0]['pci_address']}/")
+    assert r.json()["id"] == devices[0]["id"]
+
+
+@pytest.mark.parametrize(
+    ("params", "text"),
+    [
+        ({"bus": "ISA"}, "Bus must be PCIE or USB!"),
+        ({"bus": "7"}, "Invalid bus numeric value!"),
+        ({"hardware_type": "fpga"}, "Hardware type must be node, cpu, memory, storage, or gpu"),
+        ({"hardware_type": "9"}, "Invalid hardware type numeric value."),
+    ],
+)
+async def test_node_devices_bad_filters_are_maas_s_400(
+    api: httpx.AsyncClient, hsim: Simulator, params: dict[str, str], text: str
+) -> None:
+    sid = hsim.state.by_hostname["plain"].system_id
+    r = await api.get(f"nodes/{sid}/devices/", params=params)
+    assert (r.status_code, r.text) == (400, text)

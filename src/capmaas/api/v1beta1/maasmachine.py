@@ -1,7 +1,7 @@
 """MaasMachine: one CAPI Machine's MAAS server or LXD VM (InfraMachine in CAPI's terms).
 
 Field names follow the Go provider (``minCPU``, ``minMemory``, ``systemID``...) so its manifests apply
-unchanged; the LXD fields follow the LXD control-plane design (seed 003) and issue 5.
+unchanged; the LXD fields follow the LXD control-plane design (seed 003).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hardware selection: MaasMachine fields that become MAAS 3.7 allocate constraints (issue 25 item 1).
+"""Hardware selection: MaasMachine fields that become MAAS 3.7 allocate constraints.
 
 Each shape follows what MAAS's ``AcquireNodeForm`` parses (``maasserver/node_constraint_filter_forms.py``
 at tag 3.7.3, "l." below) so that what the CRD admits, MAAS's parser accepts: a value holding a character

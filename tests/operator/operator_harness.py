@@ -133,6 +133,15 @@ class Harness:
             return None
         return dict(json.loads(r.stdout))
 
+    async def items(self, kind: str) -> list[dict[str, Any]]:
+        """The ``items`` of ``kubectl get KIND -n NAMESPACE -o json``, read in-process as :meth:`get` is;
+        raises as kubectl's failure would."""
+        got = await asyncio.to_thread(reader(self.kube.kubeconfig).items, kind, self.namespace)
+        if isinstance(got, list):
+            return got
+        r = await self.k("get", kind, "-n", self.namespace, "-o", "json")
+        return list(json.loads(r.stdout)["items"])
+
     async def uid(self, kind: str, name: str) -> str:
         obj = await self.get(kind, name)
         assert obj is not None, (kind, name)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import os
 import random
 import signal
@@ -254,8 +253,8 @@ async def create_wave(h: Harness, cluster_uid: str, names: list[str]) -> None:
             for n in names
         )
     )  # fmt: skip
-    got = json.loads((await h.k("get", "machines.cluster.x-k8s.io", "-n", h.namespace, "-o", "json")).stdout)
-    uids = {i["metadata"]["name"]: i["metadata"]["uid"] for i in got["items"]}
+    got = await h.items("machines.cluster.x-k8s.io")
+    uids = {i["metadata"]["name"]: i["metadata"]["uid"] for i in got}
     objs: list[dict[str, Any]] = []
     for n in names:
         objs.append(demo.bootstrap_secret(f"{n}-bootstrap", h.namespace, "c1", machine_owner=(n, uids[n])))
@@ -264,8 +263,7 @@ async def create_wave(h: Harness, cluster_uid: str, names: list[str]) -> None:
 
 
 async def maasmachines(h: Harness) -> list[dict[str, Any]]:
-    r = await h.k("get", "maasmachines", "-n", h.namespace, "-o", "json")
-    return list(json.loads(r.stdout)["items"])
+    return await h.items("maasmachines")
 
 
 async def describe(h: Harness) -> str:
@@ -395,8 +393,7 @@ async def test_sigkill_ten_times_while_twenty_machines_provision_then_once_while
     chaos.start()
 
     async def all_gone() -> bool:
-        r = await h.k("get", "maasmachines,maasclusters", "-n", h.namespace, "-o", "name")
-        return r.stdout.strip() == ""
+        return not await h.items("maasmachines") and not await h.items("maasclusters")
 
     try:
         await h.wait("every MaasMachine and the MaasCluster deleted", all_gone, within=90, interval=1.0)

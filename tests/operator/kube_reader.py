@@ -109,6 +109,22 @@ class KubeReader:
             obj.setdefault("kind", resource.kind)
         return items
 
+    def send(self, method: str, path: str, body: dict[str, Any] | None = None) -> int:
+        """A write (``POST``, ``DELETE``, ...) of ``body`` as JSON to ``path``; the HTTP status, error or not
+        (0 when the apiserver could not be reached). For the fixtures' own plain writes (a namespace)."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.server + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30, context=self._ssl) as resp:
+                resp.read()
+                return int(resp.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+        except OSError:
+            return 0
+
     def _json(self, path: str, user: str | None = None) -> dict[str, Any]:
         headers = {} if user is None else {"Impersonate-User": user}
         request = urllib.request.Request(self.server + path, headers=headers)

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from kube_reader import UNRESOLVED, reader
+from zygote import ZYGOTE, Child
 
 from capmaas import demo
 from capmaas.devcluster import ControlPlane
@@ -55,9 +56,13 @@ class Operator:
     namespace: str
     log: Path
     extra_args: list[str] = field(default_factory=list)
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[bytes] | Child | None = None
     leader_elect: bool = False
     cluster_wide: bool = False  # no --namespace: every namespace (give it a --watch-filter in extra_args)
+    #: A fresh interpreter rather than a fork of the zygote (``zygote.py``): for a test about the start of
+    #: the interpreter itself, or one that finds its processes by their command line (a fork has the
+    #: zygote's).
+    fresh: bool = False
 
     def replica(self, name: str, log: Path, *, extra_args: list[str] | None = None) -> Operator:
         """Another process with this one's settings: its own ports and log, ``POD_NAME`` = ``name`` (the
@@ -70,19 +75,25 @@ class Operator:
         )
         args = list(self.extra_args if extra_args is None else extra_args)
         return Operator(
-            env, self.namespace, log, args, leader_elect=self.leader_elect, cluster_wide=self.cluster_wide
+            env,
+            self.namespace,
+            log,
+            args,
+            leader_elect=self.leader_elect,
+            cluster_wide=self.cluster_wide,
+            fresh=self.fresh,
         )
 
     def start(self) -> None:
-        out = self.log.open("ab")
+        """The process, forked from the zygote (``zygote.py``: the imports already done), or a fresh
+        interpreter when there is none."""
         mode = [] if self.leader_elect else ["--standalone"]
         scope = [] if self.cluster_wide else ["--namespace", self.namespace]
-        self.proc = subprocess.Popen(
-            [CAPMAAS, "run", *scope, *mode, *self.extra_args],
-            env=self.env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+        argv = [CAPMAAS, "run", *scope, *mode, *self.extra_args]
+        self.proc = None if self.fresh else ZYGOTE.spawn(argv, self.env, self.log)
+        if self.proc is None:
+            with self.log.open("ab") as out:
+                self.proc = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT)
 
     def stop(self, kill: bool = False) -> None:
         if self.proc is None:

@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 from operator_harness import Harness
+from zygote import Child
 
 from capmaas import demo, maas
 from capmaas.simulator import Faults, Inventory, NodeStatus, Simulator, Timings
@@ -160,12 +161,15 @@ class Chaos:
     rng: random.Random
     kills: list[Kill] = field(default_factory=list)
     pids: list[int] = field(default_factory=list)
+    zygotes: set[int] = field(default_factory=set)  # parents of the processes forked from a zygote
 
-    def start(self) -> subprocess.Popen[bytes]:
+    def start(self) -> subprocess.Popen[bytes] | Child:
         self.h.operator.start()
         proc = self.h.operator.proc
         assert proc is not None
         self.pids.append(proc.pid)
+        if isinstance(proc, Child):
+            self.zygotes.add(proc.parent)
         return proc
 
     async def kill(
@@ -237,9 +241,14 @@ class Chaos:
         for pid in self.pids:
             try:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                state, ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:2]
             except OSError:
                 continue
-            if self.h.namespace.encode() in cmdline and pid != getattr(self.h.operator.proc, "pid", None):
+            # Ours, not a reused pid: its command line names the namespace (a fresh interpreter), or it is a
+            # live child of the zygote that forked ours (the zygote's command line; it reaps its children,
+            # and every process it forks for this test is in self.pids).
+            ours = self.h.namespace.encode() in cmdline or (int(ppid) in self.zygotes and state != "Z")
+            if ours and pid != getattr(self.h.operator.proc, "pid", None):
                 alive.append(pid)
         return alive
 

@@ -154,12 +154,10 @@ def install_policy_and_rbac(kubectl: Any, namespace: str, *extra: str) -> Instal
 
 
 def uninstall(kubectl: Any, installed: Installed) -> None:
-    for doc in installed.objects:
-        meta = doc["metadata"]
-        args = ["delete", doc["kind"].lower(), meta["name"], "--ignore-not-found", "--wait=false"]
-        if meta.get("namespace"):
-            args += ["-n", meta["namespace"]]
-        kubectl(*args, check=False)
+    """Every object, in one kubectl (it deletes each and goes on past one it cannot; a kubectl per object
+    was a dozen forks, ~0.1 s of CPU each, per test)."""
+    docs = yaml.safe_dump_all(installed.objects)
+    kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false", input=docs, check=False)
 
 
 def wait_policy_active(check: Callable[[], bool], within: float = 30.0) -> None:

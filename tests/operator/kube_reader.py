@@ -109,12 +109,19 @@ class KubeReader:
             obj.setdefault("kind", resource.kind)
         return items
 
-    def send(self, method: str, path: str, body: dict[str, Any] | None = None) -> int:
-        """A write (``POST``, ``DELETE``, ...) of ``body`` as JSON to ``path``; the HTTP status, error or not
-        (0 when the apiserver could not be reached). For the fixtures' own plain writes (a namespace)."""
+    def send(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        content_type: str = "application/json",
+    ) -> int:
+        """A write (``POST``, ``DELETE``, a ``PATCH`` with its ``content_type``, ...) of ``body`` as JSON to
+        ``path``; the HTTP status, error or not (0 when the apiserver could not be reached). For the
+        fixtures' own plain writes (a namespace, the finalizers left at teardown)."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
-            self.server + path, data=data, method=method, headers={"Content-Type": "application/json"}
+            self.server + path, data=data, method=method, headers={"Content-Type": content_type}
         )
         try:
             with urllib.request.urlopen(request, timeout=30, context=self._ssl) as resp:
@@ -124,6 +131,11 @@ class KubeReader:
             return int(exc.code)
         except OSError:
             return 0
+
+    def path(self, kind: str, namespace: str, name: str = "") -> str | None:
+        """The API path of ``kind`` (resolved as :meth:`get` does), None when it does not resolve."""
+        resource = self._resolve(kind)
+        return None if resource is None else resource.path(namespace, name)
 
     def _json(self, path: str, user: str | None = None) -> dict[str, Any]:
         headers = {} if user is None else {"Impersonate-User": user}

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kube_reader import UNRESOLVED, reader
+from kube_reader import UNRESOLVED, KubeReader, reader
 from zygote import ZYGOTE, Child
 
 from capmaas import demo
@@ -279,7 +279,17 @@ async def harness(
             yield h
         finally:
             op.stop()
-            # Leave nothing blocking the namespace deletion behind.
-            for plural in ("maasmachines", "maasclusters"):
-                patch = '{"metadata":{"finalizers":null}}'
-                await h.k("patch", plural, "--all", "-n", namespace, "--type=merge", "-p", patch, check=False)
+            # Leave nothing blocking the namespace deletion behind (kubectl patch --all, in-process).
+            await asyncio.to_thread(drop_finalizers, reader(kube.kubeconfig), namespace)
+
+
+def drop_finalizers(api: KubeReader, namespace: str) -> None:
+    """``kubectl patch maasmachines,maasclusters --all -n NAMESPACE --type=merge`` of ``finalizers: null``:
+    every object of the two kinds, whatever happens to one."""
+    for plural in ("maasmachines", "maasclusters"):
+        items = api.items(plural, namespace)
+        for obj in items if isinstance(items, list) else ():
+            path = api.path(plural, namespace, obj["metadata"]["name"])
+            if path is not None:
+                patch = {"metadata": {"finalizers": None}}
+                api.send("PATCH", path, patch, content_type="application/merge-patch+json")

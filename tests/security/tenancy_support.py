@@ -60,8 +60,7 @@ def start_operator(h: Harness, *namespaces: str, env: dict[str, str] | None = No
 
 
 async def get_as(t: Tenant, plural: str, name: str) -> dict[str, Any] | None:
-    r = await t.ak("get", plural, name, "-o", "json", check=False)
-    return dict(json.loads(r.stdout)) if r.returncode == 0 else None
+    return await t.read(plural, name)
 
 
 async def condition_as(t: Tenant, plural: str, name: str, type_: str) -> dict[str, Any] | None:

@@ -28,8 +28,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 import suite_plan
+
+# Hypothesis's per-example deadline and its "input generation is slow" health check are timing asserts: on a
+# 2-core box running three workers, an apiserver and image builds, a draw can take a second. Every property
+# keeps its examples and assertions; only the clock is out (as the placement, fuzz and simulator properties
+# already had it).
+settings.register_profile("capmaas", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("capmaas")
 
 if TYPE_CHECKING:  # imported lazily: collecting unit tests should not pay for ssl/urllib/yaml imports
     from kube_reader import KubeReader

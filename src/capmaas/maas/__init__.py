@@ -39,6 +39,7 @@ from capmaas.maas.errors import (
 )
 from capmaas.maas.models import (
     AllocateConstraints,
+    BlockDevice,
     BootResource,
     ComposedMachine,
     ComposeRequest,
@@ -49,6 +50,7 @@ from capmaas.maas.models import (
     IpAddress,
     IpRange,
     Machine,
+    NodeDevice,
     NodeStatus,
     PodRef,
     PoolRef,
@@ -75,6 +77,7 @@ __all__ = [
     "AllocateConstraints",
     "ApiError",
     "BadRequestError",
+    "BlockDevice",
     "BootResource",
     "ComposeRequest",
     "ComposedMachine",
@@ -98,6 +101,7 @@ __all__ = [
     "MaasError",
     "Machine",
     "NoMachineAvailableError",
+    "NodeDevice",
     "NodeStatus",
     "NotFoundError",
     "PodRef",

@@ -18,6 +18,7 @@ import pydantic
 
 __all__ = [
     "AllocateConstraints",
+    "BlockDevice",
     "BootResource",
     "ComposeRequest",
     "ComposedMachine",
@@ -28,6 +29,7 @@ __all__ = [
     "IpAddress",
     "IpRange",
     "Machine",
+    "NodeDevice",
     "NodeStatus",
     "PodRef",
     "PoolRef",
@@ -192,6 +194,30 @@ class Interface(_Model):
     parents: tuple[str, ...] = ()
     children: tuple[str, ...] = ()
     link_connected: bool = True
+    link_speed: int = 0  # Mbit/s the link negotiated (0: unknown or not physical)
+
+
+class BlockDevice(_Model):
+    """A block device of a machine (``blockdevice_set[]``, ``boot_disk``); ``size`` in bytes."""
+
+    id: int
+    name: str = ""
+    type: str = "physical"
+    size: int = 0
+    tags: tuple[str, ...] = ()
+
+
+class NodeDevice(_Model):
+    """A PCI or USB device of a machine (``nodes/{system_id}/devices/``), found while commissioning; ids are
+    four hex digits as MAAS stores them."""
+
+    id: int
+    bus_name: str = ""
+    vendor_id: str = ""
+    product_id: str = ""
+    vendor_name: str = ""
+    product_name: str = ""
+    commissioning_driver: str = ""
 
 
 class Machine(_Model):
@@ -218,6 +244,8 @@ class Machine(_Model):
     memory: int = 0
     storage: float = 0.0
     architecture: str | None = None
+    boot_disk: BlockDevice | None = None
+    physicalblockdevice_set: tuple[BlockDevice, ...] = ()
     osystem: str = ""
     distro_series: str = ""
     hwe_kernel: str | None = None

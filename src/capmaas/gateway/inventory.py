@@ -88,9 +88,7 @@ class Inventory:
             if sid not in self.devices and sid not in self._device_queue:
                 self._device_queue[sid] = None
                 queued = True
-        if queued:
-            self._due = True
-        return queued
+        return queued  # read at the next round (``due_in`` brings it within ``pace``), with no listing
 
     # --- schedule ----------------------------------------------------------------------------------------
     def _listing_due_in(self, now: float) -> float | None:

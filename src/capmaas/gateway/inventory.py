@@ -8,10 +8,12 @@ machines while an LXD template is counted). Between listings, the machine poller
 (an allocate's answer, a watched machine turning Ready after its release) in at once (:meth:`Inventory.fold`),
 so capmaas's own allocations and releases show without waiting for the next listing.
 
-PCI/USB devices are not in MAAS's machine listing: a machine's devices are read once
-(``GET nodes/{id}/devices/``), only for machines a device-selecting template could take, at most
-``device_reads`` per round, and forgotten when the machine leaves the Ready listing (it is re-read if it comes
-back: a recommissioning may have changed them).
+PCI/USB devices are not in MAAS's machine listing. Each distinct ``devices=`` filter the templates use is
+listed with the Ready machines (``GET machines/?status=ready&devices=...``: MAAS's own device match, one
+request per filter per round, shared by every template with that filter), and only the machines it names
+that a template could take have their devices read (``GET nodes/{id}/devices/``, for the device *count*),
+once, at most ``device_reads`` per round; a machine's devices are forgotten when it leaves the Ready listing
+(re-read if it comes back: a recommissioning may have changed them).
 
 The inventory runs inside the session's :class:`~capmaas.gateway.poller.MachinePoller` loop (one task, one
 schedule); it is listed only while some template wants it (:meth:`Inventory.want`).
@@ -50,6 +52,9 @@ class Inventory:
         self.host_machines: dict[str, maas.Machine] = {}
         self.devices: dict[str, tuple[maas.NodeDevice, ...]] = {}
         self._device_queue: dict[str, None] = {}
+        #: ``devices=`` filter -> the Ready machines MAAS lists for it (None: not listed yet).
+        self.device_filters: dict[str, frozenset[str] | None] = {}
+        self._filters_used: set[str] = set()  # asked for since the last listing (the others are dropped)
         self.listed_at: float | None = None  # monotonic time of the last Ready listing
         self.last_error: maas_errors.MaasError | None = None
         self.version = 0  # bumped on every change
@@ -73,6 +78,7 @@ class Inventory:
             self.host_machines.clear()
             self.devices.clear()
             self._device_queue.clear()
+            self.device_filters.clear()
 
     @property
     def wanted(self) -> bool:
@@ -80,6 +86,15 @@ class Inventory:
 
     def _wants_vm_hosts(self) -> bool:
         return any(self._wanted.values())
+
+    def device_listing(self, constraint: str) -> frozenset[str] | None:
+        """The Ready machines MAAS lists for the ``devices=`` filter ``constraint``; None (and a listing made
+        due) the first time it is asked for."""
+        self._filters_used.add(constraint)
+        if constraint not in self.device_filters:
+            self.device_filters[constraint] = None
+            self._due = True
+        return self.device_filters[constraint]
 
     def want_devices(self, system_ids: Iterable[str]) -> bool:
         """Queue device reads for these Ready machines (those not read yet); True when any was queued."""
@@ -139,6 +154,13 @@ class Inventory:
         try:
             ready, skipped = await self._client.machines.list_status_lenient(maas.NodeStatus.READY)
             self.requests += 1
+            filters: dict[str, frozenset[str] | None] = {}
+            for constraint in [f for f in self.device_filters if f in self._filters_used]:
+                listed, _ = await self._client.machines.list_status_lenient(
+                    maas.NodeStatus.READY, devices=constraint
+                )
+                self.requests += 1
+                filters[constraint] = frozenset(m.system_id for m in listed)
             hosts: tuple[maas.VmHost, ...] | None = None
             host_machines: dict[str, maas.Machine] = {}
             if self._wants_vm_hosts():
@@ -162,7 +184,10 @@ class Inventory:
             or self.ready != new  # frozen models compare by value: a changed tag, pool or disk is a change
             or (hosts is not None and hosts != self.vm_hosts)
             or self.last_error is not None
+            or filters != self.device_filters
         )
+        self.device_filters = filters
+        self._filters_used = set()
         self.last_error = None
         self.listed_at = time.monotonic()
         for sid in [s for s in self.devices if s not in new]:

@@ -70,16 +70,27 @@ class Selection:
 
 
 def matches(sel: Selection, m: maas.Machine, devices: Sequence[maas.NodeDevice] | None = None) -> bool:
-    """Whether MAAS's allocate would take ``m`` for ``sel`` (its state aside: the caller lists Ready ones)."""
-    return (
-        sizes_ok(sel, m)
-        and tags_ok(sel, m)
-        and placement_ok(sel, m)
-        and architecture_ok(sel, m)
-        and storage_ok(sel, m)
-        and interfaces_ok(sel, m)
-        and (sel.device is None or (devices is not None and bool(matching_devices(sel.device, devices))))
-    )
+    """Whether MAAS's allocate would take ``m`` for ``sel`` (its state aside: the caller lists Ready ones).
+    Cheapest checks first, and a constraint the spec does not give costs nothing: every template is matched
+    against every Ready machine each time the inventory changes."""
+    if m.cpu_count < sel.min_cpu or m.memory < sel.min_memory:
+        return False
+    if (sel.tags or sel.not_tags) and not tags_ok(sel, m):
+        return False
+    if (sel.pool is not None or sel.zone is not None) and not placement_ok(sel, m):
+        return False
+    if sel.architecture is not None and not architecture_ok(sel, m):
+        return False
+    if (sel.root_gb or sel.root_tags or sel.extra_disks) and not storage_ok(sel, m):
+        return False
+    if sel.interfaces and not interfaces_ok(sel, m):
+        return False
+    return sel.device is None or devices_ok(sel.device, devices)
+
+
+def devices_ok(want: DeviceFilter, devices: Sequence[maas.NodeDevice] | None) -> bool:
+    """Some device matches every key of ``want``; never while the machine's devices are not known."""
+    return devices is not None and bool(matching_devices(want, devices))
 
 
 def sizes_ok(sel: Selection, m: maas.Machine) -> bool:

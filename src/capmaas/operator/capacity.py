@@ -76,16 +76,25 @@ def device_resources(
     return out
 
 
-def count_machines(spec: MaasMachineSpec, inventory: Inventory, resources: Mapping[str, str]) -> Count:
-    """Bare metal: the Ready machines ``spec`` matches (see the module docstring)."""
+def count_machines(spec: MaasMachineSpec, inventory: Inventory, resources: Mapping[str, str]) -> Count | None:
+    """Bare metal: the Ready machines ``spec`` matches (see the module docstring); None while the machines
+    with the template's devices have not been listed yet."""
     ready = inventory.ready or {}
     sel = matching.Selection.of(spec.canonical())
     hardware = dataclasses.replace(sel, device=None)
     candidates = [m for m in ready.values() if matching.matches(hardware, m)]
+    if sel.device is not None:
+        with_device = inventory.device_listing(sel.device.to_constraint())
+        if with_device is None:
+            return None
+        candidates = [m for m in candidates if m.system_id in with_device]
     unread = tuple(
         m.system_id for m in candidates if sel.device is not None and m.system_id not in inventory.devices
     )
-    matched = [m for m in candidates if matching.matches(sel, m, inventory.devices.get(m.system_id))]
+    matched = candidates
+    if sel.device is not None:
+        want = sel.device
+        matched = [m for m in candidates if matching.devices_ok(want, inventory.devices.get(m.system_id))]
     tail = f"; the devices of {len(unread)} more are not read yet" if unread else ""
     if not matched:
         return Count(

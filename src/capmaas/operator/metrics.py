@@ -73,7 +73,7 @@ class _TemplateCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
             "capmaas_template_available",
-            "Servers Ready in MAAS that match a MaasMachineTemplate (LXD: VM slots), by namespace and template",
+            "Servers Ready in MAAS matching a MaasMachineTemplate (LXD: VM slots), by namespace and template",
             labels=["namespace", "template"],
         )
         for body in self._store.values("maasmachinetemplates"):

@@ -156,6 +156,7 @@ class TemplateCapacity:
         self._active = active
         cfg = wiring.config.capacity
         self._interval = cfg.inventory_interval
+        self._spacing = wiring.config.polling.fast_interval
         self._device_reads = cfg.device_reads_per_round
         self._resources = {k.lower(): v for k, v in cfg.device_resources.items()}
         self._dirty: set[str] = set()
@@ -224,6 +225,9 @@ class TemplateCapacity:
                     log.info("MaasMachineTemplate %s: %s", key, exc.message)
                 except Exception:  # the loop must outlive any surprise; the next pass tries again
                     log.exception("MaasMachineTemplate %s: capacity pass failed", key)
+            # At most one pass per spacing: while a fleet is allocated, every answer changes an inventory,
+            # and a pass over every template for each would keep the event loop busy; they coalesce here.
+            await asyncio.sleep(self._spacing)
 
     async def reconcile(self, key: str) -> None:
         """One template: count, write what changed, warn its MachineDeployments."""

@@ -86,12 +86,14 @@ class Machines:
         )
 
     async def list_status_lenient(
-        self, status: models.NodeStatus
+        self, status: models.NodeStatus, *, devices: str | None = None
     ) -> tuple[builtins.list[models.Machine], builtins.list[str]]:
         """Every machine visible to us in ``status`` that parses, and the system IDs of those that do not (the
-        shared inventory of Ready machines: one odd machine must not hide the rest)."""
+        shared inventory of Ready machines: one odd machine must not hide the rest); ``devices``: only those
+        with a PCI/USB device matching MAAS's ``devices=`` filter (``vendor_id=10de,...``)."""
+        query = [("status", status.filter_name), *_optional(devices=devices)]
         return await self._http.models_lenient(
-            models.Machine, "GET", "machines/", key="system_id", query=[("status", status.filter_name)]
+            models.Machine, "GET", "machines/", key="system_id", query=query
         )
 
     async def devices(self, system_id: str) -> builtins.list[models.NodeDevice]:

@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 30.0
 #: Device reads per round unless configured.
 DEFAULT_DEVICE_READS = 20
+#: Listing intervals a ``devices=`` filter is kept listed after the last count that asked for it.
+FILTER_TTL = 3
 
 
 class Inventory:
@@ -54,7 +56,9 @@ class Inventory:
         self._device_queue: dict[str, None] = {}
         #: ``devices=`` filter -> the Ready machines MAAS lists for it (None: not listed yet).
         self.device_filters: dict[str, frozenset[str] | None] = {}
-        self._filters_used: set[str] = set()  # asked for since the last listing (the others are dropped)
+        #: ``devices=`` filter -> when a count last asked for it; one not asked for in :data:`FILTER_TTL`
+        #: intervals is no longer listed.
+        self._filters_asked: dict[str, float] = {}
         self.listed_at: float | None = None  # monotonic time of the last Ready listing
         self.last_error: maas_errors.MaasError | None = None
         self.version = 0  # bumped on every change
@@ -79,6 +83,7 @@ class Inventory:
             self.devices.clear()
             self._device_queue.clear()
             self.device_filters.clear()
+            self._filters_asked.clear()
 
     @property
     def wanted(self) -> bool:
@@ -90,7 +95,7 @@ class Inventory:
     def device_listing(self, constraint: str) -> frozenset[str] | None:
         """The Ready machines MAAS lists for the ``devices=`` filter ``constraint``; None (and a listing made
         due) the first time it is asked for."""
-        self._filters_used.add(constraint)
+        self._filters_asked[constraint] = time.monotonic()
         if constraint not in self.device_filters:
             self.device_filters[constraint] = None
             self._due = True
@@ -155,7 +160,8 @@ class Inventory:
             ready, skipped = await self._client.machines.list_status_lenient(maas.NodeStatus.READY)
             self.requests += 1
             filters: dict[str, frozenset[str] | None] = {}
-            for constraint in [f for f in self.device_filters if f in self._filters_used]:
+            stale = time.monotonic() - FILTER_TTL * self.interval
+            for constraint in [f for f in self.device_filters if self._filters_asked.get(f, 0.0) >= stale]:
                 listed, _ = await self._client.machines.list_status_lenient(
                     maas.NodeStatus.READY, devices=constraint
                 )
@@ -187,7 +193,7 @@ class Inventory:
             or filters != self.device_filters
         )
         self.device_filters = filters
-        self._filters_used = set()
+        self._filters_asked = {f: t for f, t in self._filters_asked.items() if f in filters}
         self.last_error = None
         self.listed_at = time.monotonic()
         for sid in [s for s in self.devices if s not in new]:

@@ -95,13 +95,14 @@ def count_machines(spec: MaasMachineSpec, inventory: Inventory, resources: Mappi
     if sel.device is not None:
         want = sel.device
         matched = [m for m in candidates if matching.devices_ok(want, inventory.devices.get(m.system_id))]
-    tail = f"; the devices of {len(unread)} more are not read yet" if unread else ""
+    # The messages name no figure but the template's own: an unrelated machine changing state must not
+    # rewrite every template's status.
+    tail = f"; the devices of {len(unread)} more are being read" if unread else ""
     if not matched:
         return Count(
             0,
             devices_unread=unread,
-            message=f"none of the {len(ready)} Ready servers in MAAS matches{tail}: capacity from the "
-            "template's minimums",
+            message=f"no Ready server in MAAS matches{tail}: capacity from the template's minimums",
         )
     roots = [matching.root_disk(m) for m in matched]
     capacity = {
@@ -123,8 +124,7 @@ def count_machines(spec: MaasMachineSpec, inventory: Inventory, resources: Mappi
         capacity,
         _common_arch([m.architecture for m in matched]),
         unread,
-        f"{len(matched)} of the {len(ready)} Ready servers in MAAS match{tail}: capacity from the smallest "
-        "of them",
+        f"matching servers Ready in MAAS: {len(matched)}{tail}; capacity from the smallest of them",
     )
 
 
@@ -206,6 +206,8 @@ def desired(
         if not why_not:
             return want, None
         return want, (False, C.MAAS_NOT_LISTED_REASON, f"{why_not}: capacity from the template's minimums")
+    if counted.devices_unread and not counted.capacity:  # not known yet: no count, no Warning
+        return want, (False, C.MAAS_NOT_LISTED_REASON, counted.message)
     want["available"] = counted.available
     if not counted.capacity:
         return want, (False, C.NO_MATCHING_SERVERS_REASON, counted.message)

@@ -163,7 +163,6 @@ class TemplateCapacity:
         self._wake = asyncio.Event()
         self._bound: dict[str, MaasSession] = {}  # template key -> the session it is counted on
         self._warned: dict[str, tuple[int, int]] = {}  # MachineDeployment key -> (to allocate, available)
-        self._available: dict[str, int] = {}  # template key -> its last count
 
     # --- events ------------------------------------------------------------------------------------------
     def template_seen(self, type: str | None, body: Mapping[str, Any]) -> None:
@@ -234,7 +233,6 @@ class TemplateCapacity:
         body = self._w.store.get(key)
         if body is None:
             self._unbind(key)
-            self._available.pop(key, None)
             return
         spec = template_spec(body)
         if spec is None:
@@ -254,11 +252,10 @@ class TemplateCapacity:
         patch = status_patch(body, want, cond)
         meta = body.get("metadata", {})
         if patch is not None:
+            log.debug("MaasMachineTemplate %s: status %s", key, patch)
             await self._w.kube.patch_template_status(meta.get("namespace", ""), meta.get("name", ""), patch)
-        if counted is None:
-            self._available.pop(key, None)
-            return
-        self._available[key] = counted.available
+        if counted is None or (counted.devices_unread and not counted.capacity):
+            return  # not counted (yet): no figure to warn with
         self._warn(body, counted.available, capacity.is_lxd(spec))
 
     async def _session(self, key: str, body: Mapping[str, Any]) -> tuple[MaasSession | None, str]:

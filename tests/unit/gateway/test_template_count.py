@@ -93,12 +93,9 @@ async def counted(poller: MachinePoller, s: MaasMachineSpec, body: dict[str, Any
     inv = poller.inventory
     for _ in range(3):
         c = capacity.count(body or template(), s, inv, RESOURCES)
-        if c is None:
-            await inv.refresh()
-        elif c.devices_unread and inv.want_devices(c.devices_unread):
-            await inv.refresh()
-        else:
+        if c is not None and not (c.devices_unread and inv.want_devices(c.devices_unread)):
             return c
+        await inv.refresh()
     raise AssertionError("the count did not settle in three rounds")
 
 
@@ -124,7 +121,12 @@ async def test_gpu_servers_counted_with_their_smallest_common_hardware(poller: M
     c = await counted(poller, AMD64_GPU)
     assert inv.requests == 5  # + one device read per candidate (for the count), no listing
     assert (c.available, c.architecture) == (2, "amd64")
-    assert c.capacity == {"cpu": "16", "memory": "65536Mi", "ephemeral-storage": "480G", "nvidia.com/gpu": "2"}
+    assert c.capacity == {
+        "cpu": "16",
+        "memory": "65536Mi",
+        "ephemeral-storage": "480G",
+        "nvidia.com/gpu": "2",
+    }
     assert all(isinstance(v, str) for v in c.capacity.values())
     again = await counted(poller, AMD64_GPU)
     assert (again, inv.requests) == (c, 5)  # devices are read once

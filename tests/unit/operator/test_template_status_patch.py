@@ -13,7 +13,7 @@ WANT = {
     "capacity": {"cpu": "16", "memory": "65536Mi", "nvidia.com/gpu": "2"},
     "nodeInfo": {"architecture": "amd64"},
 }
-COUNTED = (True, C.COUNTED_IN_MAAS_REASON, "2 of the 5 Ready servers in MAAS match")
+COUNTED = (True, C.COUNTED_IN_MAAS_REASON, "matching servers Ready in MAAS: 2")
 
 
 def body(status: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
@@ -36,7 +36,7 @@ def test_a_change_patches_only_what_differs_and_keeps_the_transition_time() -> N
     old = status_patch(body(), {**WANT, "available": 2}, COUNTED)
     assert old is not None
     old["conditions"][0]["lastTransitionTime"] = "2020-01-01T00:00:00Z"
-    one_left = (True, C.COUNTED_IN_MAAS_REASON, "1 of the 4 Ready servers in MAAS match")
+    one_left = (True, C.COUNTED_IN_MAAS_REASON, "matching servers Ready in MAAS: 1")
     want = {"capacity": {"cpu": "32", "memory": "65536Mi"}, "nodeInfo": WANT["nodeInfo"], "available": 1}
     patch = status_patch(body(old), want, one_left)
     assert patch is not None

@@ -198,6 +198,20 @@ async def test_gpu_template_capacity_counts_maas_and_follows_allocations(harness
     # Still more asked than there is (3 > 2): a new shortfall, a new Warning.
     await h.wait("a second Warning", lambda: _count(h, "gpus", 2), within=30)
 
+    # capmaas itself allocates a GPU server for a MaasMachine: the allocate's answer is folded into the
+    # count (the cheapest match, gpu4, is taken; gpu2 is left).
+    await h.apply(
+        demo.bootstrap_secret("g0-bootstrap", h.namespace, "c1"),
+        demo.machine("g0", h.namespace, "c1", control_plane=False, bootstrap="g0-bootstrap"),
+    )
+    muid = await h.uid("machines.cluster.x-k8s.io", "g0")
+    mm = demo.maasmachine("g0", h.namespace, "c1", control_plane=False, machine_uid=muid, min_cpu=8)
+    mm["spec"].update(minMemory=16384, architecture="amd64", devices=[{"vendorID": "10de"}])
+    await h.apply(mm)
+    await h.wait("g0 allocated", lambda: h.field("maasmachines", "g0", "spec", "systemID"), within=60)
+    left = {"cpu": "32", "memory": "131072Mi", "ephemeral-storage": "960G", "nvidia.com/gpu": "2"}
+    await h.wait("gpu4 counted gone", lambda: has(h, "gpu", available=1, capacity=left), within=30)
+
 
 async def _count(h: Harness, md: str, n: int) -> bool:
     return len(await warnings(h, md)) == n

@@ -231,3 +231,39 @@ async def test_nothing_matching_falls_back_to_the_minimums(harness: Harness) -> 
     assert (cond["status"], cond["reason"]) == ("False", C.NO_MATCHING_SERVERS_REASON)
     assert cond["message"] == "no Ready server in MAAS matches: capacity from the template's minimums"
     autoscaler_view(await h.get("maasmachinetemplates", "huge") or {})
+
+
+WATCH_FILTER = "cluster.x-k8s.io/watch-filter"
+
+
+def labelled(obj: dict[str, Any], shard: str) -> dict[str, Any]:
+    obj["metadata"].setdefault("labels", {})[WATCH_FILTER] = shard
+    return obj
+
+
+async def test_a_sharded_template_is_counted_by_its_shard_alone(harness: Harness, tmp_path: Any) -> None:
+    """Two shards: the template and its Cluster carry shard a's label. Shard b cannot see the Cluster; if it
+    wrote the template's status too (its minimums, "not listed"), the two would undo each other's writes."""
+    h = harness
+    h.operator.extra_args = ["--watch-filter", f"{WATCH_FILTER}=shard-a"]
+    h.operator.env["CAPMAAS_CAPACITY__INVENTORY_INTERVAL"] = "1"
+    b = h.operator.replica(
+        "shard-b", tmp_path / "shard-b.log", extra_args=["--watch-filter", f"{WATCH_FILTER}=shard-b"]
+    )
+    h.operator.start()
+    b.start()
+    try:
+        await h.apply(labelled(demo.cluster("c1", h.namespace), "shard-a"))
+        uid = await h.uid("clusters.cluster.x-k8s.io", "c1")
+        mc = labelled(demo.maascluster("c1", h.namespace), "shard-a")
+        mc["metadata"]["ownerReferences"] = [demo.owner("Cluster", "c1", uid)]
+        await h.apply(mc)
+        await h.apply(labelled(manifests.maasmachinetemplate("gpu", h.namespace, "c1", GPU_SPEC), "shard-a"))
+        both = {"cpu": "16", "memory": "65536Mi", "ephemeral-storage": "480G", "nvidia.com/gpu": "2"}
+        await h.wait("gpu counted by shard a", lambda: has(h, "gpu", available=2, capacity=both), within=60)
+        before = await h.field("maasmachinetemplates", "gpu", "metadata", "resourceVersion")
+        await asyncio.sleep(4)  # four inventory intervals of both shards
+        assert await has(h, "gpu", available=2, capacity=both)
+        assert await h.field("maasmachinetemplates", "gpu", "metadata", "resourceVersion") == before
+    finally:
+        b.stop()

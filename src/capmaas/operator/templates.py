@@ -13,6 +13,9 @@ inventory changes (a machine allocated, released, or seen Ready), and every inve
 a compare-and-set against the cached object (its last answer or watch event): nothing is written when
 nothing changed. Only the leader writes (``active()``).
 
+With a watch filter (sharded operators), a template is counted by the shard whose label it carries, and
+left alone by the others.
+
 A MachineDeployment whose machines still to allocate outnumber what is available gets a Warning Event on the
 MachineDeployment (the object whose ``replicas`` asked; the template is shared by several and is not what a
 user or the autoscaler looks at), once per shortfall. It never blocks allocation: MAAS may have more than the
@@ -169,6 +172,12 @@ class TemplateCapacity:
         meta = body.get("metadata", {})
         ns, name = meta.get("namespace", ""), meta.get("name", "")
         key = object_key(PLURAL, ns, name)
+        if not self._w.kube.in_shard(body):
+            # Another shard's (the watch filter's label): its operator counts and writes it. Two shards
+            # writing one template would undo each other's status (one counts, one cannot see the Cluster).
+            self._w.store.forget(PLURAL, ns, name)
+            self._mark(key)
+            return
         if type == "DELETED" or (meta.get("deletionTimestamp") and not meta.get("finalizers")):
             self._w.store.delete(PLURAL, ns, name, uid=meta.get("uid"))
         else:

@@ -29,7 +29,7 @@ from typing import Any
 
 from capmaas import maas, placement
 from capmaas.api import conditions as C
-from capmaas.api.v1beta1 import PROVISIONING_MODE_LXD, MaasMachineSpec, capacity_for
+from capmaas.api.v1beta1 import PROVISIONING_MODE_LXD, DeviceFilter, MaasMachineSpec, capacity_for
 from capmaas.gateway import matching
 from capmaas.gateway.inventory import Inventory
 from capmaas.reconcilers import lxd_placer
@@ -65,7 +65,7 @@ def _common_arch(names: Sequence[str | None]) -> str | None:
 
 
 def device_resources(
-    want: Any, devices: Sequence[maas.NodeDevice], resources: Mapping[str, str]
+    want: DeviceFilter, devices: Sequence[maas.NodeDevice], resources: Mapping[str, str]
 ) -> dict[str, int]:
     """Matching devices of one machine per resource name (vendors without one are not counted)."""
     out: dict[str, int] = {}
@@ -83,16 +83,14 @@ def count_machines(spec: MaasMachineSpec, inventory: Inventory, resources: Mappi
     sel = matching.Selection.of(spec.canonical())
     hardware = dataclasses.replace(sel, device=None)
     candidates = [m for m in ready.values() if matching.matches(hardware, m)]
+    matched = candidates
+    unread: tuple[str, ...] = ()
     if sel.device is not None:
         with_device = inventory.device_listing(sel.device.to_constraint())
         if with_device is None:
             return None
         candidates = [m for m in candidates if m.system_id in with_device]
-    unread = tuple(
-        m.system_id for m in candidates if sel.device is not None and m.system_id not in inventory.devices
-    )
-    matched = candidates
-    if sel.device is not None:
+        unread = tuple(m.system_id for m in candidates if m.system_id not in inventory.devices)
         want = sel.device
         matched = [m for m in candidates if matching.devices_ok(want, inventory.devices.get(m.system_id))]
     # The messages name no figure but the template's own: an unrelated machine changing state must not

@@ -11,7 +11,8 @@ template tied to no Cluster gets its status from its spec alone, as before.
 One loop (:class:`TemplateCapacity`) writes: on a template's or a MachineDeployment's watch event, when an
 inventory changes (a machine allocated, released, or seen Ready), and every inventory interval. Each write is
 a compare-and-set against the cached object (its last answer or watch event): nothing is written when
-nothing changed. Only the leader writes (``active()``).
+nothing changed. Only the leader writes (``active()``), and nothing is written while the template's Cluster is
+paused.
 
 With a watch filter (sharded operators), a template is counted by the shard whose label it carries, and
 left alone by the others.
@@ -41,6 +42,7 @@ from capmaas.operator import capacity
 from capmaas.operator.kube import object_key
 from capmaas.reconcilers.credentials import connect_ref, effective_ref
 from capmaas.reconcilers.errors import ReconcileError
+from capmaas.reconcilers.handoff import cluster_paused
 from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL
 
 if TYPE_CHECKING:
@@ -216,9 +218,8 @@ class TemplateCapacity:
             except TimeoutError:
                 timed_out = True
             self._wake.clear()
-            if (
-                timed_out
-            ):  # every template again: a retry after a failed connect, a leader that just took over
+            # On the timer, every template again: a retry after a failed connect, a leader just elected.
+            if timed_out:
                 self._dirty.update(
                     object_key(PLURAL, b["metadata"].get("namespace", ""), b["metadata"].get("name", ""))
                     for b in self._w.store.values(PLURAL)
@@ -244,7 +245,7 @@ class TemplateCapacity:
             self._unbind(key)
             return
         spec = template_spec(body)
-        if spec is None:
+        if spec is None or self._paused(body):
             return
         session, why_not = await self._session(key, body)
         counted = None
@@ -266,6 +267,13 @@ class TemplateCapacity:
         if counted is None or (counted.devices_unread and not counted.capacity):
             return  # not counted (yet): no figure to warn with
         self._warn(body, counted.available, capacity.is_lxd(spec))
+
+    def _paused(self, body: Mapping[str, Any]) -> bool:
+        """The template's Cluster is paused (``clusterctl move`` pauses it before copying): nothing is
+        written, as the reconcilers write nothing to a paused cluster's objects."""
+        name = cluster_of(body)
+        ns = str(body.get("metadata", {}).get("namespace", ""))
+        return name is not None and cluster_paused(self._w.store.find("clusters", ns, name))
 
     async def _session(self, key: str, body: Mapping[str, Any]) -> tuple[MaasSession | None, str]:
         """The session the template is counted on, or None and why ("" when tied to no Cluster)."""

@@ -232,6 +232,16 @@ async def test_nothing_matching_falls_back_to_the_minimums(harness: Harness) -> 
     assert cond["message"] == "no Ready server in MAAS matches: capacity from the template's minimums"
     autoscaler_view(await h.get("maasmachinetemplates", "huge") or {})
 
+    # A template of a paused Cluster (clusterctl move pauses it first) is not written.
+    await h.apply(demo.cluster("c2", h.namespace, paused=True))
+    await h.apply(manifests.maasmachinetemplate("moving", h.namespace, "c2", GPU_SPEC))
+    await asyncio.sleep(3)  # three inventory intervals and timer passes
+    assert await template_status(h, "moving") == {}
+    unpause = '{"spec":{"paused":false}}'
+    await h.k("patch", "clusters.cluster.x-k8s.io", "c2", "-n", h.namespace, "--type=merge", "-p", unpause)
+    amd64 = {"architecture": "amd64", "operatingSystem": "linux"}
+    await h.wait("written once unpaused", lambda: has(h, "moving", nodeInfo=amd64))
+
 
 WATCH_FILTER = "cluster.x-k8s.io/watch-filter"
 

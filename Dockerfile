@@ -23,16 +23,23 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 COPY build/image/wheels/ /wheels/
-RUN pip install --no-index --find-links=/wheels capmaas \
+# Bytecode is compiled once here, keyed by a hash of its source instead of the source's mtime
+# (unchecked-hash): the install time is then nowhere in the image, so the same wheels give the same layers
+# (`make release` checks the digest), and a pyc never looks stale when --timestamp clamps the files' mtimes.
+RUN pip install --no-compile --no-index --find-links=/wheels capmaas \
  && pip uninstall -y -q pip setuptools \
- && python -m compileall -q /opt/venv \
+ && python -m compileall -q --invalidation-mode unchecked-hash /opt/venv \
  && capmaas --help >/dev/null
 
 FROM ${PYTHON_IMAGE}@${PYTHON_DIGEST}
+# The release build passes the commit time: useradd writes it (not today's date) as the password change day
+# in /etc/shadow. Unset when empty (shadow complains about an empty value).
+ARG SOURCE_DATE_EPOCH=
 LABEL org.opencontainers.image.title="capmaas" \
       org.opencontainers.image.description="Cluster API infrastructure provider for MAAS (kopf operator)" \
       org.opencontainers.image.licenses="Apache-2.0"
-RUN groupadd --system --gid 65532 capmaas \
+RUN if [ -z "$SOURCE_DATE_EPOCH" ]; then unset SOURCE_DATE_EPOCH; fi \
+ && groupadd --system --gid 65532 capmaas \
  && useradd --system --uid 65532 --gid 65532 --home-dir /nonexistent --no-create-home \
             --shell /usr/sbin/nologin capmaas
 COPY --from=builder /opt/venv /opt/venv

@@ -15,7 +15,7 @@ help: ## List the targets
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,lint]'
+	$(BIN)/pip install -q -e '.[test,lint,dev]'
 	touch $@
 
 .PHONY: venv
@@ -100,6 +100,17 @@ bench: venv controlplane ## Operator benchmark (200 machines; ARGS="--machines 1
 .PHONY: e2e
 e2e: venv controlplane ## Only the end-to-end tests against the real CAPI core manager
 	$(BIN)/pytest tests/e2e -m e2e -q --durations=20
+
+.PHONY: release
+release: venv node-packages ## Release artifacts into dist/: VERSION=X.Y.Z (= capmaas.__version__); see CHANGELOG.md
+	@[ -n "$(VERSION)" ] || { echo "usage: make release VERSION=X.Y.Z"; exit 2; }
+	bash hack/build-tools.sh helm
+	$(BIN)/python -m capmaas.release $(VERSION)
+
+.PHONY: docs
+docs: venv ## The documentation site from docs/ into build/site (mkdocs, strict); the generated reference pages checked first
+	$(BIN)/python -m capmaas.release.docref --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 .PHONY: clusterctl-repo
 clusterctl-repo: venv ## Regenerate the clusterctl provider repository under deploy/clusterctl

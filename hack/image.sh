@@ -4,6 +4,7 @@
 #
 #   hack/image.sh [--tag TAG] [--reuse-wheels]   (default tag: dev; image name localhost/capmaas:TAG)
 #   --reuse-wheels: keep build/image/wheels from the previous run (a rebuild from the same sources; tests/pod)
+#   SOURCE_DATE_EPOCH: build reproducibly at that time (no layer cache; what `make release` does)
 #   CAPMAAS_IMAGE_OUT: the output directory (default build/image; tests/pod/test_image_from_scratch.py uses its own
 #   so that it never touches the wheels and archives of the repository's build)
 #
@@ -96,8 +97,14 @@ fi
 
 # 3. The image: no network, no pulls, base pinned by digest.
 t2=$SECONDS
+# SOURCE_DATE_EPOCH (the release build sets the commit time): every layer file's mtime and the created times
+# are that time, and no cached layer is reused, so two builds of the same wheels give the same digest.
+repro=()
+if [ -n "${SOURCE_DATE_EPOCH:-}" ]; then
+  repro=(--timestamp "$SOURCE_DATE_EPOCH" --no-cache --build-arg "SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH")
+fi
 buildah bud --quiet --layers --pull-never --network=none --label "org.opencontainers.image.version=$tag" \
-  --build-arg "PYTHON_IMAGE=localhost/capmaas-base" --build-arg "PYTHON_DIGEST=$base_digest" \
+  --build-arg "PYTHON_IMAGE=localhost/capmaas-base" --build-arg "PYTHON_DIGEST=$base_digest" "${repro[@]}" \
   -f "$root/Dockerfile" -t "$IMAGE" "$context" >/dev/null
 echo "image: built $IMAGE in $((SECONDS - t2))s"
 

@@ -89,6 +89,7 @@ SOURCES: dict[str, list[tuple[str, str]]] = {
         )
     ],
     "power_state": [("nodes.json", "query-power-state")],
+    "node_device": [("nodes.json", "node-devices-read-by-id")],
     "vm_host": [
         ("vm-hosts.json", k)
         for k in ("read-vmhosts", "add-tag", "remove-tag", "create", "refresh-vmhost", "update-vmhost")

@@ -14,8 +14,12 @@ already exist, so the repository cannot drift from them:
 - one ``Namespace`` (``capmaas-system``) is added, and every object carries
   ``cluster.x-k8s.io/provider: infrastructure-maas``.
 
-``metadata.yaml`` maps release series 0.1 to contract ``v1beta2``: the CRDs carry both contract labels
-(``cluster.x-k8s.io/v1beta1`` and ``v1beta2``) and CAPI reads the v1beta2 fields
+The version is the package's (``capmaas.__version__``, the one place a release bumps); the image is
+``localhost/capmaas:<version>`` here, and ``make release`` renders the same files with the released image
+pinned by digest (``capmaas.release``).
+
+``metadata.yaml`` maps every release series from 0.1 up to this version's to contract ``v1beta2``: the CRDs
+carry both contract labels (``cluster.x-k8s.io/v1beta1`` and ``v1beta2``) and CAPI reads the v1beta2 fields
 (``status.initialization.provisioned``); clusterctl 1.13 accepts either, later releases only v1beta2.
 
 Run ``python -m capmaas.clusterctl_repo`` (write) or ``python -m capmaas.clusterctl_repo --check`` (exit 1 and
@@ -28,18 +32,20 @@ import argparse
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from capmaas import __version__
 from capmaas.devcluster import find_binary
 
 PROVIDER = "infrastructure-maas"
 PROVIDER_LABEL = "cluster.x-k8s.io/provider"
 NAMESPACE = "capmaas-system"
 RELEASE = "capmaas"
-VERSION = "v0.1.0"  # the chart's appVersion, with clusterctl's "v" prefix (checked in render())
+VERSION = f"v{__version__}"  # the package version, with clusterctl's "v" prefix
 CONTRACT = "v1beta2"
 IMAGE_REPOSITORY = "localhost/capmaas"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -56,6 +62,9 @@ _PLACEHOLDERS = {
     "capmaas-clusterctl-default-identity-namespaces": '"${MAAS_DEFAULT_IDENTITY_NAMESPACES:= }"',
 }
 _HELM_LABELS = ("helm.sh/chart",)
+#: The chart's version label is its appVersion (``dev`` in the source tree: ``helm template`` cannot set it);
+#: the components carry the package version there instead.
+_VERSION_LABEL = "app.kubernetes.io/version"
 _DROP_ANNOTATIONS = ("checksum/credentials",)
 
 INFRA_GROUP = "infrastructure.cluster.x-k8s.io"
@@ -89,6 +98,8 @@ def _relabel(obj: dict[str, Any]) -> dict[str, Any]:
     labels = meta.setdefault("labels", {})
     for key in _HELM_LABELS:
         labels.pop(key, None)
+    if _VERSION_LABEL in labels:
+        labels[_VERSION_LABEL] = __version__
     if labels.get("app.kubernetes.io/managed-by") == "Helm":
         labels["app.kubernetes.io/managed-by"] = "clusterctl"
     labels[PROVIDER_LABEL] = PROVIDER
@@ -97,6 +108,8 @@ def _relabel(obj: dict[str, Any]) -> dict[str, Any]:
         pod_labels = pod_meta.get("labels", {})
         for key in _HELM_LABELS:
             pod_labels.pop(key, None)
+        if _VERSION_LABEL in pod_labels:
+            pod_labels[_VERSION_LABEL] = __version__
         if pod_labels.get("app.kubernetes.io/managed-by") == "Helm":
             pod_labels["app.kubernetes.io/managed-by"] = "clusterctl"
         annotations = pod_meta.get("annotations") or {}
@@ -109,12 +122,28 @@ def _relabel(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def helm_render(root: Path = REPO_ROOT) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Image:
+    """The operator image the components run: ``repository:tag``, or ``repository:tag@digest`` when pinned."""
+
+    repository: str = IMAGE_REPOSITORY
+    tag: str = __version__
+    digest: str = ""
+
+    @property
+    def reference(self) -> str:
+        ref = f"{self.repository}:{self.tag}"
+        return f"{ref}@{self.digest}" if self.digest else ref
+
+
+def helm_render(root: Path = REPO_ROOT, image: Image | None = None) -> list[dict[str, Any]]:
     """``helm template`` of the chart for ``capmaas-system``, credentials still the placeholders."""
+    image = image or Image()
     args = [str(find_binary("helm")), "template", RELEASE, str(root / "deploy" / "charts" / "capmaas")]
     # clusterctl requires canonical image names (with a domain); `localhost/` is how podman/buildah name a
     # locally built image. Users point it elsewhere with clusterctl's `images:` override.
-    args += ["--namespace", NAMESPACE, "--set-string", f"image.repository={IMAGE_REPOSITORY}"]
+    args += ["--namespace", NAMESPACE, "--set-string", f"image.repository={image.repository}"]
+    args += ["--set-string", f"image.tag={image.tag}", "--set-string", f"image.digest={image.digest}"]
     endpoint, api_key, namespaces = list(_PLACEHOLDERS)
     args += [
         "--set",
@@ -130,7 +159,7 @@ def helm_render(root: Path = REPO_ROOT) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
-def components(root: Path = REPO_ROOT) -> str:
+def components(root: Path = REPO_ROOT, image: Image | None = None) -> str:
     """``infrastructure-components.yaml``: Namespace, CRDs, then the chart's objects."""
     namespace = {
         "apiVersion": "v1",
@@ -138,7 +167,7 @@ def components(root: Path = REPO_ROOT) -> str:
         "metadata": {"name": NAMESPACE, "labels": {PROVIDER_LABEL: PROVIDER}},
     }
     crds = [yaml.safe_load(p.read_text()) for p in sorted((root / "crds").glob("*.yaml"))]
-    docs = [namespace, *(_relabel(c) for c in crds), *(_relabel(d) for d in helm_render(root))]
+    docs = [namespace, *(_relabel(c) for c in crds), *(_relabel(d) for d in helm_render(root, image))]
     text = _dump(docs)
     for placeholder, variable in _PLACEHOLDERS.items():
         if text.count(placeholder) != 1:
@@ -147,12 +176,16 @@ def components(root: Path = REPO_ROOT) -> str:
     return text
 
 
-def metadata() -> str:
-    major, minor, _ = VERSION.removeprefix("v").split(".")
+def metadata(version: str = VERSION) -> str:
+    """Every release series from 0.1 up to ``version``'s: clusterctl upgrades only between listed series."""
+    major, minor, _ = version.removeprefix("v").split(".", 2)
+    if int(major) != 0:
+        raise RuntimeError(f"{version}: add the 1.x series (and their contracts) to metadata()")
+    series = [{"major": 0, "minor": m, "contract": CONTRACT} for m in range(1, int(minor) + 1)]
     doc = {
         "apiVersion": "clusterctl.cluster.x-k8s.io/v1alpha3",
         "kind": "Metadata",
-        "releaseSeries": [{"major": int(major), "minor": int(minor), "contract": CONTRACT}],
+        "releaseSeries": series,
     }
     return _dump([doc])
 
@@ -738,23 +771,23 @@ def topology_template() -> str:
     return text
 
 
+def assets(root: Path = REPO_ROOT, image: Image | None = None) -> dict[str, str]:
+    """The release assets clusterctl reads (file name -> text), as a GitHub release carries them."""
+    return {
+        "metadata.yaml": metadata(),
+        "infrastructure-components.yaml": components(root, image),
+        "cluster-template.yaml": cluster_template(lxd_control_plane=False),
+        "cluster-template-lxd.yaml": cluster_template(lxd_control_plane=True),
+        "cluster-template-kube-vip.yaml": cluster_template(lxd_control_plane=False, kube_vip=True),
+        "cluster-template-topology.yaml": topology_template(),
+        f"clusterclass-{CLUSTER_CLASS}.yaml": clusterclass(),
+    }
+
+
 def render(root: Path = REPO_ROOT) -> dict[Path, str]:
     """Every file of the repository, keyed by its path relative to ``root``."""
-    chart = yaml.safe_load((root / "deploy" / "charts" / "capmaas" / "Chart.yaml").read_text())
-    if f"v{chart['appVersion']}" != VERSION:
-        raise RuntimeError(
-            f"Chart appVersion {chart['appVersion']} != clusterctl repository version {VERSION}"
-        )
     base = OUT_DIR / PROVIDER / VERSION
-    return {
-        base / "metadata.yaml": metadata(),
-        base / "infrastructure-components.yaml": components(root),
-        base / "cluster-template.yaml": cluster_template(lxd_control_plane=False),
-        base / "cluster-template-lxd.yaml": cluster_template(lxd_control_plane=True),
-        base / "cluster-template-kube-vip.yaml": cluster_template(lxd_control_plane=False, kube_vip=True),
-        base / "cluster-template-topology.yaml": topology_template(),
-        base / f"clusterclass-{CLUSTER_CLASS}.yaml": clusterclass(),
-    }
+    return {base / name: text for name, text in assets(root).items()}
 
 
 def drift(root: Path = REPO_ROOT) -> list[str]:

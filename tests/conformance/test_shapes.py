@@ -66,8 +66,24 @@ def rich_simulator() -> Simulator:
             *inventory.data["boot_resources"],
             {"name": "custom-image", "architecture": "amd64/generic", "type": "uploaded", "title": "Custom"},
         ],
+        "machines": [
+            {**m, "devices": [GPU, {**GPU, "vendor_id": "046d", "product_id": "c52b", "bus": "USB"}]}
+            if m["hostname"] == "metal-1"
+            else m
+            for m in inventory.data["machines"]
+        ],
     }
     return Simulator(inventory, api_key=ADMIN_KEY)
+
+
+GPU = {
+    "vendor_id": "10de",
+    "product_id": "2230",
+    "vendor_name": "NVIDIA Corporation",
+    "product_name": "GA102GL [RTX A6000]",
+    "commissioning_driver": "nvidia",
+    "hardware_type": "gpu",
+}
 
 
 async def collect(sim: Simulator) -> dict[str, list[Any]]:
@@ -128,6 +144,9 @@ async def collect(sim: Simulator) -> dict[str, list[Any]]:
             add("machine", await ok("GET", f"machines/{sid}/"))
             add("interface", await ok("GET", f"nodes/{sid}/interfaces/"))
             add("block_device", await ok("GET", f"nodes/{sid}/blockdevices/"))
+            for device in await ok("GET", f"nodes/{sid}/devices/"):
+                add("node_device", device)
+                add("node_device", await ok("GET", f"nodes/{sid}/devices/{device['id']}/"))
             add("power_state", await ok("GET", f"machines/{sid}/", params={"op": "query_power_state"}))
         add("machine", await ok("POST", f"machines/{allocated['system_id']}/", params={"op": "release"}))
         # VM hosts

@@ -312,6 +312,69 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         machine_template({"image": "ubuntu/jammy", "minCPU": 1, "minMemory": 2048, "lxdConfig": {}}),
         "lxdConfig is only allowed when provisioningMode is lxd",
     ),
+    (
+        "machine-architecture-bad",
+        machine(architecture="ARM64 generic"),
+        "spec.architecture in body should match",
+    ),
+    ("machine-notTags-bad-name", machine(notTags=["not ok"]), "spec.notTags[0] in body should match"),
+    (
+        "machine-devices-two-filters",
+        machine(devices=[{"vendorID": "10de"}, {"vendorID": "1002"}]),
+        "spec.devices: Too many: 2: must have at most 1 item",
+    ),
+    ("machine-device-filter-empty", machine(devices=[{}]), "a device filter needs at least one of"),
+    ("machine-device-vendor-not-hex", machine(devices=[{"vendorID": "nv1d"}]), "spec.devices[0].vendorID"),
+    (
+        "machine-device-name-with-comma",
+        machine(devices=[{"productName": "GA102GL, rev a1"}]),
+        "spec.devices[0].productName in body should match",
+    ),
+    (
+        "machine-interface-label-bad",
+        machine(interfaces=[{"label": "-x", "space": "api"}]),
+        "spec.interfaces[0].label in body should match",
+    ),
+    (
+        "machine-interface-empty",
+        machine(interfaces=[{"label": "a"}]),
+        "an interface constraint needs at least",
+    ),
+    (
+        "machine-interface-value-with-semicolon",
+        machine(interfaces=[{"label": "a", "space": "api;b:vid=1"}]),
+        "spec.interfaces[0].space in body should match",
+    ),
+    (
+        "machine-interface-label-twice",
+        machine(interfaces=[{"label": "a", "space": "api"}, {"label": "a", "vid": 20}]),
+        "Duplicate value",
+    ),
+    (
+        "machine-extraDisk-labelled-root",
+        machine(extraDisks=[{"label": "root", "size": 100}]),
+        "root is the root disk's label",
+    ),
+    (
+        "machine-extraDisk-bad-size",
+        machine(extraDisks=[{"label": "data", "size": "lots"}]),
+        "must be a whole number of gigabytes",
+    ),
+    (
+        "machine-extraDisk-tag-with-paren",
+        machine(extraDisks=[{"label": "data", "size": 100, "tags": ["ssd)"]}]),
+        "spec.extraDisks[0].tags[0] in body should match",
+    ),
+    (
+        "machine-selection-on-lxd",
+        machine(provisioningMode="lxd", lxdConfig={}, architecture="arm64"),
+        "an LXD VM is composed, not selected",
+    ),
+    (
+        "template-device-filter-empty",
+        machine_template({"image": "ubuntu/jammy", "minCPU": 1, "minMemory": 2048, "devices": [{}]}),
+        "a device filter needs at least one of",
+    ),
 ]
 
 

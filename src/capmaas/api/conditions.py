@@ -65,6 +65,7 @@ EXTERNALLY_MANAGED_REASON = "ExternallyManaged"  # MaasCluster marked cluster.x-
 # --- reasons: failures and retries ----------------------------------------------------------------
 
 NO_MACHINE_AVAILABLE_REASON = "NoMachineAvailable"  # MAAS has no Ready machine matching the constraints
+CONSTRAINTS_REFUSED_REASON = "ConstraintsRefused"  # MAAS's allocate form refused a constraint (its text)
 DEPLOYMENT_FAILED_REASON = "DeploymentFailed"  # MAAS reports Failed deployment (machine released, retrying)
 DEPLOYMENT_TIMED_OUT_REASON = "DeploymentTimedOut"  # Deploying for longer than the deploy timeout
 INVALID_IMAGE_REASON = "InvalidImage"  # MAAS refused the deploy's image or kernel (distro_series, hwe_kernel)

@@ -2,7 +2,7 @@
 
 N MaasMachines against the MAAS simulator, through the real operator process and the real apiserver, using
 the demo's orchestration (:mod:`capmaas.demo.stack`, :mod:`capmaas.demo.capi`). Prints figures next to the
-targets of issue 4; it never asserts on timings.
+performance targets; it never asserts on timings.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ first creates ``--small`` MaasMachines ``--rounds`` times on a quiet operator (a
 starts creating its N and, once a tenth of them are created, the small tenant does the same rounds again
 (under the stream). Printed: the small tenant's readiness lag (MAAS Deployed → MaasMachine ready on a watch,
 as the main benchmark measures it) and its create → Ready time, alone and under the stream, and their ratio
-(issue 21's target: p99 under the stream within 2x of alone); and the large tenant's own figures. Figures
+(the target: p99 under the stream within 2x of alone); and the large tenant's own figures. Figures
 only, no assertion on them.
 """
 

@@ -385,7 +385,7 @@ class Bench:
         if "shards" in f:
             self.say("")
             self.say(
-                "per shard (one operator process each; issue 11 target, 4,000 machines on 4 shards: all"
+                "per shard (one operator process each; the target, 4,000 machines on 4 shards: all"
                 f" Ready, MAAS requests / lifecycle <= 3.2 (total: {f['maas_requests_per_machine']:.2f}),"
                 " readiness lag p99 <= 5 s)"
             )

@@ -35,6 +35,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
@@ -469,9 +470,26 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         proc = self._ctr(_system_binary("ctr"), "images", "list", "--quiet", check=False)
         return proc.stdout.split()
 
-    def import_image(self, archive: Path) -> None:
-        """Import one more OCI archive (e.g. a rebuilt operator image for ``helm upgrade``)."""
-        self._ctr(_system_binary("ctr"), "images", "import", str(archive))
+    def import_image(self, archive: Path, *, digests: bool = False) -> None:
+        """Import one more OCI archive (e.g. a rebuilt operator image for ``helm upgrade``).
+
+        ``digests``: also name each image ``repo@sha256:<manifest>``. For a reference pinned by digest
+        (``repo:tag@sha256:...``, as a release's chart and clusterctl components have it) containerd's CRI
+        drops the tag and looks up ``repo@sha256:...``, a name ``ctr images import`` never creates (its
+        ``--digests`` names the image ``import-<date>@sha256:...``): without it the kubelet reports the image
+        absent (``ErrImageNeverPull``) although it is there."""
+        ctr = _system_binary("ctr")
+        self._ctr(ctr, "images", "import", str(archive))
+        if not digests:
+            return
+        with tarfile.open(archive) as tar:
+            index = tar.extractfile("index.json")
+            manifests = json.load(index)["manifests"] if index is not None else []
+        for entry in manifests:
+            name = entry.get("annotations", {}).get("org.opencontainers.image.ref.name", "")
+            repo = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+            if repo:
+                self._ctr(ctr, "images", "tag", "--force", name, f"{repo}@{entry['digest']}")
 
     # -- using it --------------------------------------------------------------------------------------
     @contextlib.contextmanager

@@ -433,8 +433,10 @@ class _Request(pydantic.BaseModel):
 class AllocateConstraints(_Request):
     """What ``machines/?op=allocate`` must match. Every given constraint must hold (AND).
 
-    ``mem`` is MiB; ``storage`` is MAAS's ``label:sizeGB(tag,...),...``; ``interfaces`` is
-    ``label:key=value,...;...``. ``tags`` must all be present, ``not_tags`` none of them.
+    ``mem`` is MiB; ``storage`` is MAAS's ``label:sizeGB(tag,...),...`` (the first entry is the disk holding
+    ``/``); ``interfaces`` is ``label:key=value,...;...``; ``devices`` is one ``key=value,...`` that a single
+    PCI/USB device must match (MAAS reads one ``devices`` value). ``arch`` is ``arch/subarch`` or a primary
+    architecture MAAS expands. ``tags`` must all be present, ``not_tags`` none of them.
     ``not_pod_type`` leaves out machines whose BMC has that power type: ``lxd`` keeps composed LXD VMs
     (Ready between commissioning and their own allocate) away from a bare-metal allocate. In 3.7 it is an
     exclusion on ``bmc.power_type``, so bare metal (an IPMI/Redfish/... BMC) still matches.
@@ -451,13 +453,25 @@ class AllocateConstraints(_Request):
     arch: str | None = None
     storage: str | None = None
     interfaces: str | None = None
+    devices: str | None = None
     system_id: str | None = None
     name: str | None = None
 
     def to_form(self) -> FormFields:
         """Form fields in a stable order, repeated keys for lists, nothing for unset constraints."""
         return self._form(
-            ("name", "system_id", "arch", "cpu_count", "mem", "zone", "pool", "storage", "interfaces"),
+            (
+                "name",
+                "system_id",
+                "arch",
+                "cpu_count",
+                "mem",
+                "zone",
+                "pool",
+                "storage",
+                "interfaces",
+                "devices",
+            ),
             ("tags", "not_tags", "not_in_zone", "not_pod_type"),
         )
 

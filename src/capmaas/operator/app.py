@@ -637,7 +637,7 @@ async def run_operator(config: OperatorConfig, *, stop_flag: asyncio.Event | Non
     namespaces = [config.kube.namespace] if config.kube.namespace else []
     operator = kopf.operator(
         registry=registry,
-        standalone=True,  # kopf's peering is not a lock (issue 11): the Lease is
+        standalone=True,  # kopf's peering is not a lock: the Lease is
         liveness_endpoint=liveness,
         clusterwide=not namespaces,
         namespaces=namespaces,

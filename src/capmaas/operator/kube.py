@@ -18,7 +18,7 @@ Secrets (join tokens, certificates) are read when needed and never kept. The pre
 read through a cache of the same kind. Workload clients are cached the same
 way and closed when they leave the cache.
 
-Trust (issue 10): a workload kubeconfig is used only when it comes from CAPI's kubeconfig Secret of the
+Trust: a workload kubeconfig is used only when it comes from CAPI's kubeconfig Secret of the
 cluster (type ``cluster.x-k8s.io/secret``, labelled ``cluster.x-k8s.io/cluster-name=<cluster>``, named
 ``<cluster>-kubeconfig``) and passes :func:`~capmaas.operator.kubeconfig.parse_kubeconfig`: inline
 credentials only, so a tenant's kubeconfig can neither run a command in the operator nor make it read a file.

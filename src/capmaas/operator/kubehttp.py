@@ -18,7 +18,7 @@ backoff takes over.
 
 The connections are handed out by :class:`~capmaas.operator.slots.PrioritySlots`: the namespaces in a
 request's path take turns, by priority inside a namespace, and one namespace holds at most all but an eighth
-of them (issue 21: one tenant's burst must not hold the others' requests).
+of them (one tenant's burst must not hold the others' requests).
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ class KubeHttp:
         # for as long as it takes; only an apiserver that stops answering times out.
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout)
         # One tenant may hold all but an eighth of the connections (14 of 16): the rest are always there for
-        # the other namespaces' requests (issue 21); a small client (2 connections) is not capped.
+        # the other namespaces' requests; a small client (2 connections) is not capped.
         cap = per_namespace if per_namespace is not None else connections - connections // 8
         self._slots = PrioritySlots(connections, per_namespace=cap)
         self._session: aiohttp.ClientSession | None = None  # made on first use, inside the event loop

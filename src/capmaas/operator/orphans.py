@@ -1,4 +1,4 @@
-"""The orphan report: what capmaas holds in MAAS that no live object names (issue 21, item 5).
+"""The orphan report: what capmaas holds in MAAS that no live object names.
 
 The leak audit (:mod:`capmaas.operator.leaks`) follows the deletions this process saw; it is blind to an
 object that vanished while no operator ran, before a restart, or in another process's time. The report looks

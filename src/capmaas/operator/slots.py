@@ -5,7 +5,7 @@ Used for the operator's Kubernetes requests (:class:`~capmaas.operator.kubehttp.
 shared by every tenant) and, one per namespace, for its reconcile passes
 (:class:`~capmaas.operator.workers.Workers`). Why fairness per namespace at all: every namespace may be a
 hostile tenant (docs/security.md, "Fairness between tenants"), and one tenant's burst of a thousand objects
-must not hold every other tenant's work (issue 21).
+must not hold every other tenant's work.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class PrioritySlots:
     before starting more. Priority -1 goes before both: the status write that completes an object (``ready``)
     and the one shared read of a cached Secret that every pass waits on.
 
-    Why turns by namespace (issue 21, tenants): with strict priority over one queue, a stream of one tenant's
+    Why turns by namespace (tenants): with strict priority over one queue, a stream of one tenant's
     status writes held every other tenant's Secret reads and metadata patches for seconds. Now a tenant with
     a thousand queued writes and a tenant with one get every other slot, whatever their priorities: another
     tenant's higher priority can hold a request for one turn, never longer, so no priority starves across

@@ -12,7 +12,7 @@ resync interval), :class:`TransientError` → its delay (or exponential backoff 
 :class:`TerminalError` → wait for a change, anything unexpected → logged with its traceback and retried with
 backoff (never a crash loop).
 
-Fairness between namespaces (issue 21): every object has its loop, so no object ever waits for a free
+Fairness between namespaces: every object has its loop, so no object ever waits for a free
 worker; but a pass is CPU on the one event loop and requests in the shared queues, and a namespace with
 thousands of objects due at once would have thousands of passes competing with another namespace's one. So a
 namespace runs at most ``per_namespace`` passes at once (:class:`~capmaas.operator.slots.PrioritySlots`, one

@@ -215,6 +215,20 @@ class BareMetal:
             if failures == 1:  # one Event per streak; the condition stays current
                 scope.event("Warning", C.NO_MACHINE_AVAILABLE_REASON, msg)
             raise TransientError(C.NO_MACHINE_AVAILABLE_REASON, msg, delay=delay) from exc
+        except maas_errors.BadRequestError as exc:
+            # MAAS's form refused a constraint (unknown tag or architecture, a malformed devices/interfaces/
+            # storage value): nothing was allocated. Its own words name the field; retried with the backoff
+            # of an empty pool, as an admin may add the tag or import the architecture's image.
+            scope.set_annotation(ALLOCATING, None)
+            failures = int(scope.annotation(FAILURES) or 0) + 1
+            scope.set_annotation(FAILURES, str(failures))
+            delay = life.backoff(failures - 1)
+            scope.set_annotation(ALLOCATE_AFTER, f"{life.clock() + delay:.3f}@{scope.generation}")
+            said = facts.maas_text(exc.body, 400)
+            msg = f"MAAS refused the allocate constraints ({facts.describe(constraints)}): {said}"
+            if failures == 1:
+                scope.event("Warning", C.CONSTRAINTS_REFUSED_REASON, msg)
+            raise TransientError(C.CONSTRAINTS_REFUSED_REASON, msg, delay=delay) from exc
         except maas_errors.MaasError as exc:
             # The allocate may or may not have happened: keep the annotation, so the next pass looks first.
             raise maas_failure(exc, None, "allocating") from exc
@@ -362,14 +376,13 @@ class BareMetal:
         """What to ask MAAS for, and where its zone comes from (``ZONE_FROM_*``): the user's or CAPI's zone;
         else the spread rule's choice among the cluster's failure domains; else no zone (MAAS chooses)."""
         spec = scope.want
-        storage = f"root:{spec.min_disk_size}" if spec.min_disk_size else None
         asked = maas.AllocateConstraints(
             cpu_count=spec.min_cpu,
             mem=spec.min_memory,
             tags=tuple(spec.tags or ()),
             pool=spec.resource_pool,
-            storage=storage,
             not_pod_type=(LXD_POWER_TYPE,),
+            **facts.selection(spec),
         )
         zone = self._user_zone(scope)
         if zone:

@@ -9,12 +9,12 @@ never emptied while control-plane machines exist: a control plane that is briefl
 addresses (the Go provider wiped them and clusters lost their API). The record is deleted with the cluster,
 once no MaasMachine of the cluster is left.
 
-Ownership (issue 10): a record is ours only if we created it. Its MAAS id and name are kept in the
+Ownership: a record is ours only if we created it. Its MAAS id and name are kept in the
 ``…/dns-record`` annotation (written by the operator only: the admission policy; kept by clusterctl move,
 which restores no status) and shown in ``status.network``. No other record is ever written or deleted: a
 record of the endpoint's name that is not ours is a ``DNSRecordConflict``.
 
-Names (issue 21): capmaas creates only the record named for this MaasCluster (:func:`dns_name`, a suffix of
+Names: capmaas creates only the record named for this MaasCluster (:func:`dns_name`, a suffix of
 64 bits of the UID's hash, so no UID another tenant can get names the same record). A host of the managed
 shape (``<cluster>-….<dnsDomain>``) that is not exactly that name is refused (``DNSNameNotOwn``), and with
 the admin's per-namespace domain list (``dns.namespace_domains``) so is another domain
@@ -116,7 +116,7 @@ class ClusterScope(ObjectScope):
 
 
 #: Hex digits of the name's suffix: 64 bits, so finding a UID whose name is another cluster's takes ~2^64
-#: MaasClusters (the 24 bits of earlier releases took ~2^24 creates: issue 21 attack 7).
+#: MaasClusters (the 24 bits of earlier releases took ~2^24 creates to collide with a victim's record).
 SUFFIX_HEX = 16
 #: The suffix of earlier releases' names (:func:`legacy_dns_name`).
 LEGACY_SUFFIX_HEX = 6

@@ -1,4 +1,4 @@
-"""The two non-success outcomes of a reconcile (style rule 5).
+"""The two non-success outcomes of a reconcile: one exception tree for the reconcilers' boundary.
 
 A reconcile either succeeds (possibly asking to be run again after a delay, see ``Requeue`` in
 :mod:`capmaas.reconcilers.scope`), or ends in one of these:

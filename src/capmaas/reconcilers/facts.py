@@ -18,6 +18,7 @@ import pydantic
 
 from capmaas import maas
 from capmaas.api.v1beta1 import PROVISIONING_MODE_LXD, MaasClusterSpec, MaasMachineSpec
+from capmaas.api.v1beta1.selection import ROOT_LABEL
 from capmaas.reconcilers.keys import (
     MACHINE_TYPE_LABEL,
     POOL_LABEL,
@@ -43,6 +44,7 @@ __all__ = [
     "refusal_text",
     "region_of",
     "registers_vm_host",
+    "selection",
 ]
 
 
@@ -119,6 +121,33 @@ def region_of(maascluster: Body | None, endpoint: str) -> str | None:
         if region:
             return region
     return urlsplit(endpoint).hostname
+
+
+def selection(spec: MaasMachineSpec) -> dict[str, Any]:
+    """The MAAS allocate constraints a bare-metal spec's hardware fields mean (``AllocateConstraints``
+    keywords), in MAAS 3.7's syntax (``node_constraint_filter_forms.py``): ``storage`` puts the root disk
+    first
+    (``root:<minDiskSize>[(tags)]``, ``nodes_by_storage`` takes the first entry as the disk holding ``/``) and
+    is sent only when something asks for disks; ``devices`` is the one filter MAAS reads."""
+    out: dict[str, Any] = {}
+    if spec.architecture:
+        out["arch"] = spec.architecture
+    if spec.not_tags:
+        out["not_tags"] = tuple(spec.not_tags)
+    if spec.devices:
+        out["devices"] = spec.devices[0].to_constraint()
+    if spec.interfaces:
+        out["interfaces"] = ";".join(i.to_constraint() for i in spec.interfaces)
+    if spec.min_disk_size or spec.root_disk_tags or spec.extra_disks:
+        root = f"{ROOT_LABEL}:{spec.min_disk_size or 0}"
+        if spec.root_disk_tags:
+            root += f"({','.join(spec.root_disk_tags)})"
+        extra = [
+            f"{d.label}:{d.size_gb}" + (f"({','.join(d.tags)})" if d.tags else "")
+            for d in spec.extra_disks or ()
+        ]
+        out["storage"] = ",".join([root, *extra])
+    return out
 
 
 def describe(c: maas.AllocateConstraints) -> str:

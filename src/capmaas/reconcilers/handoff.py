@@ -3,7 +3,7 @@
 clusterctl deletes the source objects of a move with ``clusterctl.cluster.x-k8s.io/delete-for-move`` on them;
 the target's objects carry the same system IDs and records on, so the source must release nothing. But the
 annotation alone proves nothing: anyone who may write the object could set it and delete, and the MAAS
-machine would stay allocated with no object left to give it back (issue 21, attack 9). clusterctl (v1.13,
+machine would stay allocated with no object left to give it back. clusterctl (v1.13,
 ``cmd/clusterctl/client/cluster/mover.go``) refuses to move a paused Cluster and pauses every Cluster it moves
 (``spec.paused: true``) before it creates anything on the target, and deletes the source objects only after
 that, owners last. So the annotation is honoured only while the owning Cluster is paused; otherwise the

@@ -1,4 +1,4 @@
-"""Identity-bound references (issue 21): every MAAS reference an object holds names something in *one* MAAS,
+"""Identity-bound references: every MAAS reference an object holds names something in *one* MAAS,
 as seen by *one* MAAS user, and is acted on only with that identity's credentials.
 
 Why: a system ID, a DNS record id or a VM host id is only a small string or integer. A tenant who may point
@@ -93,7 +93,7 @@ def machine_references(body: Body) -> list[str]:
 
 def holds_maas(scope: MachineScope) -> bool:
     """Whether anything of this MaasMachine may be in MAAS: a system ID, or a request in doubt. Without one a
-    deletion has nothing to give back and sends nothing (issue 21, item 6)."""
+    deletion has nothing to give back and sends nothing (a refused object still deletes)."""
     return bool(machine_references(scope.body) or scope.want.system_id)
 
 

@@ -131,7 +131,7 @@ async def fetch_listing(port: VmHostPort, clock: Callable[[], float]) -> Listing
 
 
 def tenant_candidates(listing: Listing, namespace: str) -> tuple[placement.HostCandidate, ...]:
-    """The listing's candidates ``namespace`` may place on: tagged for it or shared (issue 21). The listing
+    """The listing's candidates ``namespace`` may place on: tagged for it or shared. The listing
     itself stays shared by every namespace of the endpoint; only the view is per namespace."""
     return tuple(c for c in listing.candidates if host_usable(c.tags, namespace))
 

@@ -185,7 +185,7 @@ class MachineReconciler:
         scope.set_paused_condition(paused, why)
         if paused:
             return Requeue()
-        if not identity.holds_maas(scope):  # nothing to give back: MAAS is not contacted (issue 21, item 6)
+        if not identity.holds_maas(scope):  # nothing to give back: MAAS is not contacted
             self.lxd.placer.forget(scope.uid)
             return self.life.finished(scope)
         port = await self.session(scope)

@@ -1,4 +1,4 @@
-"""The ports the reconcilers do I/O through (style rule 13): ``typing.Protocol``s, implemented by the operator
+"""The ports the reconcilers do I/O through: ``typing.Protocol``s, implemented by the operator
 (Kubernetes) and by :mod:`capmaas.gateway` (MAAS), replaced by small fakes in unit tests.
 
 Why ports: the reconcilers hold the domain rules (when to allocate, when to give up, what the status says) and

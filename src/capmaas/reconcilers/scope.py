@@ -1,4 +1,4 @@
-"""Per-reconcile scopes (style rule 12): the loaded objects plus the changes a reconcile wants, written once.
+"""Per-reconcile scopes: the loaded objects plus the changes a reconcile wants, written once.
 
 A reconcile reads the object and its relatives into a scope, records intent through methods
 (``set_condition``, ``set_spec``, ``set_annotation``, ``add_finalizer``, ``event``), and

@@ -1,4 +1,4 @@
-"""Which VM hosts and DNS names a namespace may use (issue 21, items 2 and 3): pure rules, no I/O.
+"""Which VM hosts and DNS names a namespace may use: pure rules, no I/O.
 
 Why: a shared management cluster's operator holds one MAAS key (an admin's, for LXD and DNS) for many tenant
 namespaces. MAAS itself cannot tell them apart, so what belongs to whom is written into MAAS by the operator:

@@ -18,7 +18,7 @@ MaasMachine asked for the registration and MAAS shows the machine held under its
 rule of docs/security.md). Any other VM host on the machine is left alone: the release's 400 then reads
 ``VMHostInUse`` (:func:`capmaas.reconcilers.credentials.maas_failure`).
 
-Tenancy (issue 21): registering is allowed only in the namespaces the admin lists
+Tenancy: registering is allowed only in the namespaces the admin lists
 (:func:`check_registration`), and the registered host is tagged for the MaasMachine's namespace
 (:func:`tag_registered`), so only that namespace's LXD machines are placed on it
 (:mod:`capmaas.reconcilers.tenancy`).

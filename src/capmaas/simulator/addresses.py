@@ -4,7 +4,7 @@ pins) and ``ipranges/`` (read-only) (M ``api/ip_addresses.py``, ``api/reservedip
 
 A reserved address is a row in use (``State.used_ips``): no machine gets it, and ``link_subnet`` with it is
 404 ``IP address is already in use.``. A DNS resource naming an address no row has makes such a row too
-(``misc._address_rows``), and deleting the resource deletes the rows only it held. A ``reservedips/`` entry
+(``catalog._address_rows``), and deleting the resource deletes the rows only it held. A ``reservedips/`` entry
 is not a row: it pins the address to a MAC for ``State.claim_auto_ips`` and survives release. With
 ``hostname``, reserve adds the address to that DNS resource, creating it (default domain, or the domain after
 the first dot); releasing the address takes it out of every DNS resource.

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from capmaas.simulator.forms import FormData
 from capmaas.simulator.http import HttpError
-from capmaas.simulator.models import ANY_STATUS_BY_NAME, Machine, NodeStatus
+from capmaas.simulator.models import ANY_STATUS_BY_NAME, Interface, Machine, NodeStatus
 from capmaas.simulator.state import State
 
 #: ``FilterNodeForm``'s fields (M ``node_constraint_filter_forms.py``): both listing and allocate take them.
@@ -131,6 +131,8 @@ class StorageGroup:
     label: str
     size: int
     tags: frozenset[str]
+    #: Whether the value gave a label (MAAS reports only labelled groups in ``constraints_by_type``).
+    named: bool = True
 
 
 @dataclass
@@ -144,7 +146,9 @@ class Constraints:
     agent_names: list[str] = field(default_factory=list)
     hostnames: list[str] = field(default_factory=list)
     storage: list[StorageGroup] = field(default_factory=list)
-    interfaces: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    interfaces: list[tuple[str, dict[str, list[str]]]] = field(default_factory=list)
+    #: ``devices``: key -> lower-cased value one node device must match
+    devices: dict[str, str] = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)
     not_tags: list[str] = field(default_factory=list)
     #: ``pod``/``not_pod``/``pod_type``/``not_pod_type``: allocate's dynamic compose filters hosts by them.
@@ -385,20 +389,42 @@ def _fabrics_vlans(form: FormData, c: Constraints) -> None:
 
 
 def _link_speed_devices(form: FormData, c: Constraints, errors: dict[str, list[str]]) -> None:
-    """``link_speed``: some interface at least this fast (Mbit/s); ``devices``: node devices (PCI/USB),
-    which no simulated machine has, so a ``devices`` constraint matches nothing."""
+    """``link_speed``: some interface at least this fast (Mbit/s). ``devices``: one ``key=value,...`` value
+    (a CharField: the last one sent counts) whose keys must all be ``DEVICE_CONSTRAINT_NAMES`` (M
+    ``devices_validator``, l.191-195) and must all hold for ONE node device, case-insensitively
+    (``filter_by_devices``, l.1310-1318: a repeated key keeps its last value)."""
     speed = _numbers(form, "link_speed", "Invalid link speed: number required.")
     if speed is not None:
-        c.predicates.append(lambda m: any(i.type == "physical" for i in m.interfaces) and speed <= LINK_SPEED)
+        c.predicates.append(
+            lambda m: any(i.type == "physical" and i.link_speed >= speed for i in m.interfaces)
+        )
         c.described["link_speed"] = _fmt_number(speed)
     devices = form.get("devices")
-    if devices:
-        for chunk in devices.split(";"):
-            _, _, pairs = chunk.rpartition(":")
-            if any("=" not in kv for kv in pairs.split(",")):
-                errors["devices"] = [f"Malformed devices constraint, {devices!r}."]
-        c.predicates.append(lambda m: False)
-        c.described["devices"] = devices
+    if not devices:
+        return
+    wanted: dict[str, str] = {}
+    for chunk in devices.split(","):
+        key, eq, value = chunk.partition("=")
+        if key not in DEVICE_KEYS:
+            errors["devices"] = [
+                f"Unknown devices constraint: '{key}"
+            ]  # sic: MAAS's text has no closing quote
+            return
+        if eq:
+            wanted[key] = value.lower()
+    c.devices = wanted
+    c.predicates.append(lambda m: match_devices(m, wanted) is not None)
+    c.described["devices"] = devices
+
+
+#: ``DEVICE_CONSTRAINT_NAMES`` (M ``node_constraint_filter_forms.py:137-143``).
+DEVICE_KEYS = frozenset({"vendor_id", "product_id", "vendor_name", "product_name", "commissioning_driver"})
+
+
+def match_devices(m: Machine, wanted: dict[str, str]) -> list[int] | None:
+    """The machine's devices matching every key (``__iexact``), or None when none does."""
+    hits = [d.id for d in m.node_devices if all(getattr(d, k).lower() == v for k, v in wanted.items())]
+    return hits or None
 
 
 LINK_SPEED = 10000  # every simulated physical NIC (serialize.interface_json)
@@ -529,82 +555,201 @@ def parse_storage(value: str) -> list[StorageGroup] | None:
     return groups
 
 
+#: MAAS's ``STORAGE_REGEX`` (l.69-74), unanchored: ``storage_validator`` finds the groups and re-renders them.
+MAAS_STORAGE_RE = re.compile(r"(?:(?P<label>[a-zA-Z0-9]+)\:)?(?P<size>[0-9.]+)(?:\((?P<tags>[^)]+)\))?")
+
+
+def storage_valid(value: str) -> bool:
+    """``storage_validator`` (l.77-103): the value is exactly its parsed groups joined by commas."""
+    groups = MAAS_STORAGE_RE.findall(value)
+    rendered = [(f"{n}:" if n else "") + size + (f"({tags})" if tags else "") for n, size, tags in groups]
+    return bool(groups) and ",".join(rendered) == value
+
+
 def _storage(form: FormData, c: Constraints, errors: dict[str, list[str]]) -> None:
     value = form.get("storage")
     if not value:
         return
-    groups = parse_storage(value)
+    groups = parse_storage(value) if storage_valid(value) else None
     if groups is None:
         errors["storage"] = [f'Malformed storage constraint, "{value}".']
         return
+    for g, (label, _, _) in zip(groups, MAAS_STORAGE_RE.findall(value), strict=True):
+        g.named = bool(label)
     c.storage = groups
     c.predicates.append(lambda m: match_storage(m, groups) is not None)
     c.described["storage"] = value
 
 
 def match_storage(m: Machine, groups: list[StorageGroup]) -> dict[str, list[int]] | None:
-    """Assign a distinct disk to each group (first fit); None when the machine cannot satisfy them."""
-    used: set[int] = set()
-    out: dict[str, list[int]] = {}
-    for g in groups:
-        disk = next(
+    """``nodes_by_storage`` (l.343-528): the first group is the disk holding ``/`` (here the boot disk, the
+    first, where the default flat layout puts it), the others each an unused disk of the rest, the smallest
+    that fits, the groups with most tags first. A ``partition`` tag asks for a partition, which no simulated
+    machine has. None when the machine cannot satisfy them all; else label -> [disk id] for named groups."""
+    if not m.disks or any("partition" in g.tags for g in groups):
+        return None
+    head, *tail = groups
+    root = m.disks[0]
+    if root.size < head.size or not head.tags <= set(root.tags):
+        return None
+    matched: list[tuple[StorageGroup, int]] = [(head, root.id)]
+    used = {root.id}
+    for g in sorted(tail, key=lambda g: len(g.tags), reverse=True):
+        fits = sorted(
             (d for d in m.disks if d.id not in used and d.size >= g.size and g.tags <= set(d.tags)),
-            None,
+            key=lambda d: d.size,
         )
-        if disk is None:
+        if not fits:
             return None
-        used.add(disk.id)
-        out[g.label] = [disk.id]
+        used.add(fits[0].id)
+        matched.append((g, fits[0].id))
+    out: dict[str, list[int]] = {}
+    for g, disk_id in matched:
+        if g.named:
+            out.setdefault(g.label, []).append(disk_id)
+    return out
+
+
+#: ``NETWORKING_CONSTRAINT_NAMES`` (M ``node_constraint_filter_forms.py:106-134``).
+INTERFACE_KEYS = frozenset(
+    {
+        "id", "not_id", "fabric", "not_fabric", "fabric_class", "not_fabric_class", "ip", "not_ip", "mode",
+        "name", "not_name", "hostname", "not_hostname", "subnet", "not_subnet", "space", "not_space",
+        "subnet_cidr", "not_subnet_cidr", "type", "vlan", "not_vlan", "vid", "not_vid", "tag", "not_tag",
+        "link_speed",
+    }
+)  # fmt: skip
+_LABEL_RE = re.compile(r"[a-zA-Z0-9]+[a-zA-Z0-9_-]*$")
+
+
+def parse_labeled_map(value: str) -> list[tuple[str, dict[str, list[str]]]]:
+    """``parse_labeled_constraint_map`` (M ``provisioningserver/utils/constraints.py:49-120``), its texts as
+    ValueError: ``label:key=value[,key=value];label2:...``, labels unique, a key may repeat."""
+    if len(value) <= 1:
+        return []
+    out: list[tuple[str, dict[str, list[str]]]] = []
+    for constraint in value.split(";"):
+        label, sep, rest = constraint.partition(":")
+        if not sep:
+            raise ValueError(
+                f"Malformed constraint: '{constraint}' (required format: "
+                "'<label>:<key>=<value>[,<key2>=<value2>[,...]]')"
+            )
+        if not _LABEL_RE.match(label):
+            raise ValueError(
+                f"Invalid label name: '{label}' (Must begin with an alphanumeric character, and include only "
+                "alphanumeric characters, dashes, and underscores.)"
+            )
+        if any(label == seen for seen, _ in out):
+            raise ValueError(f"Constraint label defined more than once: '{label}'")
+        pairs: dict[str, list[str]] = {}
+        for kvp in rest.split(","):
+            key, eq, val = kvp.partition("=")
+            if not eq:
+                raise ValueError(f"Malformed key/value pair in constraint: '{kvp}'")
+            pairs.setdefault(key, []).append(val)
+        out.append((label, pairs))
     return out
 
 
 def _interfaces(state: State, form: FormData, c: Constraints, errors: dict[str, list[str]]) -> None:
+    """``interfaces``: the map must parse, then every key be a networking constraint name (the field's
+    validators in that order, l.614-629 and 176-188)."""
     value = form.get("interfaces")
-    if not value:
+    if not value or not value.strip():
         return
-    labeled: list[tuple[str, dict[str, str]]] = []
-    for n, chunk in enumerate(value.split(";")):
-        label, sep, rest = chunk.partition(":")
-        if not sep:
-            label, rest = str(n), chunk
-        pairs: dict[str, str] = {}
-        for kv in rest.split(","):
-            key, eq, val = kv.partition("=")
-            if not eq or not key.strip():
-                errors["interfaces"] = [f"Malformed interfaces constraint, {value!r}."]
-                return
-            pairs[key.strip()] = val.strip()
-        labeled.append((label.strip(), pairs))
+    try:
+        labeled = parse_labeled_map(value)
+    except ValueError as exc:
+        errors["interfaces"] = [str(exc)]
+        return
+    for _, pairs in labeled:
+        unknown = next((k for k in pairs if k not in INTERFACE_KEYS), None)
+        if unknown is not None:
+            errors["interfaces"] = [f"Unknown interfaces constraint: '{unknown}"]  # sic: no closing quote
+            return
+    modes = {v.strip().lower() for _, pairs in labeled for v in pairs.get("mode", [])}
+    if modes - {"unconfigured"}:  # raised while filtering, outside the form: a plain-text 400
+        raise HttpError(400, "The only valid value for 'mode' is 'unconfigured'.")
+    if not labeled:
+        return
     c.interfaces = labeled
     c.predicates.append(lambda m: match_interfaces(state, m, labeled) is not None)
     c.described["interfaces"] = value
 
 
-def _iface_ok(state: State, subnet_id: int | None, pairs: dict[str, str]) -> bool:
-    subnet = state.subnets.get(subnet_id) if subnet_id is not None else None
-    for key, want in pairs.items():
-        if key == "subnet":
-            if subnet is None or want not in (subnet.cidr, subnet.name, f"id:{subnet.id}", str(subnet.id)):
-                return False
-        elif key == "space" and (subnet is None or subnet.space != want):
+def _iface_value(state: State, m: Machine, i: Interface, key: str, want: str) -> bool:
+    """One interface key (``InterfaceQueriesMixin.get_specifiers_q``, M ``models/interface.py:96-185``). The
+    simulator has one fabric, so an interface's VLAN and space are its subnet's."""
+    subnet = state.subnets.get(i.subnet_id) if i.subnet_id is not None else None
+    vid = subnet.vid if subnet is not None else 0
+    if key == "id":
+        return want.strip().isdigit() and int(want) == i.id
+    if key == "name":
+        return i.name == want
+    if key == "hostname":
+        return m.hostname == want
+    if key == "type":
+        return i.type == want
+    if key == "ip":
+        return i.ip == want
+    if key == "mode":
+        return not i.ip
+    if key == "fabric":
+        return want in (FABRIC_NAME, "0")
+    if key == "fabric_class":
+        return False  # the fabric has no class
+    if key == "space":
+        return (subnet.space if subnet is not None else "undefined") == want
+    if key == "vlan":
+        return _vlan_matches(want, vid)
+    if key == "vid":
+        return want.strip().isdigit() and int(want) == vid
+    if key == "subnet":
+        return subnet is not None and want in (
+            subnet.cidr,
+            subnet.name,
+            str(subnet.id),
+            f"id:{subnet.id}",
+            f"cidr:{subnet.cidr}",
+            f"name:{subnet.name}",
+            f"space:{subnet.space}",
+            f"vid:{subnet.vid}",
+        )
+    if key == "subnet_cidr":
+        return subnet is not None and subnet.cidr == want
+    if key == "tag":
+        return set(want.split("&&")) <= set(i.tags)
+    if key == "link_speed":
+        try:
+            return i.type == "physical" and i.link_speed >= float(want)
+        except ValueError:
+            return False
+    return False
+
+
+def _iface_ok(state: State, m: Machine, i: Interface, pairs: dict[str, list[str]]) -> bool:
+    """Every key holds (a ``not_`` key must not); a repeated key holds for any of its values."""
+    for key, values in pairs.items():
+        negate = key.startswith("not_")
+        base = key[4:] if negate else key
+        hit = any(_iface_value(state, m, i, base, v) for v in values)
+        if hit == negate:
             return False
     return True
 
 
 def match_interfaces(
-    state: State, m: Machine, labeled: list[tuple[str, dict[str, str]]]
+    state: State, m: Machine, labeled: list[tuple[str, dict[str, list[str]]]]
 ) -> dict[str, list[int]] | None:
-    used: set[int] = set()
+    """``nodes_by_interface`` (l.531-611): each label independently (two labels may match the same
+    interface), label -> every matching interface id; None when some label matches none."""
     out: dict[str, list[int]] = {}
     for label, pairs in labeled:
-        iface = next(
-            (i for i in m.interfaces if i.id not in used and _iface_ok(state, i.subnet_id, pairs)),
-            None,
-        )
-        if iface is None:
+        hits = [i.id for i in m.interfaces if _iface_ok(state, m, i, pairs)]
+        if not hits:
             return None
-        used.add(iface.id)
-        out[label] = [iface.id]
+        out[label] = hits
     return out
 
 

@@ -19,11 +19,11 @@ from urllib.parse import quote
 
 from capmaas.simulator import (
     addresses,
+    catalog,
     devices,
     dnsrecords,
     info,
     machines,
-    misc,
     networks,
     nodes,
     router,
@@ -87,7 +87,7 @@ class Simulator(Lifecycle):
         self.resources: list[router.Resource] = [
             *machines.RESOURCES,
             *vmhosts.RESOURCES,
-            *misc.RESOURCES,
+            *catalog.RESOURCES,
             *dnsrecords.RESOURCES,
             *nodes.RESOURCES,
             *networks.RESOURCES,

@@ -11,11 +11,18 @@ The YAML shape (every section optional; see examples/inventory-sample.yaml)::
     boot_resources: [{name: ubuntu/jammy, architecture: amd64/generic, type: synced|uploaded, title}]
     users: [{username, api_key, admin, password}]
     machines: [{hostname, system_id, zone, pool, domain, arch, cpu_count, cpu_speed, memory, tags,
-                disks: [{name, size, tags}], interfaces: [{name, mac, subnet, ip}],
+                disks: [{name, size, tags}], interfaces: [{name, mac, subnet, ip, tags, link_speed}],
+                devices: [{vendor_id, product_id, vendor_name, product_name, commissioning_driver,
+                           bus: PCIE|USB, hardware_type: node|cpu|memory|storage|network|gpu, pci_address}],
                 power_type, power_state, status, owner, commissioned}]
     vm_hosts: [{name, host (machine hostname), type, cores, memory, zone, pool, tags,
                 cpu_over_commit_ratio, memory_over_commit_ratio,
                 storage_pools: [{name, size, type, path, default}]}]
+
+``arch`` is MAAS's ``arch/subarch`` (``arm64/generic``); allocate's ``arch=`` knows the architectures of the
+boot resources and machines. ``devices`` are the PCI/USB devices commissioning found (allocate ``devices=``
+matches them; a GPU is ``hardware_type: gpu``). NICs are all on the one fabric (``fabric-0``); an interface's
+VLAN and space are its subnet's.
 
 Sizes accept bytes or ``500G``/``2T`` (decimal, as MAAS counts storage); memory accepts MiB or ``16G`` (GiB).
 
@@ -49,6 +56,7 @@ from capmaas.simulator.models import (
     Interface,
     IpRange,
     Machine,
+    NodeDevice,
     NodeStatus,
     Pool,
     StoragePool,
@@ -301,8 +309,18 @@ def _machine(state: State, entry: dict[str, Any], rng: random.Random) -> Machine
         name = str(i.get("name", f"eth{n}"))
         nic_tags = [str(t) for t in i.get("tags", [])]
         interfaces.append(
-            Interface(iid, name, mac, subnet_id, ip, auto=subnet_id is not None and not ip, tags=nic_tags)
+            Interface(
+                iid,
+                name,
+                mac,
+                subnet_id,
+                ip,
+                auto=subnet_id is not None and not ip,
+                tags=nic_tags,
+                link_speed=int(i.get("link_speed", 10000)),
+            )
         )
+    node_devices = [_node_device(state, d, where) for d in entry.get("devices") or []]
     status_name = str(entry.get("status", "ready")).lower()
     if status_name not in ANY_STATUS_BY_NAME:
         raise InventoryError(f"{where}: unknown status {status_name!r}")
@@ -326,6 +344,7 @@ def _machine(state: State, entry: dict[str, Any], rng: random.Random) -> Machine
         disks=disks,
         interfaces=interfaces,
         tags=tags,
+        node_devices=node_devices,
         power_type=power_type,
         power_state=str(entry.get("power_state", "unknown" if power_type == "manual" else default_power)),
         status=status,
@@ -337,6 +356,33 @@ def _machine(state: State, entry: dict[str, Any], rng: random.Random) -> Machine
     if status is NodeStatus.DEPLOYED:
         m.osystem, m.distro_series = "ubuntu", "jammy"
     return m
+
+
+DEVICE_BUSES = ("PCIE", "USB")
+HARDWARE_TYPES = ("node", "cpu", "memory", "storage", "network", "gpu")
+_HEX4 = re.compile(r"^[0-9a-fA-F]{4}$")
+
+
+def _node_device(state: State, d: dict[str, Any], where: str) -> NodeDevice:
+    """A PCI/USB device as commissioning records it: ids are four hex digits (lower case, as LXD gives)."""
+    vendor, product = str(_require(d, "vendor_id", where)), str(_require(d, "product_id", where))
+    if not (_HEX4.match(vendor) and _HEX4.match(product)):
+        raise InventoryError(f"{where}: devices: vendor_id and product_id are four hex digits")
+    bus = str(d.get("bus", "PCIE")).upper()
+    kind = str(d.get("hardware_type", "node")).lower()
+    if bus not in DEVICE_BUSES or kind not in HARDWARE_TYPES:
+        raise InventoryError(f"{where}: devices: bus is PCIE or USB, hardware_type one of {HARDWARE_TYPES}")
+    return NodeDevice(
+        state.new_id("node_device"),
+        bus,
+        vendor.lower(),
+        product.lower(),
+        str(d.get("vendor_name", "")),
+        str(d.get("product_name", "")),
+        str(d.get("commissioning_driver", "")),
+        kind,
+        d.get("pci_address"),
+    )
 
 
 def _vm_host(state: State, entry: dict[str, Any]) -> VmHost:

@@ -264,6 +264,8 @@ class Interface:
     #: The link's mode when it is not plain AUTO/STATIC: ``dhcp`` or ``link_up`` (None: derived)
     mode: str | None = None
     tags: list[str] = field(default_factory=list)
+    #: Mbit/s the NIC reports (MAAS ``link_speed``; a physical NIC's, 0 for virtual ones in the JSON).
+    link_speed: int = 10000
 
 
 @dataclass(slots=True)
@@ -319,6 +321,23 @@ class VmHost:
         return cores, memory, storage
 
 
+@dataclass(slots=True)
+class NodeDevice:
+    """A PCI or USB device commissioning found (M ``models/nodedevice.py``); allocate's ``devices=`` matches
+    these. ``hardware_type`` is MAAS's name (``node``, ``cpu``, ``memory``, ``storage``, ``network``,
+    ``gpu``)."""
+
+    id: int
+    bus: str  # PCIE | USB
+    vendor_id: str
+    product_id: str
+    vendor_name: str = ""
+    product_name: str = ""
+    commissioning_driver: str = ""
+    hardware_type: str = "node"
+    pci_address: str | None = None
+
+
 @dataclass(slots=True, eq=False)
 class Machine:
     id: int
@@ -334,6 +353,7 @@ class Machine:
     disks: list[Disk] = field(default_factory=list)
     interfaces: list[Interface] = field(default_factory=list)
     tags: set[str] = field(default_factory=set)
+    node_devices: list[NodeDevice] = field(default_factory=list)
     power_type: str = "ipmi"
     power_state: str = "off"
     status: NodeStatus = NodeStatus.READY

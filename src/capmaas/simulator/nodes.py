@@ -32,9 +32,9 @@ from capmaas.simulator.http import (
     unavailable,
 )
 from capmaas.simulator.machines import machine_res, visible
-from capmaas.simulator.models import Interface, Machine, NodeStatus, Subnet
+from capmaas.simulator.models import Interface, Machine, NodeDevice, NodeStatus, Subnet
 from capmaas.simulator.router import Resource, resource
-from capmaas.simulator.serialize import block_device_json, interface_json
+from capmaas.simulator.serialize import API, block_device_json, interface_json
 from capmaas.simulator.state import State
 
 if TYPE_CHECKING:
@@ -46,6 +46,8 @@ interfaces_res = resource(RESOURCES, "InterfacesHandler", "nodes/{system_id}/int
 interface_res = resource(RESOURCES, "InterfaceHandler", "nodes/{system_id}/interfaces/{id}/")
 blockdevices_res = resource(RESOURCES, "BlockDevicesHandler", "nodes/{system_id}/blockdevices/")
 blockdevice_res = resource(RESOURCES, "BlockDeviceHandler", "nodes/{system_id}/blockdevices/{id}/")
+nodedevices_res = resource(RESOURCES, "NodeDevicesHandler", "nodes/{system_id}/devices/")
+nodedevice_res = resource(RESOURCES, "NodeDeviceHandler", "nodes/{system_id}/devices/{id}/")
 #: ``ALLOWED_STATES`` of M ``api/interfaces.py``: where a machine's interfaces may be changed.
 EDITABLE = frozenset({S.NEW, S.READY, S.FAILED_TESTING, S.ALLOCATED, S.BROKEN})
 LINK_MODES = ("auto", "dhcp", "static", "link_up")
@@ -333,6 +335,92 @@ def read_block_device(sim: Simulator, req: Request) -> dict[str, Any]:
     if disk is None:
         raise not_found("BlockDevice")
     return block_device_json(m, disk)
+
+
+# -- PCI/USB devices (M api/nodedevices.py) ------------------------------------------------------------------
+BUSES = {"PCIE": 1, "USB": 2}
+HARDWARE_TYPES = {"node": 0, "cpu": 1, "memory": 2, "storage": 3, "network": 4, "gpu": 5}
+#: ``translate_hardware_type`` (M ``models/script.py``): the aliases it accepts for each type.
+HARDWARE_TYPE_ALIASES = {
+    **dict.fromkeys(("node", "machine", "controller", "other", "generic"), "node"),
+    **dict.fromkeys(("cpu", "processor"), "cpu"),
+    **dict.fromkeys(("memory", "ram"), "memory"),
+    **dict.fromkeys(("storage", "disk", "ssd"), "storage"),
+    **dict.fromkeys(("network", "net", "interface"), "network"),
+    **dict.fromkeys(("gpu", "graphics"), "gpu"),
+}
+HARDWARE_TYPE_LABELS = {"node": "Node", "cpu": "CPU", "memory": "Memory", "storage": "Storage",
+                        "network": "Network", "gpu": "GPU"}  # fmt: skip
+
+
+def node_device_json(m: Machine, d: NodeDevice) -> dict[str, Any]:
+    """``NodeDeviceHandler.fields`` (M ``api/nodedevices.py:129-147``)."""
+    bus_number, device_number = divmod(d.id, 256)
+    return {
+        "id": d.id,
+        "bus": BUSES[d.bus],
+        "bus_name": d.bus,
+        "hardware_type": HARDWARE_TYPES[d.hardware_type],
+        "hardware_type_name": HARDWARE_TYPE_LABELS[d.hardware_type],
+        "system_id": m.system_id,
+        "numa_node": 0,
+        "physical_blockdevice": None,
+        "physical_interface": None,
+        "vendor_id": d.vendor_id,
+        "product_id": d.product_id,
+        "vendor_name": d.vendor_name,
+        "product_name": d.product_name,
+        "commissioning_driver": d.commissioning_driver,
+        "bus_number": bus_number,
+        "device_number": device_number,
+        "pci_address": (d.pci_address or f"0000:{bus_number:02x}:{device_number:02x}.0")
+        if d.bus == "PCIE"
+        else None,
+        "resource_uri": f"{API}/nodes/{m.system_id}/devices/{d.id}/",
+    }
+
+
+@nodedevices_res.op("GET")
+def list_node_devices(sim: Simulator, req: Request) -> list[dict[str, Any]]:
+    """A node's PCI/USB devices, filtered by ``bus``, ``hardware_type`` and (case-insensitively) the ids,
+    names and driver; a bus or type MAAS does not know is a plain-text 400 in its words."""
+    m = _node(sim, req)
+    devices = list(m.node_devices)
+    bus = req.query.get("bus")
+    if bus is not None:
+        by_number = {str(v): k for k, v in BUSES.items()}
+        if bus.isdigit() and bus not in by_number:
+            raise bad_request("Invalid bus numeric value!")
+        name = by_number.get(bus) or (bus.upper() if bus in ("PCIE", "pcie", "USB", "usb") else None)
+        if name is None:
+            raise bad_request("Bus must be PCIE or USB!")
+        devices = [d for d in devices if d.bus == name]
+    kind = req.query.get("hardware_type")
+    if kind is not None:
+        by_number = {str(v): k for k, v in HARDWARE_TYPES.items()}
+        if kind.isdigit() and kind not in by_number:
+            raise bad_request("Invalid hardware type numeric value.")
+        wanted = by_number.get(kind) or HARDWARE_TYPE_ALIASES.get(kind.lower())
+        if wanted is None:
+            raise bad_request("Hardware type must be node, cpu, memory, storage, or gpu")
+        devices = [d for d in devices if d.hardware_type == wanted]
+    for key in ("vendor_id", "product_id", "vendor_name", "product_name", "commissioning_driver"):
+        value = req.query.get(key)
+        if value is not None:
+            devices = [d for d in devices if str(getattr(d, key)).lower() == value.lower()]
+    return [node_device_json(m, d) for d in devices]
+
+
+@nodedevice_res.op("GET")
+def read_node_device(sim: Simulator, req: Request) -> dict[str, Any]:
+    """One device by id, ``bus:device`` numbers or PCI address."""
+    m = _node(sim, req)
+    key = req.params["id"]
+    for d in m.node_devices:
+        j = node_device_json(m, d)
+        if key in (str(d.id), f"{j['bus_number']}:{j['device_number']}", j["pci_address"]):
+            return j
+    raise not_found("NodeDevice")
 
 
 # -- machine ops ------------------------------------------------------------------------------------------

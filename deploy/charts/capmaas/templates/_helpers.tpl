@@ -58,7 +58,8 @@ cluster.x-k8s.io/provider: infrastructure-maas
 {{- end -}}
 
 {{- define "capmaas.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $ref := printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- if .Values.image.digest -}}{{- printf "%s@%s" $ref .Values.image.digest -}}{{- else -}}{{- $ref -}}{{- end -}}
 {{- end -}}
 
 {{/* Rules for namespaced resources; a Role in operator.namespace, or a ClusterRole when it is empty. */}}

@@ -61,6 +61,7 @@ from capmaas.api.v1beta1.maasmachinetemplate import (
     NodeInfo,
     capacity_for,
 )
+from capmaas.api.v1beta1.selection import DeviceFilter, ExtraDisk, InterfaceConstraint
 
 __all__ = [
     "API_VERSION",
@@ -74,11 +75,14 @@ __all__ = [
     "ClusterLXDConfig",
     "ClusterNetworkStatus",
     "Condition",
+    "DeviceFilter",
+    "ExtraDisk",
     "FailureDomain",
     "GoMachineLXD",
     "GoVMConfig",
     "IdentityRef",
     "Initialization",
+    "InterfaceConstraint",
     "LXDConfig",
     "LXDNetwork",
     "LXDStorage",

@@ -1,7 +1,7 @@
 """MaasMachine: one CAPI Machine's MAAS server or LXD VM (InfraMachine in CAPI's terms).
 
 Field names follow the Go provider (``minCPU``, ``minMemory``, ``systemID``...) so its manifests apply
-unchanged; the LXD fields follow the LXD control-plane design (seed 003) and issue 5.
+unchanged; the LXD fields follow the LXD control-plane design (seed 003).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints
 
-from capmaas.api.schema import K8sModel, cel, crd_default, list_set, schema_extra
+from capmaas.api.schema import K8sModel, cel, crd_default, list_map, list_set, schema_extra
 from capmaas.api.sizes import DiskSize, gigabytes
 from capmaas.api.v1beta1.common import (
     API_VERSION,
@@ -21,6 +21,13 @@ from capmaas.api.v1beta1.common import (
     ObjectMeta,
 )
 from capmaas.api.v1beta1.maascluster import MaasName, ZoneName
+from capmaas.api.v1beta1.selection import (
+    ARCHITECTURE_PATTERN,
+    DeviceFilter,
+    DiskTag,
+    ExtraDisk,
+    InterfaceConstraint,
+)
 
 #: ``osystem/series`` (ubuntu/jammy) or a custom image name (custom/k8s-1.31, u-2204-0-k-1311-0).
 IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*(/[A-Za-z0-9][A-Za-z0-9._+-]*)?$"
@@ -405,6 +412,15 @@ class MaasMachineSpec(K8sModel):
                     "lxd.enabled is immutable (like provisioningMode)",
                     field_path=".lxd",
                 ),
+                cel(
+                    "(!has(self.provisioningMode) || self.provisioningMode == 'bare-metal')"
+                    " && (!has(self.lxd) || !has(self.lxd.enabled) || !self.lxd.enabled)"
+                    " || (!has(self.architecture) && !has(self.notTags) && !has(self.devices)"
+                    " && !has(self.interfaces) && !has(self.extraDisks) && !has(self.rootDiskTags))",
+                    "architecture, notTags, devices, interfaces, extraDisks and rootDiskTags select a "
+                    "bare-metal machine (MAAS allocate); an LXD VM is composed, not selected",
+                    reason="FieldValueForbidden",
+                ),
             ]
         )
     )
@@ -440,6 +456,45 @@ class MaasMachineSpec(K8sModel):
         json_schema_extra=list_set(),
     )
     resource_pool: MaasName | None = Field(None, description="MAAS resource pool to allocate from.")
+    architecture: (
+        Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=ARCHITECTURE_PATTERN)] | None
+    ) = Field(
+        None,
+        description="MAAS architecture (allocate arch=): arch/subarch such as arm64/generic, or amd64 for "
+        "any amd64 subarchitecture. MAAS refuses a name it has no boot image for (Architecture not "
+        "recognised.). Bare metal only.",
+    )
+    not_tags: Annotated[list[TagName], Field(max_length=32)] | None = Field(
+        None,
+        description="MAAS tags the machine must not have, none of them (allocate not_tags=; at most 32). "
+        "Bare metal only.",
+        json_schema_extra=list_set(),
+    )
+    devices: Annotated[list[DeviceFilter], Field(max_length=1)] | None = Field(
+        None,
+        description="A PCI/USB device the machine must have (allocate devices=), e.g. [{vendorID: 10de}] for "
+        "an NVIDIA GPU. One entry: MAAS 3.7 reads a single devices= value per allocate (a repeated one "
+        "replaces the first); to require two kinds of device, tag the machines. Bare metal only.",
+    )
+    interfaces: Annotated[list[InterfaceConstraint], Field(max_length=8)] | None = Field(
+        None,
+        description="Network interfaces the machine must have (allocate interfaces=label:key=value,...): for "
+        "each entry an interface with all its properties, e.g. one on space api and one on fabric storage "
+        "(MAAS matches each entry on its own, so two may match the same interface). Bare metal only.",
+        json_schema_extra=list_map("label"),
+    )
+    root_disk_tags: Annotated[list[DiskTag], Field(max_length=8)] | None = Field(
+        None,
+        description="Block-device tags the root disk must have (e.g. ssd): the tag list of the storage= "
+        "constraint's first (root) entry, whose size is minDiskSize. Bare metal only.",
+        json_schema_extra=list_set(),
+    )
+    extra_disks: Annotated[list[ExtraDisk], Field(max_length=8)] | None = Field(
+        None,
+        description="Unused disks the machine must have besides the root disk, by minimum size and tags "
+        "(allocate storage=root:<minDiskSize>,<label>:<size>(<tags>),...). Bare metal only.",
+        json_schema_extra=list_map("label"),
+    )
     failure_domain: ZoneName | None = Field(
         None,
         description="MAAS zone to place the machine in. Normally taken from the CAPI Machine; capmaas writes "

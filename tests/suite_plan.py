@@ -47,8 +47,8 @@ def group_of(item: pytest.Item) -> str | None:
         return f"chaos-{path}"
     if path == "tests/pod/test_image_from_scratch.py":
         return "image"
-    if path.startswith("tests/pod/"):
-        return "pod"
+    if path.startswith("tests/pod/") or path == "tests/release/test_release_dist.py":
+        return "pod"  # the release's install test runs on the one-node cluster too
     if path.startswith("tests/e2e/"):
         return "e2e"
     if path == "tests/demo/test_demo.py":

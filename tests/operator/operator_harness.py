@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 import yaml
-from kube_reader import UNRESOLVED, reader
+from kube_reader import UNRESOLVED, KubeReader, reader
+from zygote import ZYGOTE, Child
 
 from capmaas import demo
 from capmaas.devcluster import ControlPlane
@@ -55,9 +56,13 @@ class Operator:
     namespace: str
     log: Path
     extra_args: list[str] = field(default_factory=list)
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[bytes] | Child | None = None
     leader_elect: bool = False
     cluster_wide: bool = False  # no --namespace: every namespace (give it a --watch-filter in extra_args)
+    #: A fresh interpreter rather than a fork of the zygote (``zygote.py``): for a test about the start of
+    #: the interpreter itself, or one that finds its processes by their command line (a fork has the
+    #: zygote's).
+    fresh: bool = False
 
     def replica(self, name: str, log: Path, *, extra_args: list[str] | None = None) -> Operator:
         """Another process with this one's settings: its own ports and log, ``POD_NAME`` = ``name`` (the
@@ -70,19 +75,25 @@ class Operator:
         )
         args = list(self.extra_args if extra_args is None else extra_args)
         return Operator(
-            env, self.namespace, log, args, leader_elect=self.leader_elect, cluster_wide=self.cluster_wide
+            env,
+            self.namespace,
+            log,
+            args,
+            leader_elect=self.leader_elect,
+            cluster_wide=self.cluster_wide,
+            fresh=self.fresh,
         )
 
     def start(self) -> None:
-        out = self.log.open("ab")
+        """The process, forked from the zygote (``zygote.py``: the imports already done), or a fresh
+        interpreter when there is none."""
         mode = [] if self.leader_elect else ["--standalone"]
         scope = [] if self.cluster_wide else ["--namespace", self.namespace]
-        self.proc = subprocess.Popen(
-            [CAPMAAS, "run", *scope, *mode, *self.extra_args],
-            env=self.env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+        argv = [CAPMAAS, "run", *scope, *mode, *self.extra_args]
+        self.proc = None if self.fresh else ZYGOTE.spawn(argv, self.env, self.log)
+        if self.proc is None:
+            with self.log.open("ab") as out:
+                self.proc = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT)
 
     def stop(self, kill: bool = False) -> None:
         if self.proc is None:
@@ -133,6 +144,15 @@ class Harness:
             return None
         return dict(json.loads(r.stdout))
 
+    async def items(self, kind: str) -> list[dict[str, Any]]:
+        """The ``items`` of ``kubectl get KIND -n NAMESPACE -o json``, read in-process as :meth:`get` is;
+        raises as kubectl's failure would."""
+        got = await asyncio.to_thread(reader(self.kube.kubeconfig).items, kind, self.namespace)
+        if isinstance(got, list):
+            return got
+        r = await self.k("get", kind, "-n", self.namespace, "-o", "json")
+        return list(json.loads(r.stdout)["items"])
+
     async def uid(self, kind: str, name: str) -> str:
         obj = await self.get(kind, name)
         assert obj is not None, (kind, name)
@@ -167,11 +187,23 @@ class Harness:
                 "MaasCluster ready", lambda: self.field("maasclusters", name, "status", "ready"), within
             )
             status = {"status": {"initialization": {"infrastructureProvisioned": True}}}
-            await self.k(
-                "patch", "clusters.cluster.x-k8s.io", name, "-n", self.namespace, "--subresource=status",
-                "--type=merge", "-p", json.dumps(status),
-            )  # fmt: skip
+            await self.patch_status("clusters.cluster.x-k8s.io", name, status)
         return uid
+
+    async def patch_status(self, kind: str, name: str, patch: dict[str, Any]) -> None:
+        """``kubectl patch KIND NAME --subresource=status --type=merge -p PATCH``, in-process; kubectl itself
+        when that is refused (so that a failure raises kubectl's error)."""
+        api = reader(self.kube.kubeconfig)
+        path = await asyncio.to_thread(api.path, kind, self.namespace, name)
+        if path is not None:
+            merge = "application/merge-patch+json"
+            status = await asyncio.to_thread(api.send, "PATCH", f"{path}/status", patch, merge)
+            if status == 200:
+                return
+        await self.k(
+            "patch", kind, name, "-n", self.namespace, "--subresource=status", "--type=merge",
+            "-p", json.dumps(patch),
+        )  # fmt: skip
 
     async def machine(
         self, name: str, *, cp: bool, cluster: str = "c1", bootstrap: bool = True, **kw: Any
@@ -259,7 +291,17 @@ async def harness(
             yield h
         finally:
             op.stop()
-            # Leave nothing blocking the namespace deletion behind.
-            for plural in ("maasmachines", "maasclusters"):
-                patch = '{"metadata":{"finalizers":null}}'
-                await h.k("patch", plural, "--all", "-n", namespace, "--type=merge", "-p", patch, check=False)
+            # Leave nothing blocking the namespace deletion behind (kubectl patch --all, in-process).
+            await asyncio.to_thread(drop_finalizers, reader(kube.kubeconfig), namespace)
+
+
+def drop_finalizers(api: KubeReader, namespace: str) -> None:
+    """``kubectl patch maasmachines,maasclusters --all -n NAMESPACE --type=merge`` of ``finalizers: null``:
+    every object of the two kinds, whatever happens to one."""
+    for plural in ("maasmachines", "maasclusters"):
+        items = api.items(plural, namespace)
+        for obj in items if isinstance(items, list) else ():
+            path = api.path(plural, namespace, obj["metadata"]["name"])
+            if path is not None:
+                patch = {"metadata": {"finalizers": None}}
+                api.send("PATCH", path, patch, content_type="application/merge-patch+json")

@@ -40,3 +40,46 @@ async def test_the_reader_answers_as_kubectl_does(harness: Harness) -> None:
     assert reader.get("nosuchkinds", "x", harness.namespace) is UNRESOLVED
     assert await harness.get("nosuchkinds", "x") is None
     assert (await harness.get("maasmachine", "m1") or {}).get("metadata", {}).get("name") == "m1"
+
+
+async def test_the_reader_lists_and_impersonates_as_kubectl_does(harness: Harness) -> None:
+    await harness.cluster("c1", provision=False)
+    await harness.machine("m1", cp=True)
+    await harness.machine("m2", cp=False)
+    reader = KubeReader(harness.kube.kubeconfig)
+    for kind in ("maasmachines", "machines.cluster.x-k8s.io", "secrets", "leases.coordination.k8s.io"):
+        r = await harness.k("get", kind, "-n", harness.namespace, "-o", "json")
+        assert reader.items(kind, harness.namespace) == json.loads(r.stdout)["items"], kind
+    assert [m["metadata"]["name"] for m in await harness.items("maasmachines")] == ["m1", "m2"]
+    assert reader.items("nosuchkinds", harness.namespace) is UNRESOLVED
+    # As a user with no rights: kubectl --as is refused, and so is the reader (None, as a failed kubectl).
+    r = await harness.k("--as=nobody", "get", "maasmachines", "m1", "-n", harness.namespace, check=False)
+    assert r.returncode != 0
+    assert reader.get("maasmachines", "m1", harness.namespace, user="nobody") is None
+    assert reader.items("maasmachines", harness.namespace, user="nobody") is None
+    # Granted a read of MaasMachines in the namespace: both answer, the same.
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "reader", "namespace": harness.namespace},
+        "rules": [
+            {"apiGroups": ["infrastructure.cluster.x-k8s.io"], "resources": ["*"], "verbs": ["get", "list"]}
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "reader", "namespace": harness.namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "nobody"}],
+    }
+    await harness.apply(role, binding)
+
+    async def granted() -> bool:  # RBAC's caches take the binding a moment after the write
+        r = await harness.k("--as=nobody", "get", "maasmachines", "m1", "-n", harness.namespace, check=False)
+        return r.returncode == 0
+
+    await harness.wait("the Role bound", granted, within=30)
+    r = await harness.k("--as=nobody", "get", "maasmachines", "m1", "-n", harness.namespace, "-o", "json")
+    assert reader.get("maasmachines", "m1", harness.namespace, user="nobody") == json.loads(r.stdout)
+    assert reader.get("machines.cluster.x-k8s.io", "m1", harness.namespace, user="nobody") is None

@@ -62,8 +62,7 @@ def replicas(h: Harness, tmp: Path, n: int, *, args: list[list[str]] | None = No
 
 
 async def leases(h: Harness) -> list[dict[str, Any]]:
-    r = await h.k("get", "leases.coordination.k8s.io", "-n", h.namespace, "-o", "json")
-    return list(json.loads(r.stdout)["items"])
+    return await h.items("leases.coordination.k8s.io")
 
 
 def became_leader(op: Operator) -> list[str]:

@@ -117,8 +117,7 @@ async def delete_all_and_wait(h: Harness) -> None:
     await h.k("delete", "maasmachines", "--all", "-n", h.namespace, "--wait=false")
 
     async def gone() -> bool:
-        r = await h.k("get", "maasmachines", "-n", h.namespace, "-o", "name")
-        return r.stdout.strip() == ""
+        return not await h.items("maasmachines")
 
     await h.wait("MaasMachines deleted", gone, within=60)
 

@@ -76,8 +76,7 @@ async def test_cluster_of_six_machines_goes_ready_and_is_released_on_delete(harn
     await h.k("delete", "maasmachines", "--all", "-n", h.namespace, "--wait=false")
 
     async def machines_gone() -> bool:
-        r = await h.k("get", "maasmachines", "-n", h.namespace, "-o", "name")
-        return r.stdout.strip() == ""
+        return not await h.items("maasmachines")
 
     await h.wait("MaasMachines deleted", machines_gone, within=60)
     for sid in sids:

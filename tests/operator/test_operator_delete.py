@@ -25,7 +25,7 @@ async def test_maascluster_deletion_finishes_when_the_cluster_went_first(harness
     await h.k("delete", "maasmachines", "--all", "-n", h.namespace, "--wait=false")
 
     async def machines_gone() -> bool:
-        return (await h.k("get", "maasmachines", "-n", h.namespace, "-o", "name")).stdout.strip() == ""
+        return not await h.items("maasmachines")
 
     await h.wait("MaasMachines deleted", machines_gone, within=60)
 

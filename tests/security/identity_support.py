@@ -154,8 +154,7 @@ async def tenant_machine(t: Tenant, cluster: str, name: str, **kw: Any) -> None:
 
 
 async def get(t: Tenant, plural: str, name: str) -> dict[str, Any] | None:
-    r = await t.ak("get", plural, name, "-o", "json", check=False)
-    return dict(json.loads(r.stdout)) if r.returncode == 0 else None
+    return await t.read(plural, name)
 
 
 async def condition(t: Tenant, plural: str, name: str, type_: str) -> dict[str, Any] | None:

@@ -50,7 +50,7 @@ def labelled(obj: dict[str, Any], token: str) -> dict[str, Any]:
 def start_operator(h: Harness, *namespaces: str, env: dict[str, str] | None = None) -> str:
     """One operator for every namespace; ``namespaces`` may use the default credentials. Returns the watch
     filter token the objects must carry."""
-    token = secrets.token_hex(4)
+    token = f"t{secrets.token_hex(4)}"  # a letter first: "12e45678" would be a YAML number to kubectl
     h.operator.cluster_wide = True
     h.operator.extra_args += ["--watch-filter", f"{FILTER_KEY}={token}"]
     h.operator.env["CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACES"] = ",".join(namespaces)
@@ -60,8 +60,7 @@ def start_operator(h: Harness, *namespaces: str, env: dict[str, str] | None = No
 
 
 async def get_as(t: Tenant, plural: str, name: str) -> dict[str, Any] | None:
-    r = await t.ak("get", plural, name, "-o", "json", check=False)
-    return dict(json.loads(r.stdout)) if r.returncode == 0 else None
+    return await t.read(plural, name)
 
 
 async def condition_as(t: Tenant, plural: str, name: str, type_: str) -> dict[str, Any] | None:

@@ -45,23 +45,46 @@ RATIOS = (0.5, 1.0, 1.5, 2.0, 3.0)
 relaxed = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+# The strategies a drawn host or request is made of, built once: a strategy built inside a composite is a new
+# object per draw, and hypothesis validates each new one (most of these tests' CPU went there, not to
+# placement). The same strategies, so the same distribution of inventories and requests.
+_cores = st.integers(1, 64)
+_memory = st.integers(1024, 131072)
+_storage_pool_names = st.lists(st.sampled_from(("local", "fast")), min_size=1, max_size=2, unique=True)
+_zone = st.sampled_from(ZONES)
+_host_pool = st.sampled_from(("default", "gold", None))
+_host_tags = st.frozensets(st.sampled_from(TAGS))
+_host_ready = st.sampled_from((True, True, True, False))
+_maintenance = st.sampled_from((False, False, False, True))
+_pool_size = st.integers(1, 2000)
+_ratio = st.sampled_from(RATIOS)
+_role = st.sampled_from(Role)
+_request_cores = st.integers(1, 16)
+_request_memory = st.integers(1024, 32768)
+_request_disk = st.integers(1, 300)
+_request_pool = st.sampled_from((None, None, "local", "fast"))
+_request_zone = st.none() | _zone
+_request_resource_pool = st.none() | st.none() | st.sampled_from(("default", "gold"))
+_request_tags = st.frozensets(st.sampled_from(TAGS), max_size=1)
+
+
 @st.composite
 def hosts_st(draw: st.DrawFn, min_size: int = 0, max_size: int = 12) -> list[HostCandidate]:
     count = draw(st.integers(min_size, max_size))
     out = []
     for i in range(count):
-        cores = draw(st.integers(1, 64))
-        memory = draw(st.integers(1024, 131072))
-        pools = draw(st.lists(st.sampled_from(("local", "fast")), min_size=1, max_size=2, unique=True))
+        cores = draw(_cores)
+        memory = draw(_memory)
+        pools = draw(_storage_pool_names)
         out.append(
             HostCandidate(
                 id=i + 1,
                 name=f"h{i + 1}",
-                zone=draw(st.sampled_from(ZONES)),
-                pool=draw(st.sampled_from(("default", "gold", None))),
-                tags=draw(st.frozensets(st.sampled_from(TAGS))),
-                host_ready=draw(st.sampled_from((True, True, True, False))),
-                maintenance=draw(st.sampled_from((False, False, False, True))),
+                zone=draw(_zone),
+                pool=draw(_host_pool),
+                tags=draw(_host_tags),
+                host_ready=draw(_host_ready),
+                maintenance=draw(_maintenance),
                 cores_total=cores,
                 cores_used=draw(st.integers(0, cores * 2)),
                 memory_total_mib=memory,
@@ -69,35 +92,43 @@ def hosts_st(draw: st.DrawFn, min_size: int = 0, max_size: int = 12) -> list[Hos
                 storage_pools=tuple(
                     StoragePool(
                         name=name,
-                        total_bytes=(total := draw(st.integers(1, 2000)) * GB),
+                        total_bytes=(total := draw(_pool_size) * GB),
                         used_bytes=draw(st.integers(0, total)),
                         default=draw(st.booleans()),
                     )
                     for name in pools
                 ),
-                cpu_over_commit_ratio=draw(st.sampled_from(RATIOS)),
-                memory_over_commit_ratio=draw(st.sampled_from(RATIOS)),
+                cpu_over_commit_ratio=draw(_ratio),
+                memory_over_commit_ratio=draw(_ratio),
             )
         )
     return out
 
 
-@st.composite
-def request_st(draw: st.DrawFn, n: int, hosts: list[HostCandidate]) -> VMRequest:
+def pins_st(hosts: list[HostCandidate]) -> st.SearchStrategy[str | None]:
+    """A request's pin: none mostly, else a host's name or id, or a host that does not exist."""
     pins = [h.name for h in hosts] + [str(h.id) for h in hosts] + ["nowhere"]
+    return st.none() | st.none() | st.none() | st.sampled_from(pins)
+
+
+@st.composite
+def request_st(
+    draw: st.DrawFn, n: int, hosts: list[HostCandidate], pins: st.SearchStrategy[str | None] | None = None
+) -> VMRequest:
+    """A request; ``pins`` (from :func:`pins_st`) when the caller draws many requests for the same hosts."""
     return VMRequest(
         cluster="c1",
         machine=f"m{n}",
         key=f"uid-{n}",
-        role=draw(st.sampled_from(Role)),
-        cores=draw(st.integers(1, 16)),
-        memory_mib=draw(st.integers(1024, 32768)),
-        disk_gb=draw(st.integers(1, 300)),
-        storage_pool=draw(st.sampled_from((None, None, "local", "fast"))),
-        zone=draw(st.none() | st.sampled_from(ZONES)),
-        resource_pool=draw(st.none() | st.none() | st.sampled_from(("default", "gold"))),
-        tags=draw(st.frozensets(st.sampled_from(TAGS), max_size=1)),
-        pinned_host=draw(st.none() | st.none() | st.none() | st.sampled_from(pins)),
+        role=draw(_role),
+        cores=draw(_request_cores),
+        memory_mib=draw(_request_memory),
+        disk_gb=draw(_request_disk),
+        storage_pool=draw(_request_pool),
+        zone=draw(_request_zone),
+        resource_pool=draw(_request_resource_pool),
+        tags=draw(_request_tags),
+        pinned_host=draw(pins_st(hosts) if pins is None else pins),
     )
 
 
@@ -145,8 +176,9 @@ def test_never_over_capacity_and_constraints_always_respected(
     book = ReservationBook()
     by_id = {h.id: h for h in hosts}
     existing: list[ExistingPlacement] = []
+    pins = pins_st(hosts)
     for n in range(data.draw(st.integers(1, 25), label="placements")):
-        req = data.draw(request_st(n, hosts), label=f"request {n}")
+        req = data.draw(request_st(n, hosts, pins), label=f"request {n}")
         result = book.place(req, hosts, existing, seed=data.draw(st.integers(0, 3)))
         if isinstance(result, Placement):
             respects_constraints(result, req, by_id[result.host_id])
@@ -209,7 +241,7 @@ def test_control_planes_share_a_host_only_when_no_other_host_fits(
     book = ReservationBook()
     cp_on: Counter[int] = Counter()
     for n in range(data.draw(st.integers(1, 10), label="placements")):
-        role = data.draw(st.sampled_from(Role))
+        role = data.draw(_role)
         req = VMRequest(
             cluster="c1",
             machine=f"m{n}",
@@ -237,9 +269,7 @@ def test_deterministic_under_a_seed_and_independent_of_input_order(
 ) -> None:
     req = data.draw(request_st(0, hosts))
     existing = [
-        ExistingPlacement(
-            zone=data.draw(st.sampled_from(ZONES)), role=data.draw(st.sampled_from(Role)), host_id=h
-        )
+        ExistingPlacement(zone=data.draw(_zone), role=data.draw(_role), host_id=h)
         for h in data.draw(st.lists(st.integers(1, 12), max_size=6))
     ]
     reservations = [

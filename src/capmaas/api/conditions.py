@@ -87,6 +87,8 @@ DEFAULT_IDENTITY_NOT_ALLOWED_REASON = "DefaultIdentityNotAllowed"  # no identity
 PLAINTEXT_ENDPOINT_REFUSED_REASON = "PlaintextEndpointRefused"  # http:// endpoint without the opt-in
 DNS_UPDATE_FAILED_REASON = "DNSUpdateFailed"  # MAAS refused to create/update the DNS resource
 RELEASE_REFUSED_REASON = "ReleaseRefused"  # MAAS refused spec.releaseOptions (its form errors follow)
+WAITING_FOR_IP_ADDRESS_REASON = "WaitingForIPAddress"  # a spec.addresses claim has no address yet
+IP_ADDRESS_REFUSED_REASON = "IPAddressRefused"  # MAAS/the server refused an address; released
 VIP_UNAVAILABLE_REASON = "VIPUnavailable"  # MAAS refused to reserve spec.controlPlaneVIP (its words follow)
 VIP_NEEDS_DNS_RECORD_REASON = "VIPNeedsDNSRecord"  # controlPlaneVIP with an endpoint host of the user's own
 VIP_READY_REASON = "VIPReady"  # DNSReady=True: the record points at the reserved control-plane VIP

@@ -62,6 +62,7 @@ from capmaas.api.v1beta1.maasmachinetemplate import (
     capacity_for,
 )
 from capmaas.api.v1beta1.selection import DeviceFilter, ExtraDisk, InterfaceConstraint
+from capmaas.api.v1beta1.static_addresses import InterfaceAddress, IPPoolRef
 
 __all__ = [
     "API_VERSION",
@@ -80,8 +81,10 @@ __all__ = [
     "FailureDomain",
     "GoMachineLXD",
     "GoVMConfig",
+    "IPPoolRef",
     "IdentityRef",
     "Initialization",
+    "InterfaceAddress",
     "InterfaceConstraint",
     "LXDConfig",
     "LXDNetwork",

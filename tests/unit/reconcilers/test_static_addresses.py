@@ -129,7 +129,8 @@ async def test_pool_address_claimed_pinned_deployed_and_given_back(aenv: Env) ->
     }
     await env.step("w1")
     c = cond(env.kube.get("maasmachines", "w1"))
-    assert c["reason"] == C.WAITING_FOR_IP_ADDRESS_REASON and "PoolExhausted: all 3 in use" in c["message"]
+    assert c["reason"] == C.WAITING_FOR_IP_ADDRESS_REASON
+    assert "PoolExhausted: all 3 in use" in c["message"]
     assert allocates(env) == 0
     # The address comes: allocate, pin to eth0's MAC, deploy; the AUTO link gets exactly it.
     provide(env, "w1-eth0", "10.0.0.55")
@@ -184,7 +185,8 @@ async def test_server_without_the_interface_is_given_back(aenv: Env) -> None:
     machine_with(env, "w1", [{"interface": "eth1", "ipAddress": "10.0.0.56"}])
     await env.step("w1")
     c = cond(env.kube.get("maasmachines", "w1"))
-    assert c["reason"] == C.IP_ADDRESS_REFUSED_REASON and "has no interface eth1" in c["message"]
+    assert c["reason"] == C.IP_ADDRESS_REFUSED_REASON
+    assert "has no interface eth1" in c["message"]
     assert all(m.owner is None for m in env.sim.state.machines.values())
     assert pins_posted(env) == 0
 
@@ -222,7 +224,8 @@ async def test_a_claim_of_another_owner_is_never_used(aenv: Env) -> None:
     machine_with(env, "w1", [{"interface": "eth0", "poolRef": POOL}])
     await env.step("w1")
     c = cond(env.kube.get("maasmachines", "w1"))
-    assert c["reason"] == C.WAITING_FOR_IP_ADDRESS_REASON and "not this MaasMachine's" in c["message"]
+    assert c["reason"] == C.WAITING_FOR_IP_ADDRESS_REASON
+    assert "not this MaasMachine's" in c["message"]
     assert allocates(env) == 0
 
 
@@ -232,4 +235,5 @@ def test_claim_names_stay_valid_object_names() -> None:
     entry = InterfaceAddress.model_validate({"interface": "enp1s0f0.100", "ipAddress": "10.0.0.9"})
     assert addresses.claim_name("w1", entry) == "w1-enp1s0f0-100"
     long = addresses.claim_name("x" * 250, entry)
-    assert len(long) == 253 and long != addresses.claim_name("x" * 251, entry)
+    assert len(long) == 253
+    assert long != addresses.claim_name("x" * 251, entry)

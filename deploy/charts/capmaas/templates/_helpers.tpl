@@ -74,6 +74,11 @@ to publish status.capacity (operator/templates.py, through kopf's patch); MaasCl
 - apiGroups: [infrastructure.cluster.x-k8s.io]
   resources: [maasclusters/status, maasmachines/status, maasmachinetemplates/status]
   verbs: [patch]
+{{- /* spec.addresses: an IPAddressClaim per pool entry, owned by its MaasMachine with blockOwnerDeletion (which
+needs update on the owner's finalizers subresource); deleted once the server is released. */}}
+- apiGroups: [infrastructure.cluster.x-k8s.io]
+  resources: [maasmachines/finalizers]
+  verbs: [update]
 - apiGroups: [cluster.x-k8s.io]
   resources: [clusters, machines]
   verbs: [get, list, watch]

@@ -13,9 +13,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
-from reconciler_env import Env, make_env
+from reconciler_env import ENDPOINT, Env, make_env
 
+from capmaas import maas
 from capmaas.api import conditions as C
 from capmaas.reconcilers import addresses
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, PINNED
@@ -154,24 +156,48 @@ async def test_pool_address_claimed_pinned_deployed_and_given_back(aenv: Env) ->
     assert ("ipaddressclaims", "ns", "w1-eth0") not in env.kube.objects
 
 
-async def test_literal_address_maas_refuses_releases_the_server_and_retries_later(aenv: Env) -> None:
+async def maas_call(env: Env, call: Any) -> Any:
+    """One MAAS call out of band (an admin's), through the client, on the simulator."""
+    async with maas.MaasClient(
+        ENDPOINT, api_key=env.sim.api_key, transport=httpx.ASGITransport(app=env.sim.app)
+    ) as client:
+        return await call(client)
+
+
+#: Refusals of a literal address (MAAS 3.7.3's forms/reservedip.py texts), what sets each up, and the words
+#: the condition must quote.
+PIN_ELSEWHERE = {"ip": "10.0.0.54", "mac_address": "52:54:00:ff:ff:ff"}
+REFUSALS = [
+    pytest.param("10.0.0.150", None, "ip: The reserved IP 10.0.0.150 must be outside the dynamic range "
+                 "10.0.0.100 - 10.0.0.199.", id="dynamic-range"),
+    pytest.param("10.0.0.20", lambda c: c.ip_addresses.reserve(ip="10.0.0.20"),
+                 "ip: The ip 10.0.0.20 is already in use by another machine.", id="in-use"),
+    pytest.param("10.0.0.54", lambda c: c.reserved_ips.create(**PIN_ELSEWHERE),
+                 "ip: Reserved IP with this IP address already exists.", id="pinned-elsewhere"),
+    # Not sent to MAAS: the server's NIC has no link on a subnet holding it (capmaas's own check).
+    pytest.param("10.99.0.5", None, "interface eth0 of MAAS machine", id="not-on-the-nics-subnet"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("ip", "setup", "said"), REFUSALS)
+async def test_an_address_maas_refuses_releases_the_server_and_retries_later(
+    aenv: Env, ip: str, setup: Any, said: str
+) -> None:
     env = aenv
     await env.cluster()
-    machine_with(env, "w1", [{"interface": "eth0", "ipAddress": "10.0.0.150"}])  # in the dynamic range
+    if setup is not None:
+        await maas_call(env, setup)
+    machine_with(env, "w1", [{"interface": "eth0", "ipAddress": ip}])
     await env.step("w1")
     await env.settle()
     mm = env.kube.get("maasmachines", "w1")
     c = cond(mm)
     assert c["reason"] == C.IP_ADDRESS_REFUSED_REASON
-    # MAAS's own words (forms/reservedip.py), then what capmaas did.
-    assert (
-        "The reserved IP 10.0.0.150 must be outside the dynamic range 10.0.0.100 - 10.0.0.199."
-        in c["message"]
-    )
+    assert said in c["message"]  # MAAS's own words
     assert "not marked broken" in c["message"]
     assert not mm["spec"].get("systemID")
-    assert all(m.owner is None and m.status == NodeStatus.READY for m in env.sim.state.machines.values())
-    assert not env.sim.state.reserved_ips
+    assert all(m.owner is None for m in env.sim.state.machines.values())
+    assert all(m.status == NodeStatus.READY for m in env.sim.state.machines.values())
     assert C.IP_ADDRESS_REFUSED_REASON in env.kube.reasons()
     # The next server only after the backoff: a pass now sends no allocate.
     before = allocates(env)

@@ -116,9 +116,7 @@ DELETE_FOR_MOVE_REASON = "DeleteForMove"  # clusterctl move: the MAAS machine is
 
 # --- reasons: MaasIPPool and the IPAddressClaims it fulfils (Cluster API IPAM) ---------------------
 
-INVALID_POOL_REASON = (
-    "InvalidPool"  # MaasIPPool Ready=False: the spec's addresses do not parse (message: which)
-)
+INVALID_POOL_REASON = "InvalidPool"  # MaasIPPool Ready=False: the spec's addresses do not parse
 SUBNET_NOT_FOUND_REASON = "SubnetNotFound"  # MaasIPPool Ready=False: MAAS has no subnet of spec.subnet's CIDR
 ADDRESS_IN_DYNAMIC_RANGE_REASON = "AddressInDynamicRange"  # MaasIPPool Ready=False: addresses in a DHCP range
 POOL_OUTSIDE_RESERVED_RANGE_REASON = "PoolOutsideReservedRange"  # Warning Event: MAAS AUTO may use them

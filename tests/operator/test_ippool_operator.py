@@ -8,15 +8,20 @@ The test plays the consumer (an infrastructure provider): it creates Clusters an
 from __future__ import annotations
 
 import asyncio
+import json
+import secrets
 from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kube_reader import reader
-from operator_harness import Harness
+from operator_harness import ROOT, Harness, Operator
 
 from capmaas import demo
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas.devcluster import ControlPlane, apply_capi_crds
+from capmaas.simulator import Faults, Inventory, Simulator, Timings, serve
 
 pytestmark = pytest.mark.k8s
 
@@ -255,3 +260,70 @@ async def test_pools_are_checked_against_maas(harness: Harness) -> None:
         assert "MaasIPPool dynamic is not Ready" in c["message"]
     finally:
         await cleanup(h)
+
+
+async def test_without_the_capi_ipam_crds_the_operator_runs_and_serves_claims_once_they_come(
+    workload_kube: ControlPlane,
+    kubectl: Any,
+    sim: Simulator,
+    operator_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """A cluster with capmaas's CRDs only (helm install without Cluster API): kopf watches nothing of the
+    absent kinds, the other handlers are not held for their listings, pools are checked; when the CAPI CRDs
+    are applied later, claims are served without a restart."""
+    config = workload_kube.kubeconfig
+    ns = f"no-capi-{secrets.token_hex(3)}"
+
+    def k(*args: str) -> str:
+        return str(kubectl(*args, kubeconfig=config).stdout)
+
+    k("apply", "--server-side", "-f", str(ROOT / "crds"))
+    k("wait", "--for=condition=Established", f"crd/{POOLS}")
+    assert "ipaddressclaims" not in k("api-resources", "-o", "name")  # the premise: no CAPI IPAM kinds
+    k("create", "namespace", ns)
+    async with serve(sim, host="127.0.0.1", port=0) as url:
+        env = dict(operator_env)
+        env.update(
+            KUBECONFIG=str(config),
+            CAPMAAS_MAAS__ENDPOINT=url,
+            CAPMAAS_MAAS__API_KEY=sim.api_key,
+            CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACES=ns,
+        )
+        op = Operator(env, ns, tmp_path / "operator.log")
+        op.start()
+        api = reader(config)
+
+        async def until(what: str, check: Callable[[], Awaitable[bool]]) -> None:
+            for _ in range(300):
+                if await check():
+                    return
+                await asyncio.sleep(0.3)
+            raise AssertionError(f"timed out waiting for {what}\n{op.tail()}")
+
+        async def condition(kind: str, name: str) -> dict[str, Any]:
+            obj = await asyncio.to_thread(api.get, kind, name, ns)
+            conds = ((obj if isinstance(obj, dict) else {}).get("status") or {}).get("conditions") or []
+            return next((dict(c) for c in conds if c["type"] == "Ready"), {})
+
+        try:
+            kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(pool("p1", ["10.70.0.10-10.70.0.11"])),
+                    kubeconfig=config)  # fmt: skip
+
+            async def pool_ready() -> bool:
+                return (await condition(POOLS, "p1")).get("reason") == "Ready"
+
+            await until("the pool is Ready without the CAPI CRDs", pool_ready)
+            assert op.proc is not None
+            assert op.proc.poll() is None
+
+            apply_capi_crds(config)
+            kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(demo.cluster("c1", ns)), kubeconfig=config)
+            kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(claim("late", "p1")), kubeconfig=config)
+
+            async def served() -> bool:
+                return (await condition(CLAIMS, "late")).get("reason") == "AddressAllocated"
+
+            await until("the claim is served once the CAPI CRDs exist", served)
+        finally:
+            op.stop()

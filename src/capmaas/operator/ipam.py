@@ -170,7 +170,7 @@ def build_ipam(
 ) -> Ipam:
     adapter = IpamAdapter(store, http, kube)
     pools = ippool.PoolReconciler(kube, adapter, connector, default_credentials=default_credentials)
-    claims = ippool.ClaimReconciler(kube, adapter)
+    claims = ippool.ClaimReconciler(kube, adapter, sharded=bool(config.kube.watch_filter))
     synced = asyncio.Event()
 
     def gated(reconcile: Reconcile) -> Reconcile:
@@ -299,7 +299,7 @@ def register(
             ipam.pools.wake(key)
         else:
             ipam.pools.ensure(key, wake=False)  # the echo of our own status write
-        for claim in claims_of_pool(ns, name):
+        for claim in claims_of_pool(ns, name, waiting_only=True):  # a claim holding an address needs no pool
             ipam.claims.wake(claim)
 
     @kopf.on.event(group=CAPI, plural="clusters", registry=registry)

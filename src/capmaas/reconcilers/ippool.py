@@ -536,9 +536,12 @@ class PoolReconciler:
 class ClaimReconciler:
     """One pass over an IPAddressClaim of a MaasIPPool."""
 
-    def __init__(self, kube: KubePort, ipam: IpamKube) -> None:
+    def __init__(self, kube: KubePort, ipam: IpamKube, *, sharded: bool = False) -> None:
         self.kube = kube
         self.ipam = ipam
+        #: Under a watch filter a shard serves the claims of the pools it caches (its own) only: a claim of
+        #: another shard's pool (not cached here) is left to that shard, not told its pool does not exist.
+        self.sharded = sharded
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     def _lock(self, namespace: str, pool: str) -> asyncio.Lock:
@@ -558,8 +561,11 @@ class ClaimReconciler:
         if pool_name is None:
             return Requeue()  # another provider's claim
         deleting = bool(meta.get("deletionTimestamp"))
-        if paused(claim):
-            return Requeue()  # woken by its own change
+        pool = self.ipam.find(POOLS, ns, pool_name)
+        if pool is None and self.sharded:
+            return Requeue()  # another shard's pool (or none at all): woken if it comes to this shard
+        if paused(claim) or paused(pool):
+            return Requeue()  # woken by its own (or its pool's) change
         cluster_name = claim_cluster(claim)
         cluster = await self._cluster(ns, cluster_name) if cluster_name else None
         if paused(cluster):
@@ -581,7 +587,6 @@ class ClaimReconciler:
             if new is None:
                 return Requeue()
             claim = new
-        pool = self.ipam.find(POOLS, ns, pool_name)
         ready, why = pool_ready(pool)
         if not ready or pool is None:
             await self._status(claim, None, False, C.POOL_NOT_READY_REASON, f"MaasIPPool {pool_name} {why}")

@@ -1,6 +1,8 @@
-"""The MaasIPPool reconciler against two in-process simulators through the real gateway: what it publishes
-comes from the identity it was checked with, another identity is checked again, and MAAS is read only when the
-check is due (never per pass, never per claim)."""
+"""The MaasIPPool and claim reconcilers against two in-process simulators through the real gateway (only
+Kubernetes is the unit tests' fake): what a pool publishes comes from the identity it was checked with,
+another identity is checked again, MAAS is read only when the check is due (never per pass, never per claim);
+a claim adopts the IPAddress a crash left, never takes another's, and leaves paused or other shards' claims
+alone."""
 
 from __future__ import annotations
 
@@ -177,3 +179,75 @@ async def test_an_unusable_identity_publishes_no_maas_facts(two: Two) -> None:
     status = two.kube.get(ippool.POOLS, "p1")["status"]
     assert ready(status)["reason"] == C.IDENTITY_SECRET_NOT_FOUND_REASON
     assert (status.get("identity"), status.get("gateway")) == (None, None)
+
+
+def claim_body(name: str, pool: str = "p1") -> dict[str, Any]:
+    ref = {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasIPPool", "name": pool}
+    return {
+        "apiVersion": ippool.IPAM_API,
+        "kind": "IPAddressClaim",
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"clusterName": "c1", "poolRef": ref},
+    }
+
+
+async def ready_pool(two: Two) -> None:
+    spec = {"subnet": "10.70.0.0/24", "addresses": ["10.70.0.10-10.70.0.11"]}
+    two.kube.add(ippool.POOLS, {"metadata": {"name": "p1"}, "spec": spec})
+    two.kube.add("clusters", {"metadata": {"name": "c1"}, "spec": {}})
+    assert ready(await two.run())["reason"] == C.READY_REASON
+
+
+async def test_an_ipaddress_left_by_a_crash_is_adopted_never_a_second_one(two: Two) -> None:
+    """The process created the IPAddress and died before the claim's status said so: adopted."""
+    await ready_pool(two)
+    ipam = KubeIpam(two.kube)
+    claims = ippool.ClaimReconciler(two.kube, ipam)
+    two.kube.add(ippool.CLAIMS, claim_body("c-0"))
+    pool = two.kube.get(ippool.POOLS, "p1")
+    two.kube.add(
+        ippool.ADDRESSES, ippool.address_body(two.kube.get(ippool.CLAIMS, "c-0"), pool, "10.70.0.11")
+    )
+    await claims.reconcile(two.kube.get(ippool.CLAIMS, "c-0"))
+    status = two.kube.get(ippool.CLAIMS, "c-0")["status"]
+    assert status["addressRef"] == {"name": "c-0"}
+    assert ready(status)["reason"] == C.ADDRESS_ALLOCATED_REASON
+    assert [a["spec"]["address"] for a in ipam.items(ippool.ADDRESSES, "ns")] == ["10.70.0.11"]
+
+
+async def test_an_ipaddress_of_the_claims_name_naming_another_claim_is_left_alone(two: Two) -> None:
+    await ready_pool(two)
+    ipam = KubeIpam(two.kube)
+    claims = ippool.ClaimReconciler(two.kube, ipam)
+    two.kube.add(ippool.CLAIMS, claim_body("c-0"))
+    squatter = ippool.address_body(claim_body("someone"), two.kube.get(ippool.POOLS, "p1"), "10.70.0.10")
+    squatter["metadata"]["name"] = "c-0"
+    two.kube.add(ippool.ADDRESSES, squatter)
+    await claims.reconcile(two.kube.get(ippool.CLAIMS, "c-0"))
+    status = two.kube.get(ippool.CLAIMS, "c-0")["status"]
+    assert ready(status)["reason"] == C.ALLOCATION_FAILED_REASON
+    assert "belongs to claim 'someone'" in ready(status)["message"]
+    assert "addressRef" not in status
+    assert two.kube.get(ippool.ADDRESSES, "c-0")["spec"]["claimRef"] == {"name": "someone"}
+
+
+async def test_claims_of_a_paused_cluster_or_another_shards_pool_are_not_touched(two: Two) -> None:
+    await ready_pool(two)
+    two.kube.add("clusters", {"metadata": {"name": "c2"}, "spec": {"paused": True}})
+    ipam = KubeIpam(two.kube)
+    paused = claim_body("paused")
+    paused["spec"]["clusterName"] = "c2"
+    two.kube.add(ippool.CLAIMS, paused)
+    two.kube.add(ippool.CLAIMS, claim_body("elsewhere", pool="p9"))
+    await ippool.ClaimReconciler(two.kube, ipam).reconcile(two.kube.get(ippool.CLAIMS, "paused"))
+    await ippool.ClaimReconciler(two.kube, ipam, sharded=True).reconcile(
+        two.kube.get(ippool.CLAIMS, "elsewhere")
+    )
+    for name in ("paused", "elsewhere"):
+        body = two.kube.get(ippool.CLAIMS, name)
+        assert "status" not in body
+        assert not body["metadata"].get("finalizers")
+    assert not ipam.items(ippool.ADDRESSES, "ns")
+    # Not sharded: a pool that does not exist is said on the claim.
+    await ippool.ClaimReconciler(two.kube, ipam).reconcile(two.kube.get(ippool.CLAIMS, "elsewhere"))
+    assert ready(two.kube.get(ippool.CLAIMS, "elsewhere")["status"])["reason"] == C.POOL_NOT_READY_REASON

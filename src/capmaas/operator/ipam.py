@@ -289,8 +289,13 @@ def register(
         ipam.synced.set()
         ns, name = _meta(body)
         key = object_key(ippool.POOLS, ns, name)
-        if type == "DELETED":
+        if type == "DELETED" and label_selector:
+            # Also what a pool relabelled out of this shard looks like: no tombstone, so that it is cached
+            # again if it comes back (app.py reads its objects back to tell; a pool holds nothing to hand on).
+            store.forget(ippool.POOLS, ns, name)
+        elif type == "DELETED":
             store.delete(ippool.POOLS, ns, name, uid=(body.get("metadata") or {}).get("uid"))
+        if type == "DELETED":
             ipam.pool_reconciler.forget(str((body.get("metadata") or {}).get("uid", "")))
             ipam.pools.wake(key)
         elif store.put(ippool.POOLS, body):

@@ -463,7 +463,14 @@ class PoolReconciler:
             or facts.generation != generation
             or time.monotonic() - facts.at > self.recheck
         ):
-            facts = await self._check(port, spec, parsed, generation, name)
+            current = facts is not None and facts.identity == port.identity and facts.generation == generation
+            try:
+                facts = await self._check(port, spec, parsed, generation, name)
+            except TransientError as exc:
+                if not current:  # nothing checked for this spec and identity: claims must wait, and see why
+                    self.forget(uid)
+                    await self._publish(body, parsed, None, (exc.reason, exc.message), "")
+                raise  # a due recheck that failed: what this identity said stays until one succeeds
             self._facts[uid] = facts
         if facts.problem is None and facts.gateway and not spec.gateway:
             parsed = parse_pool(  # the MAAS gateway is never handed out either

@@ -19,6 +19,7 @@ from capmaas import maas
 from capmaas.api import conditions as C
 from capmaas.gateway import MaasConnections
 from capmaas.reconcilers import ippool
+from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.ports import Body, EventType, MaasCredentials, NamespaceAllowList
 from capmaas.simulator import Faults, Inventory, Simulator, Timings
 
@@ -251,3 +252,27 @@ async def test_claims_of_a_paused_cluster_or_another_shards_pool_are_not_touched
     # Not sharded: a pool that does not exist is said on the claim.
     await ippool.ClaimReconciler(two.kube, ipam).reconcile(two.kube.get(ippool.CLAIMS, "elsewhere"))
     assert ready(two.kube.get(ippool.CLAIMS, "elsewhere")["status"])["reason"] == C.POOL_NOT_READY_REASON
+
+
+async def test_maas_unavailable_holds_a_new_spec_but_not_what_was_checked(two: Two) -> None:
+    spec = {"subnet": "10.70.0.0/24", "addresses": ["10.70.0.10-10.70.0.12"]}
+    two.kube.add(ippool.POOLS, {"metadata": {"name": "p1"}, "spec": spec})
+    assert ready(await two.run())["reason"] == C.READY_REASON
+    two.shared.faults.unavailable_rate = 1.0
+    # A recheck that fails keeps what this identity said (claims go on being served).
+    two.pools.recheck = 0.0
+    with pytest.raises(TransientError):
+        await two.run()
+    status = two.kube.get(ippool.POOLS, "p1")["status"]
+    assert (ready(status)["reason"], status["gateway"]) == (C.READY_REASON, "10.70.0.1")
+    # A spec that was never checked is not Ready while MAAS does not answer, and says why.
+    pool = two.kube.get(ippool.POOLS, "p1")
+    pool["spec"]["addresses"] = ["10.70.0.10-10.70.0.20"]
+    pool["metadata"]["generation"] = 2
+    with pytest.raises(TransientError):
+        await two.run()
+    status = two.kube.get(ippool.POOLS, "p1")["status"]
+    assert ready(status)["reason"] == C.MAAS_UNREACHABLE_REASON
+    assert (status.get("gateway"), status.get("prefix"), status["addresses"]) == (None, None, 11)
+    two.shared.faults.unavailable_rate = 0.0
+    assert ready(await two.run())["reason"] == C.READY_REASON

@@ -99,9 +99,10 @@ def test_machinedeployment_gets_its_addresses_from_a_maas_ip_pool(provider_stack
         ),
         f"MaasIPPool {pool} Ready (its MAAS subnet found)",
     )
-    # An address of the pool is in use in MAAS (an admin reserved it): MAAS will refuse to pin it.
+    # An address of the pool is in use in MAAS (an admin gave it to a DNS record of something else, which
+    # MAAS allows anywhere): MAAS will refuse to pin it.
     taken = POOL_ADDRESSES[2]
-    _in_maas(stack, lambda c: c.ip_addresses.reserve(ip=taken))
+    record = _in_maas(stack, lambda c: c.dns_resources.create(f"printer-{cluster}.maas", [taken]))
     template = f"{cluster}-static"
     ref = {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasIPPool", "name": pool}
     apply(stack.kubectl, maasmachinetemplate(template, ns, addresses=[{"interface": "eth0", "poolRef": ref}]))
@@ -122,7 +123,7 @@ def test_machinedeployment_gets_its_addresses_from_a_maas_ip_pool(provider_stack
         said = stack.wait_for(refused, f"a MaasMachine with IPAddressRefused for {taken}", timeout=120)
     assert f"The ip {taken} is already in use by another machine." in said["message"]
     assert "not marked broken" in said["message"]
-    _in_maas(stack, lambda c: c.ip_addresses.release(taken))  # the admin frees it: the retry takes it
+    _in_maas(stack, lambda c: c.dns_resources.delete(record.id))  # the admin frees it: a retry takes it
 
     with stack.stage("MachineDeployment of 3: each server deployed with its pool address"):
         machines = stack.wait_for(
@@ -141,7 +142,9 @@ def test_machinedeployment_gets_its_addresses_from_a_maas_ip_pool(provider_stack
         node = stack.workload.node(states[sid]["hostname"])
         assert node is not None
         assert {"type": "InternalIP", "address": ip} in node["status"]["addresses"]
-        claim = get(stack.kubectl, "ipaddressclaim", f"{mm['metadata']['name']}-eth0", "-n", ns)
+        claim = get(
+            stack.kubectl, "ipaddressclaims.ipam.cluster.x-k8s.io", f"{mm['metadata']['name']}-eth0", "-n", ns
+        )
         assert claim is not None
         owner = claim["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["uid"], owner["controller"]) == (
@@ -184,11 +187,19 @@ def test_machinedeployment_gets_its_addresses_from_a_maas_ip_pool(provider_stack
     with stack.stage("delete the MachineDeployment: addresses back in the pool, MAAS clean"):
         stack.kubectl("delete", "machinedeployment", md, "-n", ns, "--wait=false")
         stack.wait_for(lambda: not stack.maasmachines(cluster, selector), "the workers' MaasMachines gone")
-        stack.wait_for(
-            lambda: not items(stack.kubectl, "ipaddresses", ns),
-            "every IPAddress of the pool gone",
-            timeout=60,
-        )
+        try:
+            stack.wait_for(
+                lambda: not items(stack.kubectl, "ipaddresses.ipam.cluster.x-k8s.io", ns),
+                "every IPAddress of the pool gone",
+                timeout=60,
+            )
+        except AssertionError as exc:
+            left = [
+                (o["kind"], o["metadata"]["name"], o["metadata"].get("finalizers"), o.get("status"))
+                for o in items(stack.kubectl, "ipaddresses.ipam.cluster.x-k8s.io", ns)
+                + items(stack.kubectl, "ipaddressclaims.ipam.cluster.x-k8s.io", ns)
+            ]
+            raise AssertionError(f"{exc}\nleft: {left}") from exc
         stack.wait_for(
             lambda: (
                 ((get(stack.kubectl, "maasippool", pool, "-n", ns) or {}).get("status") or {}).get("free")
@@ -198,7 +209,7 @@ def test_machinedeployment_gets_its_addresses_from_a_maas_ip_pool(provider_stack
             timeout=60,
         )
     assert _in_maas(stack, lambda c: c.reserved_ips.list()) == []
-    assert not items(stack.kubectl, "ipaddressclaims", ns)
+    assert not items(stack.kubectl, "ipaddressclaims.ipam.cluster.x-k8s.io", ns)
     states = stack.machine_states()
     assert not any(set(POOL_ADDRESSES) & set(m["ip_addresses"]) for m in states.values())
     stack.delete_cluster(cluster)

@@ -189,6 +189,25 @@ class MaasSession:
         if await self.client.ip_addresses.list(ip=address):  # the caller's own reservations only
             await self.client.ip_addresses.release(address)
 
+    # --- static addresses (IPAM) ------------------------------------------------------------------------
+    async def subnets(self) -> Sequence[maas.Subnet]:
+        return await self.client.subnets.list()
+
+    async def ip_ranges(self) -> Sequence[maas.IpRange]:
+        return await self.client.ip_ranges.list()
+
+    async def reserved_ips(self) -> Sequence[maas.ReservedIp]:
+        return await self.client.reserved_ips.list()
+
+    async def pin_ip(self, ip: str, mac_address: str, *, comment: str) -> maas.ReservedIp:
+        async with self._writes:
+            return await self.client.reserved_ips.create(ip=ip, mac_address=mac_address, comment=comment)
+
+    async def unpin_ip(self, reserved_id: int) -> None:
+        async with self._writes:
+            with contextlib.suppress(maas.NotFoundError):
+                await self.client.reserved_ips.delete(reserved_id)
+
     # --- VM hosts (the LXD provisioner's part of the port) ----------------------------------------------
     async def list_vm_hosts(self) -> Sequence[maas.VmHost]:
         return await self.client.vm_hosts.list()

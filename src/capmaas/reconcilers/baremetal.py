@@ -54,10 +54,11 @@ from capmaas.api.v1beta1 import (
     ReleaseOptions,
 )
 from capmaas.maas import errors as maas_errors
-from capmaas.reconcilers import facts, vmhost
+from capmaas.reconcilers import addresses, facts, vmhost
 from capmaas.reconcilers.credentials import maas_failure
 from capmaas.reconcilers.errors import TerminalError, TransientError
 from capmaas.reconcilers.keys import (
+    ADDRESS_REFUSALS,
     AGENT_NAME,
     ALLOCATE_AFTER,
     ALLOCATING,
@@ -97,6 +98,8 @@ def agent_name(scope: MachineScope) -> str:
 
 #: Seconds between tries of a release MAAS refused for its form (spec.releaseOptions): a person fixes it.
 RELEASE_REFUSED_RETRY = 60.0
+#: Seconds between looks at claims still without an address (their watch events wake the object sooner).
+ADDRESS_WAIT = 60.0
 
 
 class BareMetal:
@@ -142,6 +145,13 @@ class BareMetal:
             waiting = self._backing_off(scope)
             if waiting is not None:
                 return waiting
+            if scope.want.addresses and not scope.annotation(ALLOCATING):
+                # Nothing is allocated in MAAS until every address is known (an allocate in doubt is
+                # looked up first, whatever the addresses).
+                known = await addresses.wanted(scope, self.life.kube)
+                if isinstance(known, str):
+                    scope.wait(C.WAITING_FOR_IP_ADDRESS_REASON, known)
+                    return Requeue(ADDRESS_WAIT)
             got = await self._allocate(scope, port)
             if isinstance(got, Requeue):
                 return got
@@ -417,6 +427,8 @@ class BareMetal:
     async def follow(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue | None:
         S = maas.NodeStatus
         scope.set_status(provisioning_mode=self.mode)
+        if m.status == S.ALLOCATED and scope.want.addresses:
+            return await self._pin(scope, port, m)
         if m.status in SHARED_STATES:
             return None
         if m.status == S.FAILED_DEPLOYMENT:
@@ -431,6 +443,33 @@ class BareMetal:
                 scope, port, m.system_id, C.MACHINE_NOT_FOUND_REASON, "released in MAAS"
             )
         return None
+
+    async def _pin(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue | None:
+        """Before the deploy: the server's addresses pinned in MAAS (:mod:`~capmaas.reconcilers.addresses`);
+        None hands the server on to the deploy. An address refused gives the server back, claims kept."""
+        known = await addresses.wanted(scope, self.life.kube)
+        if isinstance(known, str):  # a claim lost its address after the allocation: hold the server, wait
+            scope.wait(C.WAITING_FOR_IP_ADDRESS_REASON, known)
+            return Requeue(ADDRESS_WAIT)
+        if not await self.life.confirm(self, scope, port, m.system_id, "reserving its addresses"):
+            return Requeue(0.0)
+        why = await addresses.pin(scope, port, m, known)
+        if why is None:
+            scope.set_annotation(ADDRESS_REFUSALS, None)
+            return None
+        refusals = int(scope.annotation(ADDRESS_REFUSALS) or 0) + 1
+        scope.set_status(attempts=max(0, scope.attempts - 1))  # the address's failure, not the server's
+        await self.give_back(scope, port, m.system_id, C.IP_ADDRESS_REFUSED_REASON, why)
+        delay = self.life.backoff(refusals - 1)
+        scope.set_annotation(ADDRESS_REFUSALS, str(refusals))
+        scope.set_annotation(ALLOCATE_AFTER, f"{self.life.clock() + delay:.3f}@{scope.generation}")
+        msg = (
+            f"{why}; released {m.system_id} (not marked broken), the claims kept; "
+            f"next server in {int(delay) + 1}s"
+        )
+        scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.IP_ADDRESS_REFUSED_REASON, msg)
+        await scope.flush()
+        return Requeue(delay)
 
     # --- giving back -------------------------------------------------------------------------------------
     async def give_back(
@@ -452,6 +491,7 @@ class BareMetal:
             held = False
             scope.event("Warning", "MachineNotOurs", f"MAAS machine {sid} is not held for us; nothing sent")
         try:
+            await addresses.unpin(scope, port, m if held else None)  # MAAS left clean for the next user
             if held:
                 if broken:
                     # mark_broken releases it *and* keeps it out of the pool, so it is not handed to us again.
@@ -550,6 +590,7 @@ class BareMetal:
         if opts.force and (hosting := await vmhost.vms_hosted(scope, port, sid)) is not None:
             return hosting  # force would have MAAS remove VM hosts that still carry someone's VMs
         await self._release_extra(scope, port, [m for m in held if m.system_id != sid], opts)
+        await addresses.unpin(scope, port, m)  # proven ours above: its pins go before the release
         try:
             await port.release(
                 sid,

@@ -58,6 +58,13 @@ AGENT_NAME = "agent-name"
 DEPLOY_REFUSED = "deploy-refused"
 #: The system ID being given back (see :mod:`capmaas.reconcilers.baremetal`).
 REPLACING = "replacing"
+#: The addresses pinned (or about to be) to the held server's NICs with MAAS ``reservedips/``, as
+#: ``ip@mac`` joined by commas; written before the pins are sent, so a crash leaves them known; cleared with
+#: the release (:mod:`capmaas.reconcilers.addresses`).
+PINNED = "pinned-ips"
+#: Consecutive servers given back because an address of ``spec.addresses`` was refused: the backoff's count
+#: (``ALLOCATE_AFTER`` holds the time), cleared once a server took every address.
+ADDRESS_REFUSALS = "address-refusals"
 #: Written before an LXD compose (the VM host's id): a pass that finds it without a system ID looks the VM up.
 COMPOSING = "composing"
 #: When the delete of an LXD VM was last requested (epoch seconds).

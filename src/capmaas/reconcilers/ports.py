@@ -121,6 +121,24 @@ class KubePort(Protocol):
         """A Namespace's labels (None when it does not exist). May be served from a short-lived cache."""
         ...
 
+    # --- Cluster API IPAM (ipam.cluster.x-k8s.io/v1beta2), for the MaasMachine side of the contract ---------
+    def get_ip_claim(self, namespace: str, name: str) -> Body | None:
+        """An ``IPAddressClaim`` from the watch cache (every claim, whichever IPAM provider fulfils it)."""
+        ...
+
+    def get_ip_address(self, namespace: str, name: str) -> Body | None:
+        """An ``IPAddress`` from the watch cache."""
+        ...
+
+    async def create_ip_claim(self, namespace: str, body: Mapping[str, Any]) -> Body | None:
+        """Create an ``IPAddressClaim``; None when one of that name exists already (the caller reads the
+        cache: it may be another object's)."""
+        ...
+
+    async def delete_ip_claim(self, namespace: str, name: str) -> None:
+        """Delete an ``IPAddressClaim`` (its IPAM provider frees the address); gone already is fine."""
+        ...
+
 
 @dataclass(frozen=True)
 class NamespaceAllowList:
@@ -299,6 +317,27 @@ class MaasPort(VmHostPort, Protocol):
     async def vip_release(self, address: str) -> None:
         """Release this identity's reservation of ``address`` if MAAS still has it (deleting the DNS
         resource that was its only user already did)."""
+        ...
+
+    # --- static addresses (IPAM) ----------------------------------------------------------------------------
+    async def subnets(self) -> Sequence[maas.Subnet]:
+        """``GET subnets/`` (every subnet this identity can see)."""
+        ...
+
+    async def ip_ranges(self) -> Sequence[maas.IpRange]:
+        """``GET ipranges/`` (dynamic and reserved ranges of every subnet)."""
+        ...
+
+    async def reserved_ips(self) -> Sequence[maas.ReservedIp]:
+        """``GET reservedips/``: every address pinned to a MAC (any user may read them)."""
+        ...
+
+    async def pin_ip(self, ip: str, mac_address: str, *, comment: str) -> maas.ReservedIp:
+        """``POST reservedips/`` (admin): pin ``ip`` to ``mac_address``; its AUTO link gets it at deploy."""
+        ...
+
+    async def unpin_ip(self, reserved_id: int) -> None:
+        """``DELETE reservedips/{id}/`` (admin); an entry already gone is not an error."""
         ...
 
 

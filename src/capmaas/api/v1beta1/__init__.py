@@ -1,4 +1,4 @@
-"""API version v1beta1 of group infrastructure.cluster.x-k8s.io: the four capmaas kinds and their parts.
+"""API version v1beta1 of group infrastructure.cluster.x-k8s.io: the capmaas kinds and their parts.
 
 Parse a body: ``MaasMachine.from_body(body)`` (or ``MaasMachineSpec.from_body(spec)``); build a status patch:
 ``MaasMachineStatus(ready=True, ...).to_k8s()``.
@@ -36,6 +36,7 @@ from capmaas.api.v1beta1.maasclustertemplate import (
     MaasClusterTemplateResource,
     MaasClusterTemplateSpec,
 )
+from capmaas.api.v1beta1.maasippool import MaasIPPool, MaasIPPoolSpec, MaasIPPoolStatus
 from capmaas.api.v1beta1.maasmachine import (
     GO_DEFAULT_VM_DISK_GB,
     PROVISIONING_MODE_BARE_METAL,
@@ -62,6 +63,7 @@ from capmaas.api.v1beta1.maasmachinetemplate import (
     capacity_for,
 )
 from capmaas.api.v1beta1.selection import DeviceFilter, ExtraDisk, InterfaceConstraint
+from capmaas.api.v1beta1.static_addresses import InterfaceAddress, IPPoolRef
 
 __all__ = [
     "API_VERSION",
@@ -80,8 +82,10 @@ __all__ = [
     "FailureDomain",
     "GoMachineLXD",
     "GoVMConfig",
+    "IPPoolRef",
     "IdentityRef",
     "Initialization",
+    "InterfaceAddress",
     "InterfaceConstraint",
     "LXDConfig",
     "LXDNetwork",
@@ -92,6 +96,9 @@ __all__ = [
     "MaasClusterTemplate",
     "MaasClusterTemplateResource",
     "MaasClusterTemplateSpec",
+    "MaasIPPool",
+    "MaasIPPoolSpec",
+    "MaasIPPoolStatus",
     "MaasMachine",
     "MaasMachineSpec",
     "MaasMachineStatus",

@@ -28,6 +28,7 @@ from capmaas.api.v1beta1.selection import (
     ExtraDisk,
     InterfaceConstraint,
 )
+from capmaas.api.v1beta1.static_addresses import InterfaceAddress
 
 #: ``osystem/series`` (ubuntu/jammy) or a custom image name (custom/k8s-1.31, u-2204-0-k-1311-0).
 IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*(/[A-Za-z0-9][A-Za-z0-9._+-]*)?$"
@@ -421,6 +422,15 @@ class MaasMachineSpec(K8sModel):
                     "bare-metal machine (MAAS allocate); an LXD VM is composed, not selected",
                     reason="FieldValueForbidden",
                 ),
+                cel(
+                    "(!has(self.provisioningMode) || self.provisioningMode == 'bare-metal')"
+                    " && (!has(self.lxd) || !has(self.lxd.enabled) || !self.lxd.enabled)"
+                    " || !has(self.addresses)",
+                    "addresses are for bare-metal machines; an LXD VM takes a fixed address from "
+                    "lxdConfig.network.staticIP",
+                    reason="FieldValueForbidden",
+                    field_path=".addresses",
+                ),
             ]
         )
     )
@@ -541,6 +551,15 @@ class MaasMachineSpec(K8sModel):
     ) = Field(None, description="Kernel to deploy, for example hwe-22.04 or ga-22.04. Default: the image's.")
     release_options: ReleaseOptions | None = Field(
         None, description="Disk erasure when the machine is released on delete (bare metal only)."
+    )
+    addresses: Annotated[list[InterfaceAddress], Field(max_length=8)] | None = Field(
+        None,
+        description="Fixed addresses for the server's interfaces (bare metal only), each from an IP pool "
+        "(Cluster API IPAM) or literal; MAAS gives them at deploy through reservedips/ pins that capmaas "
+        "removes before release. Immutable.",
+        json_schema_extra=schema_extra(
+            list_map("interface"), rules=[cel("self == oldSelf", "addresses is immutable")]
+        ),
     )
     lxd: GoMachineLXD | None = Field(
         None,

@@ -106,7 +106,7 @@ def _linked(iface: maas.Interface, cidr: str) -> bool:
 
 
 def _disk(m: maas.Machine, fs: DataFilesystem, taken: set[int]) -> maas.BlockDevice | None:
-    """The data disk ``fs`` names: by name, else the first unused one with all its tags (not the boot disk)."""
+    """The data disk ``fs`` names: by name, else the first unused one with all its tags (no boot disk)."""
     boot = m.boot_disk.id if m.boot_disk is not None else None
     for d in m.blockdevice_set:
         if d.id == boot or d.id in taken:

@@ -40,6 +40,7 @@ from capmaas.operator.slots import PrioritySlots
 
 __all__ = ["KubeHttp", "KubeHttpError", "PrioritySlots", "Retries", "Target", "load_configuration"]
 
+JSON = "application/json"  # a POST without it is refused (HTTP 415)
 MERGE = "application/merge-patch+json"
 
 log = logging.getLogger(__name__)
@@ -249,7 +250,7 @@ class KubeHttp:
     ) -> dict[str, Any]:
         """POST a new ``api`` (``group/version``) object into ``plural`` (409: one of that name exists)."""
         path = f"/apis/{api}/namespaces/{quote(namespace)}/{plural}" + self._field_validation
-        return await self.request("POST", path, body=body, priority=priority)
+        return await self.request("POST", path, body=body, content_type=JSON, priority=priority)
 
     async def delete_object(
         self, api: str, plural: str, namespace: str, name: str, *, priority: int = 1

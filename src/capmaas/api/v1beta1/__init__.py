@@ -1,4 +1,4 @@
-"""API version v1beta1 of group infrastructure.cluster.x-k8s.io: the four capmaas kinds and their parts.
+"""API version v1beta1 of group infrastructure.cluster.x-k8s.io: the capmaas kinds and their parts.
 
 Parse a body: ``MaasMachine.from_body(body)`` (or ``MaasMachineSpec.from_body(spec)``); build a status patch:
 ``MaasMachineStatus(ready=True, ...).to_k8s()``.
@@ -37,6 +37,7 @@ from capmaas.api.v1beta1.maasclustertemplate import (
     MaasClusterTemplateResource,
     MaasClusterTemplateSpec,
 )
+from capmaas.api.v1beta1.maasippool import MaasIPPool, MaasIPPoolSpec, MaasIPPoolStatus
 from capmaas.api.v1beta1.maasmachine import (
     GO_DEFAULT_VM_DISK_GB,
     PROVISIONING_MODE_BARE_METAL,
@@ -98,6 +99,9 @@ __all__ = [
     "MaasClusterTemplate",
     "MaasClusterTemplateResource",
     "MaasClusterTemplateSpec",
+    "MaasIPPool",
+    "MaasIPPoolSpec",
+    "MaasIPPoolStatus",
     "MaasMachine",
     "MaasMachineSpec",
     "MaasMachineStatus",

@@ -1,4 +1,4 @@
-"""MaasIPPool (WIP, not yet a CRD): a pool of addresses of one MAAS subnet from which capmaas, as a
+"""MaasIPPool: a pool of addresses of one MAAS subnet from which capmaas, as a
 Cluster API IPAM provider, fulfils ``IPAddressClaim``s whose ``spec.poolRef`` names it
 (``ipam.cluster.x-k8s.io/v1beta2``).
 
@@ -8,12 +8,12 @@ with MAAS ``reservedips/`` (docs: "Networking"), so the pool's ranges should be 
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
 from capmaas.api.schema import K8sModel, cel, list_set, schema_extra
-from capmaas.api.v1beta1.common import Conditions, IPAddress
+from capmaas.api.v1beta1.common import API_VERSION, Conditions, IPAddress, ObjectMeta
 from capmaas.api.v1beta1.maascluster import IdentityRef
 
 #: An address, a range ``a-b`` or a CIDR (what the in-cluster IPAM provider's pools take).
@@ -56,6 +56,34 @@ class MaasIPPoolStatus(K8sModel):
     addresses: Annotated[int, Field(ge=0)] | None = Field(None, description="Addresses the pool names.")
     used: Annotated[int, Field(ge=0)] | None = Field(None, description="Addresses held by IPAddresses.")
     free: Annotated[int, Field(ge=0)] | None = Field(None, description="Addresses left.")
+    gateway: IPAddress | None = Field(
+        None, description="Gateway the IPAddresses get: spec.gateway, else the MAAS subnet's (none: empty)."
+    )
+    prefix: Annotated[int, Field(ge=0, le=128)] | None = Field(
+        None, description="Prefix length the IPAddresses get: spec.prefix, else the MAAS subnet's."
+    )
+    identity: Annotated[str, StringConstraints(max_length=64)] | None = Field(
+        None,
+        description="Fingerprint of the MAAS identity the pool was checked with; gateway and prefix came "
+        "from it (another identity: checked again).",
+    )
+    observed_generation: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="The metadata.generation the pool was last checked at."
+    )
     conditions: Conditions | None = Field(
-        None, description="Ready: the subnet exists in MAAS and the spec parses."
+        None,
+        description="Ready: the spec parses, the subnet exists in MAAS, no address is in a dynamic range.",
+    )
+
+
+class MaasIPPool(K8sModel):
+    """MaasIPPool: addresses of one MAAS subnet that capmaas hands to Cluster API ``IPAddressClaim``s
+    naming it (``spec.poolRef`` {apiGroup: infrastructure.cluster.x-k8s.io, kind: MaasIPPool, name})."""
+
+    api_version: str = Field(API_VERSION, description="API version of the object.")
+    kind: Literal["MaasIPPool"] = Field("MaasIPPool", description="Kind of the object.")
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta, description="Standard object metadata.")
+    spec: MaasIPPoolSpec = Field(description="Which addresses the pool hands out.")
+    status: MaasIPPoolStatus = Field(
+        default_factory=MaasIPPoolStatus, description="How full the pool is, and whether it is usable."
     )

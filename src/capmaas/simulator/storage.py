@@ -101,7 +101,8 @@ def format_device(sim: Simulator, req: Request) -> dict[str, Any]:
         raise bad_request(errors)
     if _has_partitions(m, d):
         raise bad_request({"__all__": ["Cannot format block device with a partition table."]})
-    fs = Filesystem(fstype, fs_uuid or str(uuid.uuid4()), form.get("label") or "")  # a CharField: "" when not given
+    label = form.get("label") or ""  # a CharField: "" when not given
+    fs = Filesystem(fstype, fs_uuid or str(uuid.uuid4()), label)
     _set_effective(m, d, fs)
     return block_device_json(m, d)
 

@@ -12,7 +12,8 @@ The YAML shape (every section optional; see examples/inventory-sample.yaml)::
     boot_resources: [{name: ubuntu/jammy, architecture: amd64/generic, type: synced|uploaded, title}]
     users: [{username, api_key, admin, password}]
     machines: [{hostname, system_id, zone, pool, domain, arch, cpu_count, cpu_speed, memory, tags,
-                disks: [{name, size, tags}], interfaces: [{name, mac, subnet, ip, tags, link_speed}],
+                disks: [{name, size, tags}],
+                interfaces: [{name, mac, subnet, ip, tags, link_speed, fabric, vid}],
                 devices: [{vendor_id, product_id, vendor_name, product_name, commissioning_driver,
                            bus: PCIE|USB, hardware_type: node|cpu|memory|storage|network|gpu, pci_address}],
                 power_type, power_state, status, owner, commissioned}]
@@ -25,7 +26,8 @@ boot resources and machines. ``devices`` are the PCI/USB devices commissioning f
 matches them; a GPU is ``hardware_type: gpu``). Fabrics are listed in order (ids 0, 1, ...; the first is
 ``fabric-0`` unless named otherwise); a subnet is on VLAN ``vid`` (default 0) of its ``fabric`` (default the
 first), and a VLAN a subnet names but its fabric does not declare is added to it. A NIC's VLAN and space are
-its subnet's (fabric 0's untagged VLAN without one).
+its subnet's; an unlinked NIC is on fabric 0's untagged VLAN unless it names a ``fabric``/``vid`` (then
+``link_subnet`` offers it only that VLAN's subnets, as MAAS does).
 
 Sizes accept bytes or ``500G``/``2T`` (decimal, as MAAS counts storage); memory accepts MiB or ``16G`` (GiB).
 
@@ -294,6 +296,18 @@ def _subnet_fabric(state: State, entry: dict[str, Any]) -> Fabric:
     return found
 
 
+def _nic_vlan(state: State, entry: dict[str, Any], where: str) -> tuple[int, int]:
+    """An unlinked NIC's VLAN: ``fabric`` (name, default the first) and ``vid`` (default 0), declared."""
+    name = str(entry.get("fabric", state.fabric(0).name))
+    fabric = next((f for f in state.fabrics.values() if f.name == name), None)
+    if fabric is None:
+        raise InventoryError(f"{where}: interface {entry.get('name')}: no fabric named {name!r}")
+    vid = int(entry.get("vid", 0))
+    if vid not in state.vlans_of(fabric.id):
+        raise InventoryError(f"{where}: interface {entry.get('name')}: fabric {name} has no VLAN {vid}")
+    return (fabric.id, vid)
+
+
 def new_system_id(state: State, rng: random.Random) -> str:
     while True:
         sid = "".join(rng.choice(SYSTEM_ID_ALPHABET) for _ in range(6))
@@ -348,6 +362,9 @@ def _machine(state: State, entry: dict[str, Any], rng: random.Random) -> Machine
         ip = i.get("ip")
         name = str(i.get("name", f"eth{n}"))
         nic_tags = [str(t) for t in i.get("tags", [])]
+        vlan = _nic_vlan(state, i, where) if ("fabric" in i or "vid" in i) else None
+        if vlan is not None and subnet_id is not None:
+            raise InventoryError(f"{where}: interface {name}: a NIC with a subnet is on the subnet's VLAN")
         interfaces.append(
             Interface(
                 iid,
@@ -358,6 +375,7 @@ def _machine(state: State, entry: dict[str, Any], rng: random.Random) -> Machine
                 auto=subnet_id is not None and not ip,
                 tags=nic_tags,
                 link_speed=int(i.get("link_speed", 10000)),
+                vlan=vlan,
             )
         )
     node_devices = [_node_device(state, d, where) for d in entry.get("devices") or []]

@@ -38,7 +38,16 @@ INVENTORY: dict[str, Any] = {
         }
         for n in (1, 2, 3)
     ]
-    + [{"hostname": "dep", "status": "deployed", "interfaces": [{"name": "eth0", "subnet": "lan"}]}],
+    + [
+        {"hostname": "dep", "status": "deployed", "interfaces": [{"name": "eth0", "subnet": "lan"}]},
+        {
+            "hostname": "o1",
+            "interfaces": [
+                {"name": "eth0", "subnet": "lan", "ip": "10.0.0.40"},
+                {"name": "eth1", "fabric": "oob", "vid": 300},
+            ],
+        },
+    ],
 }
 STATE_409 = "Cannot {} interface because the machine is not New, Ready, Allocated, or Broken."
 BOND_DEFAULTS = {  # M forms/interface.py:519-560 initials; enum.py BOND_*_CHOICES[0]
@@ -147,6 +156,32 @@ async def test_a_nic_is_on_its_subnets_vlan(sim: Simulator, admin: httpx.AsyncCl
         ("eth1", 0, 5000),
         ("eth2", 100, 5100),
     ]
+
+
+async def test_allocation_filters_see_every_fabric(sim: Simulator, admin: httpx.AsyncClient) -> None:
+    async def hosts(**query: str) -> list[str]:
+        return sorted(m["hostname"] for m in (await admin.get("machines/", params=query)).json())
+
+    assert await hosts(fabrics="oob") == ["o1"]
+    assert await hosts(fabric_classes="1G") == ["o1"]
+    assert "o1" not in await hosts(not_fabrics="oob")
+    assert await hosts(vlans="name:storage") == ["m1", "m2", "m3"]
+    assert await hosts(vlans="10300") == ["o1"]
+    r = await admin.post("machines/", params={"op": "allocate"}, data={"interfaces": "oob:fabric=oob"})
+    assert (r.status_code, r.json()["hostname"]) == (200, "o1")
+
+
+async def test_an_unlinked_nic_on_a_declared_vlan_links_only_its_subnets(
+    sim: Simulator, admin: httpx.AsyncClient
+) -> None:
+    eth1 = by_name(await machine(admin, sim, "o1"), "eth1")
+    assert (eth1["vlan"]["fabric"], eth1["vlan"]["vid"], eth1["links"]) == ("oob", 300, [])
+    url = f"nodes/{sid(sim, 'o1')}/interfaces/eth1/"
+    r = await admin.post(url, params={"op": "link_subnet"}, data={"mode": "auto", "subnet": "lan"})
+    assert r.status_code == 400
+    r = await admin.post(url, params={"op": "link_subnet"}, data={"mode": "auto", "subnet": "oob"})
+    assert r.status_code == 200, r.text
+    assert r.json()["links"][0]["subnet"]["name"] == "oob"
 
 
 # -- create_bond ---------------------------------------------------------------------------------------------

@@ -184,10 +184,9 @@ def create_bond(sim: Simulator, req: Request) -> dict[str, Any]:
             in_use = sorted(p.name for p in parents if _has_children(m, p))
             if in_use:
                 _add(errors, "parents", f"Interfaces already in-use: {', '.join(in_use)}.")
-            if "vlan" not in errors:
-                vlan = vlan if vlan is not None else state.iface_vlan(parents[0])
-                if {state.iface_vlan(p) for p in parents} != {vlan}:
-                    _add(errors, "parents", "All parents must belong to the same VLAN.")
+            vlan = vlan if vlan is not None else state.iface_vlan(parents[0])  # _set_default_vlan
+            if {state.iface_vlan(p) for p in parents} != {vlan}:
+                _add(errors, "parents", "All parents must belong to the same VLAN.")
     if not mac and "mac_address" not in errors:
         _add(errors, "mac_address", "This field cannot be blank.")
     if errors:

@@ -138,6 +138,11 @@ def _common_params(form: FormData, errors: Errors) -> dict[str, Any]:
     return params
 
 
+def _tags(form: FormData) -> list[str]:
+    """The ``tags`` field (a Postgres array in a ``SimpleArrayField``): comma-separated."""
+    return [t.strip() for t in (form.get("tags") or "").split(",") if t.strip()]
+
+
 def _has_children(m: Machine, iface: Interface, kind: str | None = None) -> list[Interface]:
     return [c for c in m.interfaces if iface.name in c.parents and (kind is None or c.type == kind)]
 
@@ -211,6 +216,7 @@ def create_bond(sim: Simulator, req: Request) -> dict[str, Any]:
         parents=[p.name for p in parents],
         params=params,
         mode="link_up",
+        tags=_tags(form),
         vlan=vlan,
     )
     m.interfaces.append(bond)
@@ -273,6 +279,7 @@ def create_vlan(sim: Simulator, req: Request) -> dict[str, Any]:
         parents=[parent.name],
         params=params,
         mode="link_up",
+        tags=_tags(form),
         vlan=vlan,
     )
     m.interfaces.append(child)

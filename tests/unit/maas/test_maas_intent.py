@@ -249,6 +249,8 @@ async def test_forms_sent(client: MaasClient, fake: FakeMaas) -> None:
     ]
     await client.interfaces.create_vlan("abc", parent=1, vlan=5100)
     assert form_of(fake.last) == [("parent", "1"), ("vlan", "5100")]
+    await client.interfaces.create_vlan("abc", parent=1, vlan=5100, tags=["a", "b"])
+    assert form_of(fake.last) == [("parent", "1"), ("vlan", "5100"), ("tags", "a,b")]
     await client.block_devices.format("abc", 3, fstype="ext4")
     assert form_of(fake.last) == [("fstype", "ext4")]
     await client.block_devices.mount("abc", 3, mount_point="/data")

@@ -220,6 +220,7 @@ async def test_bond_settings_given_are_kept(sim: Simulator, admin: httpx.AsyncCl
         bond_lacp_rate="slow",
         bond_xmit_hash_policy="layer3+4",
         mtu="9000",
+        tags="a,b",
     )
     assert r.status_code == 200, r.text
     assert r.json()["params"] == {
@@ -230,6 +231,7 @@ async def test_bond_settings_given_are_kept(sim: Simulator, admin: httpx.AsyncCl
         "mtu": 9000,
     }
     assert r.json()["effective_mtu"] == 9000
+    assert r.json()["tags"] == ["a", "b"]
 
 
 async def test_create_bond_without_anything_names_every_missing_field(
@@ -378,6 +380,15 @@ async def test_vlan_parent_rules(sim: Simulator, admin: httpx.AsyncClient) -> No
         f"nodes/{sid(sim, 'm1')}/interfaces/", params={"op": "create_vlan"}, data={"vlan": "5100"}
     )
     assert r.json() == {"parent": ["A VLAN interface must have exactly one parent."]}
+    r = await admin.post(f"nodes/{sid(sim, 'm1')}/interfaces/", params={"op": "create_vlan"})
+    # M api/tests/test_interfaces.py test_create_vlan_requires_vlan_and_parent
+    assert (r.status_code, r.json()) == (
+        400,
+        {
+            "vlan": ["A VLAN interface must be connected to a tagged VLAN."],
+            "parent": ["A VLAN interface must have exactly one parent."],
+        },
+    )
 
 
 # -- gates ---------------------------------------------------------------------------------------------------

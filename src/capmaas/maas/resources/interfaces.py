@@ -42,6 +42,7 @@ class Interfaces:
         bond_num_grat_arp: int | None = None,
         vlan: int | None = None,
         mac_address: str | None = None,
+        tags: Sequence[str] = (),
     ) -> models.Interface:
         """Bond the physical interfaces ``parents`` (ids) as ``name``; returns the bond.
 
@@ -63,6 +64,7 @@ class Interfaces:
             bond_num_grat_arp=bond_num_grat_arp,
             vlan=vlan,
             mac_address=mac_address,
+            tags=",".join(tags) or None,
         )
         return await self._http.model(
             models.Interface, "POST", _ALL, op="create_bond", params={"system_id": system_id}, form=form
@@ -76,12 +78,17 @@ class Interfaces:
         vlan: int,
         mtu: int | None = None,
         name: str | None = None,
+        tags: Sequence[str] = (),
     ) -> models.Interface:
         """A VLAN interface on ``parent`` (an interface id) for ``vlan``, which is the VLAN's **id** (as in
         :meth:`~capmaas.maas.resources.fabrics.Fabrics.list`), not its 802.1Q tag. The VLAN must be tagged
         and on the parent's fabric; the name defaults to ``<parent>.<vid>``. Returns the new interface
         (LINK_UP; link it afterwards)."""
-        form = [("parent", str(parent)), ("vlan", str(vlan)), *_set(mtu=mtu, name=name)]
+        form = [
+            ("parent", str(parent)),
+            ("vlan", str(vlan)),
+            *_set(mtu=mtu, name=name, tags=",".join(tags) or None),
+        ]
         return await self._http.model(
             models.Interface, "POST", _ALL, op="create_vlan", params={"system_id": system_id}, form=form
         )

@@ -219,6 +219,11 @@ class Interface(_Model):
     _params = pydantic.field_validator("params", mode="before")(_object_or_empty)
 
 
+def _null_as_empty(value: object) -> object:
+    """A nullable array column (block device and partition ``tags``): null reads as empty."""
+    return () if value is None else value
+
+
 class Filesystem(_Model):
     """The filesystem on a block device or partition; ``mount_point`` None when it is not mounted."""
 
@@ -241,6 +246,8 @@ class Partition(_Model):
     filesystem: Filesystem | None = None
     used_for: str = ""
 
+    _tags = pydantic.field_validator("tags", mode="before")(_null_as_empty)
+
 
 class BlockDevice(_Model):
     """A machine's block device (``blockdevice_set[]``, ``boot_disk``, ``nodes/{sid}/blockdevices/``); sizes
@@ -260,6 +267,8 @@ class BlockDevice(_Model):
     used_size: int = 0
     available_size: int = 0
     partition_table_type: str | None = None
+
+    _tags = pydantic.field_validator("tags", mode="before")(_null_as_empty)
 
 
 class Machine(_Model):

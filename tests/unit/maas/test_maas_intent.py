@@ -255,3 +255,18 @@ async def test_forms_sent(client: MaasClient, fake: FakeMaas) -> None:
     assert form_of(fake.last) == [("fstype", "ext4")]
     await client.block_devices.mount("abc", 3, mount_point="/data")
     assert form_of(fake.last) == [("mount_point", "/data")]
+
+
+def test_block_device_and_interface_parse_leniently() -> None:
+    device = BlockDevice.model_validate(
+        {
+            "id": 1,
+            "name": "sda",
+            "tags": None,
+            "partitions": [{"id": 2, "tags": None, "x": 1}],
+            "new_field": 1,
+        }
+    )
+    assert (device.tags, device.partitions[0].tags) == ((), ())
+    iface = Interface.model_validate({"id": 1, "name": "eth0", "params": ""})
+    assert iface.params == {}

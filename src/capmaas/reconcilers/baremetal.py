@@ -64,6 +64,7 @@ from capmaas.reconcilers.keys import (
     BARE_METAL_SCHEME,
     DEPLOY_STARTED,
     FAILURES,
+    LAYOUT_MADE,
     PREPARE_REFUSALS,
     REPLACING,
     ZONE_FROM_MAAS,
@@ -502,15 +503,16 @@ class BareMetal:
             scope.event("Warning", "MachineNotOurs", f"MAAS machine {sid} is not held for us; nothing sent")
         try:
             await addresses.unpin(scope, port, m if held else None)  # MAAS left clean for the next user
-            await layout.undo(scope, port, m if held else None)
-            if held:
-                if broken:
-                    # mark_broken releases it *and* keeps it out of the pool, so it is not handed to us again.
-                    await port.mark_broken(sid, comment=f"capmaas {scope.key}: {reason}: {why}")
-                else:
-                    await port.release(
-                        sid, erase=False, secure_erase=False, quick_erase=False, comment=reason
-                    )
+            if not held:
+                await layout.undo(scope, port, None)
+            elif broken:
+                # mark_broken releases it *and* keeps it out of the pool, so it is not handed to us again;
+                # a Broken server's interfaces may be edited (not a Deploying/Failed one's): undo after.
+                await port.mark_broken(sid, comment=f"capmaas {scope.key}: {reason}: {why}")
+                await self._undo_or_say(scope, port, m)
+            else:
+                await self._undo_or_say(scope, port, m)
+                await port.release(sid, erase=False, secure_erase=False, quick_erase=False, comment=reason)
         except maas_errors.NotFoundError:
             pass
         except maas_errors.MaasError as exc:
@@ -523,6 +525,44 @@ class BareMetal:
             C.MACHINE_PROVISIONED_CONDITION, False, reason, f"{sid}: {why}; allocating another"
         )
         await scope.flush()
+        return Requeue(0.0)
+
+    async def _undo_or_say(self, scope: MachineScope, port: MaasPort, m: maas.Machine | None) -> None:
+        """Undo the layout on ``m`` now; when MAAS allows no interface edit in its state, say what is left."""
+        left = layout.made_names(scope)
+        if not await layout.undo(scope, port, m) and m is not None:
+            scope.event(
+                "Warning",
+                "LayoutLeftOnServer",
+                f"MAAS machine {m.system_id}: MAAS allows no interface edit while it is {m.status_name}; "
+                f"{', '.join(left)} stay on it",
+            )
+            scope.set_annotation(LAYOUT_MADE, None)
+
+    async def _clean_after_release(self, scope: MachineScope, port: MaasPort, sid: str) -> Requeue:
+        """The server is released with bonds/VLANs capmaas made on it, which MAAS let nobody delete while it
+        was Deployed: take it back at once (allocate by system ID, under this object's agent name), so the
+        next pass finds it held and Allocated, undoes the layout and releases it again. If another user got
+        it first, say so: its bonds and VLANs stay (MAAS offers no other way)."""
+        left = layout.made_names(scope)
+        try:
+            await port.allocate(
+                maas.AllocateConstraints(system_id=sid, not_pod_type=(LXD_POWER_TYPE,)),
+                agent_name=agent_name(scope),
+                comment=f"capmaas {scope.key}: removing {', '.join(left)}",
+            )
+        except (maas_errors.NoMachineAvailableError, maas_errors.ConflictError) as exc:
+            port.unwatch(sid)
+            scope.set_annotation(LAYOUT_MADE, None)
+            scope.event(
+                "Warning",
+                "LayoutLeftOnServer",
+                f"MAAS machine {sid} was taken before capmaas could remove {', '.join(left)} ({exc})",
+            )
+            return self.life.finished(scope)
+        except maas_errors.MaasError as exc:
+            raise maas_failure(exc, None, f"taking {sid} back to remove its layout") from exc
+        scope.set_deletion(C.RELEASING_REASON, f"{sid}: taken back to remove {', '.join(left)}")
         return Requeue(0.0)
 
     def _forget(self, scope: MachineScope, port: MaasPort, sid: str) -> None:
@@ -572,6 +612,8 @@ class BareMetal:
         if m is None and not port.is_gone(sid):
             scope.set_deletion(C.DELETING_REASON, f"{sid}: waiting for MAAS state")
             return Requeue()
+        if m is not None and m.status == maas.NodeStatus.READY and scope.annotation(LAYOUT_MADE):
+            return await self._clean_after_release(scope, port, sid)
         if m is None or m.status in RELEASED or (m.owner is None and m.status not in IN_PROGRESS):
             port.unwatch(sid)
             scope.event("Normal", "MachineReleased", f"MAAS machine {sid} released")
@@ -602,7 +644,8 @@ class BareMetal:
             return hosting  # force would have MAAS remove VM hosts that still carry someone's VMs
         await self._release_extra(scope, port, [m for m in held if m.system_id != sid], opts)
         await addresses.unpin(scope, port, m)  # proven ours above: its pins go before the release
-        await layout.undo(scope, port, m)  # and the bonds and VLANs capmaas made
+        # The bonds and VLANs capmaas made, now if MAAS allows (not while Deployed: then after the release).
+        await layout.undo(scope, port, m)
         try:
             await port.release(
                 sid,

@@ -269,17 +269,39 @@ async def _filesystem(port: MaasPort, sid: str, d: maas.BlockDevice, fs: DataFil
     return True
 
 
-async def undo(scope: MachineScope, port: MaasPort, m: maas.Machine | None) -> None:
-    """Before server ``m`` (held, proven ours) is released: delete the VLAN interfaces and bonds of
-    ``…/layout-made`` that MAAS shows on it and give their NICs back their links. The annotation is cleared
-    with the caller's next write (the release's). With ``m`` None (not ours any more) nothing is sent."""
+#: The states in which MAAS lets an admin edit a machine's interfaces (``api/interfaces.py``).
+EDITABLE = frozenset(
+    {
+        maas.NodeStatus.NEW,
+        maas.NodeStatus.READY,
+        maas.NodeStatus.ALLOCATED,
+        maas.NodeStatus.BROKEN,
+        maas.NodeStatus.FAILED_TESTING,
+    }
+)
+
+
+def made_names(scope: MachineScope) -> list[str]:
+    """The interfaces of ``…/layout-made`` (for messages)."""
+    made = Made.parse(scope.annotation(LAYOUT_MADE))
+    return [*made.vlans, *made.bonds]
+
+
+async def undo(scope: MachineScope, port: MaasPort, m: maas.Machine | None) -> bool:
+    """Delete the VLAN interfaces and bonds of ``…/layout-made`` that MAAS shows on server ``m`` (held,
+    proven ours) and give their NICs back their links; the annotation is cleared with the caller's next
+    write. False when MAAS allows no interface edit in the server's state now (Deployed, Deploying, Failed
+    deployment): nothing sent, the annotation kept, the caller undoes it later (after the release, see
+    :mod:`~capmaas.reconcilers.baremetal`). With ``m`` None (not ours any more) nothing is sent."""
     made = Made.parse(scope.annotation(LAYOUT_MADE))
     if m is None or not (made.bonds or made.vlans):
         scope.set_annotation(LAYOUT_MADE, None)
-        return
+        return True
     sid = m.system_id
     try:
         now = await port.read_machine(sid)
+        if now.status not in EDITABLE:
+            return False
         nics = {i.name: i for i in now.interface_set}
         gone = False
         for name in [*made.vlans, *made.bonds]:  # VLANs first: one may sit on a bond
@@ -308,3 +330,4 @@ async def undo(scope: MachineScope, port: MaasPort, m: maas.Machine | None) -> N
     except maas_errors.MaasError as exc:
         raise maas_failure(exc, None, f"undoing the network layout of {sid}") from exc
     scope.set_annotation(LAYOUT_MADE, None)
+    return True

@@ -112,6 +112,9 @@ def ip_pool(**spec: Any) -> dict[str, Any]:
     return {"apiVersion": API, "kind": "MaasIPPool", "metadata": {"name": "bad"}, "spec": base}
 
 
+POOL_REF = {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasIPPool", "name": "p"}
+
+
 def without(obj: dict[str, Any], key: str) -> dict[str, Any]:
     out = copy.deepcopy(obj)
     del out["spec"][key]
@@ -380,6 +383,70 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "template-device-filter-empty",
         machine_template({"image": "ubuntu/jammy", "minCPU": 1, "minMemory": 2048, "devices": [{}]}),
         "a device filter needs at least one of",
+    ),
+    (
+        "machine-address-pool-and-literal",
+        machine(addresses=[{"interface": "eno1", "ipAddress": "10.0.0.5", "poolRef": POOL_REF}]),
+        "set exactly one of poolRef and ipAddress",
+    ),
+    (
+        "machine-address-neither",
+        machine(addresses=[{"interface": "eno1"}]),
+        "set exactly one of poolRef and ipAddress",
+    ),
+    (
+        "machine-address-interface-twice",
+        machine(
+            addresses=[
+                {"interface": "eno1", "ipAddress": "10.0.0.5"},
+                {"interface": "eno1", "ipAddress": "10.0.0.6"},
+            ]
+        ),
+        "Duplicate value",
+    ),
+    (
+        "machine-addresses-on-lxd",
+        machine(
+            provisioningMode="lxd", lxdConfig={}, addresses=[{"interface": "eth0", "ipAddress": "10.0.0.5"}]
+        ),
+        "addresses are for bare-metal machines",
+    ),
+    (
+        "machine-network-on-lxd",
+        machine(
+            provisioningMode="lxd", lxdConfig={}, network={"bonds": [{"name": "bond0", "interfaces": ["a"]}]}
+        ),
+        "network and filesystems shape a bare-metal server",
+    ),
+    (
+        "machine-vlan-on-a-bonded-nic",
+        machine(
+            network={
+                "bonds": [{"name": "bond0", "interfaces": ["eno1", "eno2"]}],
+                "vlans": [{"parent": "eno1", "vid": 40}],
+            }
+        ),
+        "a VLAN cannot be on a NIC that is in a bond",
+    ),
+    (
+        "machine-bond-mode-unknown",
+        machine(network={"bonds": [{"name": "bond0", "interfaces": ["eno1"], "mode": "lacp"}]}),
+        'Unsupported value: "lacp"',
+    ),
+    (
+        "machine-vlan-vid-zero",
+        machine(network={"vlans": [{"parent": "eno1", "vid": 0}]}),
+        "greater than or equal to 1",
+    ),
+    (
+        "machine-filesystem-no-disk",
+        machine(filesystems=[{"fstype": "xfs", "mountPoint": "/data"}]),
+        "name the disk: disk or diskTags",
+    ),
+    (
+        "machine-filesystem-relative-mount",
+        machine(filesystems=[{"disk": "sdb", "fstype": "xfs", "mountPoint": "data"}]),
+        "spec.filesystems[0].mountPoint in body should match",
     ),
     ("pool-subnet-not-cidr", ip_pool(subnet="10.0.0.1"), "must be a CIDR such as 10.0.0.0/24"),
     ("pool-no-addresses", ip_pool(addresses=[]), "spec.addresses in body should have at least 1 items"),

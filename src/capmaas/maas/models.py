@@ -13,22 +13,27 @@ MAAS's form fields, with repeated keys for lists.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import pydantic
 
 __all__ = [
     "AllocateConstraints",
+    "BlockDevice",
     "BootResource",
     "ComposeRequest",
     "ComposedMachine",
     "DnsResource",
     "Domain",
+    "Fabric",
+    "Filesystem",
     "Interface",
     "InterfaceLink",
     "IpAddress",
     "IpRange",
     "Machine",
     "NodeStatus",
+    "Partition",
     "PodRef",
     "PoolRef",
     "PowerState",
@@ -155,6 +160,16 @@ class VlanRef(_Model):
     space: str | None = None
 
 
+class Fabric(_Model):
+    """A fabric (``fabrics/``) with its VLANs. ``create_vlan`` takes a VLAN's ``id`` from here, not its
+    802.1Q tag (``vid``)."""
+
+    id: int
+    name: str
+    class_type: str | None = None
+    vlans: tuple[VlanRef, ...] = ()
+
+
 class Subnet(_Model):
     """A subnet (``subnets/``, and nested in interface links)."""
 
@@ -178,8 +193,15 @@ class InterfaceLink(_Model):
     subnet: Subnet | None = None
 
 
+def _object_or_empty(value: object) -> object:
+    """MAAS keeps an interface's ``params`` as JSON that old rows hold as ``""``: anything but an object
+    reads as no parameters."""
+    return value if isinstance(value, dict) else {}
+
+
 class Interface(_Model):
-    """A machine network interface (``interface_set[]``)."""
+    """A machine network interface (``interface_set[]``). ``params`` holds a bond's ``bond_*`` settings (and
+    ``mtu``/``accept-ra`` when set), a bridge's ``bridge_*``."""
 
     id: int
     name: str
@@ -192,6 +214,61 @@ class Interface(_Model):
     parents: tuple[str, ...] = ()
     children: tuple[str, ...] = ()
     link_connected: bool = True
+    params: dict[str, Any] = pydantic.Field(default_factory=dict)
+
+    _params = pydantic.field_validator("params", mode="before")(_object_or_empty)
+
+
+def _null_as_empty(value: object) -> object:
+    """A nullable array column (block device and partition ``tags``): null reads as empty."""
+    return () if value is None else value
+
+
+class Filesystem(_Model):
+    """The filesystem on a block device or partition; ``mount_point`` None when it is not mounted."""
+
+    fstype: str
+    uuid: str | None = None
+    label: str | None = None
+    mount_point: str | None = None
+    mount_options: str | None = None
+
+
+class Partition(_Model):
+    """A partition of a block device (``partitions[]``); sizes in bytes."""
+
+    id: int
+    size: int = 0
+    uuid: str | None = None
+    path: str | None = None
+    bootable: bool = False
+    tags: tuple[str, ...] = ()
+    filesystem: Filesystem | None = None
+    used_for: str = ""
+
+    _tags = pydantic.field_validator("tags", mode="before")(_null_as_empty)
+
+
+class BlockDevice(_Model):
+    """A machine's block device (``blockdevice_set[]``, ``boot_disk``, ``nodes/{sid}/blockdevices/``); sizes
+    in bytes. ``filesystem`` is the one on the whole device (None when it is partitioned or bare)."""
+
+    id: int
+    name: str
+    type: str = "physical"
+    size: int = 0
+    tags: tuple[str, ...] = ()
+    filesystem: Filesystem | None = None
+    partitions: tuple[Partition, ...] = ()
+    used_for: str = ""
+    id_path: str | None = None
+    serial: str | None = None
+    path: str | None = None
+    used_size: int = 0
+    available_size: int = 0
+    partition_table_type: str | None = None
+
+    _tags = pydantic.field_validator("tags", mode="before")(_null_as_empty)
 
 
 class Machine(_Model):
@@ -211,6 +288,8 @@ class Machine(_Model):
     tag_names: tuple[str, ...] = ()
     ip_addresses: tuple[str, ...] = ()
     interface_set: tuple[Interface, ...] = ()
+    blockdevice_set: tuple[BlockDevice, ...] = ()
+    boot_disk: BlockDevice | None = None
     owner: str | None = None
     owner_data: dict[str, str] = pydantic.Field(default_factory=dict)
     workload_annotations: dict[str, str] = pydantic.Field(default_factory=dict)

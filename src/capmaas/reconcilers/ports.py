@@ -177,6 +177,18 @@ def identity_fingerprint(endpoint: str, username: str) -> str:
 
 
 @dataclass(frozen=True)
+class BondRequest:
+    """What ``create_bond`` is sent: the name, the parents' MAAS interface ids and the bond parameters."""
+
+    name: str
+    parents: tuple[int, ...]
+    mode: str | None = None
+    lacp_rate: str | None = None
+    xmit_hash_policy: str | None = None
+    mtu: int | None = None
+
+
+@dataclass(frozen=True)
 class DnsRecord:
     """A MAAS DNS resource, reduced to what the cluster reconciler needs."""
 
@@ -338,6 +350,44 @@ class MaasPort(VmHostPort, Protocol):
 
     async def unpin_ip(self, reserved_id: int) -> None:
         """``DELETE reservedips/{id}/`` (admin); an entry already gone is not an error."""
+        ...
+
+    # --- network and storage layout (before deploy, undone before release) -------------------------------
+    async def read_machine(self, system_id: str) -> maas.Machine:
+        """``GET machines/{id}/`` now (interfaces and block devices as MAAS has them this moment), folded
+        into the poller's snapshot."""
+        ...
+
+    async def fabrics(self) -> Sequence[maas.Fabric]:
+        """``GET fabrics/`` with their VLANs (a VLAN interface needs MAAS's VLAN id, not the tag)."""
+        ...
+
+    async def create_bond(self, system_id: str, bond: BondRequest) -> maas.Interface:
+        """``op=create_bond`` (admin); MAAS clears the parents' links."""
+        ...
+
+    async def create_vlan(self, system_id: str, *, parent: int, vlan: int, mtu: int | None) -> maas.Interface:
+        """``op=create_vlan`` (admin): ``vlan`` is MAAS's VLAN object id."""
+        ...
+
+    async def delete_interface(self, system_id: str, interface_id: int) -> None:
+        """``DELETE nodes/{id}/interfaces/{iface}/`` (admin); gone already is not an error."""
+        ...
+
+    async def link_subnet(
+        self, system_id: str, interface_id: int, *, mode: str, subnet: str, ip_address: str | None = None
+    ) -> maas.Interface:
+        """``op=link_subnet`` (admin) in ``mode`` (auto, dhcp, static, link_up) to ``subnet`` (a CIDR)."""
+        ...
+
+    async def format_disk(self, system_id: str, device_id: int, *, fstype: str) -> maas.BlockDevice:
+        """``op=format`` on a block device (the owner may while Allocated)."""
+        ...
+
+    async def mount_disk(
+        self, system_id: str, device_id: int, *, mount_point: str, mount_options: str | None
+    ) -> maas.BlockDevice:
+        """``op=mount`` on a formatted block device."""
         ...
 
 

@@ -22,6 +22,7 @@ from capmaas.api.v1beta1.common import (
     set_condition,
     utcnow,
 )
+from capmaas.api.v1beta1.layout import Bond, DataFilesystem, NetworkLayout, Vlan
 from capmaas.api.v1beta1.maascluster import (
     ClusterLXDConfig,
     ClusterNetworkStatus,
@@ -74,9 +75,11 @@ __all__ = [
     "PROVISIONING_MODE_LXD",
     "VERSION",
     "APIEndpoint",
+    "Bond",
     "ClusterLXDConfig",
     "ClusterNetworkStatus",
     "Condition",
+    "DataFilesystem",
     "DeviceFilter",
     "ExtraDisk",
     "FailureDomain",
@@ -107,6 +110,7 @@ __all__ = [
     "MaasMachineTemplateSpec",
     "MaasMachineTemplateStatus",
     "MachineAddress",
+    "NetworkLayout",
     "NodeInfo",
     "ObjectMeta",
     "OwnerReference",
@@ -115,6 +119,7 @@ __all__ = [
     "StaticIP",
     "TemplateMetadata",
     "VMResourceUsage",
+    "Vlan",
     "capacity_for",
     "find_condition",
     "set_condition",

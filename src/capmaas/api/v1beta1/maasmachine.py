@@ -20,6 +20,7 @@ from capmaas.api.v1beta1.common import (
     MachineAddress,
     ObjectMeta,
 )
+from capmaas.api.v1beta1.layout import DataFilesystem, NetworkLayout
 from capmaas.api.v1beta1.maascluster import MaasName, ZoneName
 from capmaas.api.v1beta1.selection import (
     ARCHITECTURE_PATTERN,
@@ -431,6 +432,13 @@ class MaasMachineSpec(K8sModel):
                     reason="FieldValueForbidden",
                     field_path=".addresses",
                 ),
+                cel(
+                    "(!has(self.provisioningMode) || self.provisioningMode == 'bare-metal')"
+                    " && (!has(self.lxd) || !has(self.lxd.enabled) || !self.lxd.enabled)"
+                    " || (!has(self.network) && !has(self.filesystems))",
+                    "network and filesystems shape a bare-metal server; an LXD VM is composed with lxdConfig",
+                    reason="FieldValueForbidden",
+                ),
             ]
         )
     )
@@ -559,6 +567,23 @@ class MaasMachineSpec(K8sModel):
         "removes before release. Immutable.",
         json_schema_extra=schema_extra(
             list_map("interface"), rules=[cel("self == oldSelf", "addresses is immutable")]
+        ),
+    )
+    network: NetworkLayout | None = Field(
+        None,
+        description="Bonds and VLAN interfaces made on the server after allocation and before deploy (MAAS "
+        "create_bond/create_vlan, AUTO links), deleted before it is released (bare metal only; needs an "
+        "admin MAAS key). Immutable.",
+        json_schema_extra=schema_extra(rules=[cel("self == oldSelf", "network is immutable")]),
+    )
+    filesystems: Annotated[list[DataFilesystem], Field(max_length=8)] | None = Field(
+        None,
+        description="Filesystems on whole data disks, formatted and mounted in MAAS before deploy (MAAS "
+        "deletes them at release). Storage layouts, RAID and volume groups are not offered: MAAS allows them "
+        "only on Ready servers and keeps them across allocations; select servers by their commissioned "
+        "layout instead (rootDiskTags, extraDisks). Immutable.",
+        json_schema_extra=schema_extra(
+            list_map("mountPoint"), rules=[cel("self == oldSelf", "filesystems is immutable")]
         ),
     )
     lxd: GoMachineLXD | None = Field(

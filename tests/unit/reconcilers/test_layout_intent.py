@@ -156,7 +156,9 @@ async def test_bond_vlan_and_filesystem_made_before_deploy_and_undone_before_rel
     # system ID under this MaasMachine's agent name), the VLAN and bond deleted, the NICs linked again,
     # released again.
     after = rec.writes(sid)[rec.writes(sid).index("deploy") :]
-    assert in_order(after, ["release", "DELETE interface", "DELETE interface", "link_subnet", "release"]), after
+    assert in_order(after, ["release", "DELETE interface", "DELETE interface", "link_subnet", "release"]), (
+        after
+    )
     assert any(op == "allocate" for _, _, op in rec.calls[-20:])
     assert m.owner is None
 

@@ -41,6 +41,16 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
         "Node.status_message() (models/node.py) is None while the node has no status event, as for a VM "
         "composed with skip_commissioning; the examples' machines all had events."
     ),
+    ("machine", "*links[].subnet"): (
+        "A LINK_UP link without a subnet (the one a new bond or VLAN interface starts with, "
+        "Interface.ensure_link_up) has no subnet key: the links serializer adds one only when the address "
+        "row has a subnet (models/interface.py get_links). The examples' machines have no such link; the "
+        "interface table already has links[].subnet optional."
+    ),
+    ("machine", "blockdevice_set[].filesystem.mount_point"): (
+        "null for a formatted disk that is not mounted (FormatBlockDeviceForm leaves mount_point unset); "
+        "the block_device table has it nullable, the machine examples only had mounted ones."
+    ),
     ("dns_resource", "resource_records[]*"): (
         "MAAS's dnsresources example holds only implicit (id -1) node records, whose resource_records are "
         "rrdata dicts (DNSResourcesQuerySet); an explicit DNS resource's resource_records are DNSData "
@@ -55,12 +65,10 @@ NOT_MODELLED: dict[str, tuple[str, ...]] = {
         "volume_groups[]*",  # LVM
         "special_filesystems[]*",  # tmpfs/ramfs mounts
         "virtualblockdevice_set[]*",  # LVM logical volumes, RAID and bcache devices
-        "blockdevice_set[].filesystem.*",  # a whole disk formatted without a partition table
         "*interface.tags[]",  # interface tags (no add_tag op)
         "interface_set[].tags[]",
     ),
-    "interface": ("params.bond_*", "tags[]"),  # bonds; interface tags
-    "block_device": ("filesystem.*",),
+    "interface": ("tags[]",),  # interface tags
     "device": ("interface_set[].tags[]",),
 }
 #: Resources MAAS has examples of that the simulator does not serve.

@@ -69,6 +69,12 @@ def rich_simulator() -> Simulator:
         "machines": [
             {**m, "devices": [GPU, {**GPU, "vendor_id": "046d", "product_id": "c52b", "bus": "USB"}]}
             if m["hostname"] == "metal-1"
+            else {
+                **m,
+                "disks": [*m["disks"], {"name": "sdb", "size": "480G"}],
+                "interfaces": [*m["interfaces"], {"name": "eth1"}],
+            }
+            if m["hostname"] == "metal-2"
             else m
             for m in inventory.data["machines"]
         ],
@@ -139,6 +145,26 @@ async def collect(sim: Simulator) -> dict[str, list[Any]]:
                 data={"mode": "static", "subnet": "2"},
             ),
         )
+        # network and storage intent on the allocated machine: a bond, a VLAN on it with an AUTO link, a
+        # whole disk formatted and mounted
+        node = f"nodes/{allocated['system_id']}"
+        eth1 = next(i for i in await ok("GET", f"{node}/interfaces/") if i["name"] == "eth1")
+        bond = await ok("POST", f"{node}/interfaces/", params={"op": "create_bond"},
+                        data={"name": "bond0", "parents": eth1["id"]})  # fmt: skip
+        add("interface", bond)
+        vlan = await ok("POST", f"{node}/interfaces/", params={"op": "create_vlan"},
+                        data={"parent": bond["id"], "vlan": "5040"})  # fmt: skip
+        add("interface", vlan)
+        add("interface", await ok("POST", f"{node}/interfaces/{vlan['id']}/", params={"op": "link_subnet"},
+                                  data={"mode": "auto", "subnet": "storage"}))  # fmt: skip
+        sdb = next(d for d in await ok("GET", f"{node}/blockdevices/") if d["name"] == "sdb")
+        disk = f"{node}/blockdevices/{sdb['id']}/"
+        add("block_device", await ok("POST", disk, params={"op": "format"}, data={"fstype": "ext4"}))
+        add("block_device", await ok("POST", disk, params={"op": "mount"}, data={"mount_point": "/srv"}))
+        add("machine", await ok("GET", f"machines/{allocated['system_id']}/"))
+        add("block_device", await ok("POST", disk, params={"op": "unmount"}))
+        add("block_device", await ok("POST", disk, params={"op": "unformat"}))
+        await ok("POST", disk, params={"op": "format"}, data={"fstype": "xfs", "label": "data"})
         add("machine", await ok("GET", "machines/"))
         for sid in sim.state.machines:
             add("machine", await ok("GET", f"machines/{sid}/"))

@@ -151,7 +151,9 @@ def provider_stack(
 
     assert capi.namespace is not None
     prefix = f"e{secrets.token_hex(2)}"
-    inventory = Inventory.generate(machines=16, zones=3, seed=11)
+    # A module may bring its own inventory (a callable ``E2E_INVENTORY``), e.g. NICs on AUTO links.
+    custom = getattr(request.module, "E2E_INVENTORY", None)
+    inventory = custom() if custom is not None else Inventory.generate(machines=16, zones=3, seed=11)
     for n, m in enumerate(inventory.data["machines"]):
         m["hostname"] = f"{prefix}-{n:02d}"
     sim = SimulatorThread(inventory, Timings(deploy=1.5, release=0.5))

@@ -106,6 +106,15 @@ def cluster(**spec: Any) -> dict[str, Any]:
     return {"apiVersion": API, "kind": "MaasCluster", "metadata": {"name": "bad"}, "spec": base}
 
 
+def ip_pool(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"subnet": "10.0.0.0/24", "addresses": ["10.0.0.10-10.0.0.20"]}
+    base.update(spec)
+    return {"apiVersion": API, "kind": "MaasIPPool", "metadata": {"name": "bad"}, "spec": base}
+
+
+POOL_REF = {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasIPPool", "name": "p"}
+
+
 def without(obj: dict[str, Any], key: str) -> dict[str, Any]:
     out = copy.deepcopy(obj)
     del out["spec"][key]
@@ -375,6 +384,75 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         machine_template({"image": "ubuntu/jammy", "minCPU": 1, "minMemory": 2048, "devices": [{}]}),
         "a device filter needs at least one of",
     ),
+    (
+        "machine-address-pool-and-literal",
+        machine(addresses=[{"interface": "eno1", "ipAddress": "10.0.0.5", "poolRef": POOL_REF}]),
+        "set exactly one of poolRef and ipAddress",
+    ),
+    (
+        "machine-address-neither",
+        machine(addresses=[{"interface": "eno1"}]),
+        "set exactly one of poolRef and ipAddress",
+    ),
+    (
+        "machine-address-interface-twice",
+        machine(
+            addresses=[
+                {"interface": "eno1", "ipAddress": "10.0.0.5"},
+                {"interface": "eno1", "ipAddress": "10.0.0.6"},
+            ]
+        ),
+        "Duplicate value",
+    ),
+    (
+        "machine-addresses-on-lxd",
+        machine(
+            provisioningMode="lxd", lxdConfig={}, addresses=[{"interface": "eth0", "ipAddress": "10.0.0.5"}]
+        ),
+        "addresses are for bare-metal machines",
+    ),
+    (
+        "machine-network-on-lxd",
+        machine(
+            provisioningMode="lxd", lxdConfig={}, network={"bonds": [{"name": "bond0", "interfaces": ["a"]}]}
+        ),
+        "network and filesystems shape a bare-metal server",
+    ),
+    (
+        "machine-vlan-on-a-bonded-nic",
+        machine(
+            network={
+                "bonds": [{"name": "bond0", "interfaces": ["eno1", "eno2"]}],
+                "vlans": [{"parent": "eno1", "vid": 40}],
+            }
+        ),
+        "a VLAN cannot be on a NIC that is in a bond",
+    ),
+    (
+        "machine-bond-mode-unknown",
+        machine(network={"bonds": [{"name": "bond0", "interfaces": ["eno1"], "mode": "lacp"}]}),
+        'Unsupported value: "lacp"',
+    ),
+    (
+        "machine-vlan-vid-zero",
+        machine(network={"vlans": [{"parent": "eno1", "vid": 0}]}),
+        "greater than or equal to 1",
+    ),
+    (
+        "machine-filesystem-no-disk",
+        machine(filesystems=[{"fstype": "xfs", "mountPoint": "/data"}]),
+        "name the disk: disk or diskTags",
+    ),
+    (
+        "machine-filesystem-relative-mount",
+        machine(filesystems=[{"disk": "sdb", "fstype": "xfs", "mountPoint": "data"}]),
+        "spec.filesystems[0].mountPoint in body should match",
+    ),
+    ("pool-subnet-not-cidr", ip_pool(subnet="10.0.0.1"), "must be a CIDR such as 10.0.0.0/24"),
+    ("pool-no-addresses", ip_pool(addresses=[]), "spec.addresses in body should have at least 1 items"),
+    ("pool-address-not-address", ip_pool(addresses=["all"]), "spec.addresses[0] in body should match"),
+    ("pool-gateway-not-ip", ip_pool(gateway="10.0.0"), "must be an IP address such as 10.0.0.10"),
+    ("pool-prefix-too-long", ip_pool(prefix=129), "spec.prefix in body should be less than or equal to 128"),
 ]
 
 
@@ -747,3 +825,16 @@ def test_kubectl_explain_shows_descriptions(crds: list[str], kubectl: Kubectl) -
     lxd = kubectl("explain", "maasmachine.spec.lxdConfig.network.staticIP.address").stdout
     assert "IP address to assign" in lxd
     assert "MAAS DNS domain" in kubectl("explain", "maascluster.spec.dnsDomain").stdout
+
+
+def test_ip_pool_subnet_is_immutable(crds: list[str], kubectl: Kubectl, namespace: str) -> None:
+    pool = ip_pool(excludedAddresses=["10.0.0.15"], gateway="10.0.0.1", prefix=24)
+    pool["metadata"]["name"] = "p1"
+    assert create(kubectl, namespace, pool).returncode == 0
+    change = '{"spec":{"subnet":"10.1.0.0/24"}}'
+    proc = kubectl("patch", "-n", namespace, "maasippool/p1", "--type=merge", "-p", change, check=False)
+    assert proc.returncode != 0
+    assert "subnet is immutable" in proc.stderr
+    more = '{"spec":{"addresses":["10.0.0.10-10.0.0.30"]}}'  # the addresses may change
+    kubectl("patch", "-n", namespace, "maasippool/p1", "--type=merge", "-p", more)
+    assert get(kubectl, namespace, "maasippool/p1")["spec"]["addresses"] == ["10.0.0.10-10.0.0.30"]

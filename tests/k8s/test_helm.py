@@ -176,6 +176,16 @@ def test_rbac_is_least_privilege_cluster_wide(helm: Helm) -> None:
     assert verbs_for(rules, "infrastructure.cluster.x-k8s.io", "maasmachinetemplates/status") == {"patch"}
     assert not verbs_for(rules, "infrastructure.cluster.x-k8s.io", "maasclustertemplates")
     assert not verbs_for(rules, "infrastructure.cluster.x-k8s.io", "maasmachines") & {"create", "delete"}
+    # The IPAM provider: MaasIPPools watched and their status patched, never created or deleted; the CAPI
+    # IPAM objects written (claims by the MaasMachine side, IPAddresses by the pool's controller).
+    infra = "infrastructure.cluster.x-k8s.io"
+    assert verbs_for(rules, infra, "maasippools") == {"get", "list", "watch", "patch"}
+    assert verbs_for(rules, infra, "maasippools/status") == {"patch"}
+    assert verbs_for(rules, infra, "maasippools/finalizers") == {"update"}  # blockOwnerDeletion
+    every = {"get", "list", "watch", "create", "update", "patch", "delete"}
+    for resource in ("ipaddressclaims", "ipaddressclaims/status", "ipaddresses"):
+        assert verbs_for(rules, "ipam.cluster.x-k8s.io", resource) == every, resource
+    assert verbs_for(rules, "ipam.cluster.x-k8s.io", "ipaddressclaims/finalizers") == {"update"}
     cluster = rules_of(docs, "-cluster")
     assert verbs_for(cluster, "apiextensions.k8s.io", "customresourcedefinitions") == {"list", "watch"}
     # list/watch: kopf's namespace discovery; get: the default credentials' namespace selector (issue 10).

@@ -92,6 +92,9 @@ DEFAULT_IDENTITY_NOT_ALLOWED_REASON = "DefaultIdentityNotAllowed"  # no identity
 PLAINTEXT_ENDPOINT_REFUSED_REASON = "PlaintextEndpointRefused"  # http:// endpoint without the opt-in
 DNS_UPDATE_FAILED_REASON = "DNSUpdateFailed"  # MAAS refused to create/update the DNS resource
 RELEASE_REFUSED_REASON = "ReleaseRefused"  # MAAS refused spec.releaseOptions (its form errors follow)
+WAITING_FOR_IP_ADDRESS_REASON = "WaitingForIPAddress"  # a spec.addresses claim has no address yet
+LAYOUT_REFUSED_REASON = "LayoutRefused"  # server/MAAS refused spec.network/filesystems; released
+IP_ADDRESS_REFUSED_REASON = "IPAddressRefused"  # MAAS/the server refused an address; released
 VIP_UNAVAILABLE_REASON = "VIPUnavailable"  # MAAS refused to reserve spec.controlPlaneVIP (its words follow)
 VIP_NEEDS_DNS_RECORD_REASON = "VIPNeedsDNSRecord"  # controlPlaneVIP with an endpoint host of the user's own
 VIP_READY_REASON = "VIPReady"  # DNSReady=True: the record points at the reserved control-plane VIP
@@ -118,3 +121,14 @@ DELETING_REASON = "Deleting"  # Ready=False while deletion runs
 RELEASING_REASON = "Releasing"  # MAAS is releasing (optionally erasing) the machine
 DECOMPOSING_REASON = "Decomposing"  # the LXD VM is being deleted from its host
 DELETE_FOR_MOVE_REASON = "DeleteForMove"  # clusterctl move: the MAAS machine is left alone on purpose
+
+# --- reasons: MaasIPPool and the IPAddressClaims it fulfils (Cluster API IPAM) ---------------------
+
+INVALID_POOL_REASON = "InvalidPool"  # MaasIPPool Ready=False: the spec's addresses do not parse
+SUBNET_NOT_FOUND_REASON = "SubnetNotFound"  # MaasIPPool Ready=False: MAAS has no subnet of spec.subnet's CIDR
+ADDRESS_IN_DYNAMIC_RANGE_REASON = "AddressInDynamicRange"  # MaasIPPool Ready=False: addresses in a DHCP range
+POOL_OUTSIDE_RESERVED_RANGE_REASON = "PoolOutsideReservedRange"  # Warning Event: MAAS AUTO may use them
+POOL_NOT_READY_REASON = "PoolNotReady"  # claim Ready=False: its MaasIPPool is missing or not Ready (CAPI's)
+POOL_EXHAUSTED_REASON = "PoolExhausted"  # claim Ready=False: every address of the pool is held (CAPI's)
+ALLOCATION_FAILED_REASON = "AllocationFailed"  # claim Ready=False: an IPAddress of its name is another's
+ADDRESS_ALLOCATED_REASON = "AddressAllocated"  # claim Ready=True: its IPAddress exists, status.addressRef set

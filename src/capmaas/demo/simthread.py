@@ -98,7 +98,7 @@ class SimulatorThread:
         self.call(lambda sim: sim.reset_counters())
 
     def machine_states(self) -> dict[str, dict[str, Any]]:
-        """system_id -> ``{status_name, owner, agent_name, hostname, zone}`` of every machine."""
+        """system_id -> ``{status_name, owner, agent_name, hostname, zone, ip_addresses}`` of each machine."""
 
         def snap(sim: Simulator) -> dict[str, dict[str, Any]]:
             out = {}
@@ -109,6 +109,7 @@ class SimulatorThread:
                     "agent_name": m.agent_name,
                     "hostname": m.hostname,
                     "zone": sim.state.zones[m.zone_id].name,
+                    "ip_addresses": [i.ip for i in m.interfaces if i.ip],
                 }
             return out
 

@@ -12,7 +12,7 @@ from capmaas import maas
 from capmaas.gateway.poller import MachinePoller
 from capmaas.gateway.release_lookup import ReleaseLookups
 from capmaas.maas import errors as maas_errors
-from capmaas.reconcilers.ports import DnsRecord, MaasCredentials
+from capmaas.reconcilers.ports import BondRequest, DnsRecord, MaasCredentials
 
 
 class MaasSession:
@@ -188,6 +188,75 @@ class MaasSession:
     async def vip_release(self, address: str) -> None:
         if await self.client.ip_addresses.list(ip=address):  # the caller's own reservations only
             await self.client.ip_addresses.release(address)
+
+    # --- static addresses (IPAM) ------------------------------------------------------------------------
+    async def subnets(self) -> Sequence[maas.Subnet]:
+        return await self.client.subnets.list()
+
+    async def ip_ranges(self) -> Sequence[maas.IpRange]:
+        return await self.client.ip_ranges.list()
+
+    async def reserved_ips(self) -> Sequence[maas.ReservedIp]:
+        return await self.client.reserved_ips.list()
+
+    async def pin_ip(self, ip: str, mac_address: str, *, comment: str) -> maas.ReservedIp:
+        async with self._writes:
+            return await self.client.reserved_ips.create(ip=ip, mac_address=mac_address, comment=comment)
+
+    async def unpin_ip(self, reserved_id: int) -> None:
+        async with self._writes:
+            with contextlib.suppress(maas.NotFoundError):
+                await self.client.reserved_ips.delete(reserved_id)
+
+    # --- network and storage layout -----------------------------------------------------------------------
+    async def read_machine(self, system_id: str) -> maas.Machine:
+        m = await self.client.machines.get(system_id)
+        self.poller.put(m)
+        return m
+
+    async def fabrics(self) -> Sequence[maas.Fabric]:
+        return await self.client.fabrics.list()
+
+    async def create_bond(self, system_id: str, bond: BondRequest) -> maas.Interface:
+        async with self._writes:
+            return await self.client.interfaces.create_bond(
+                system_id,
+                name=bond.name,
+                parents=bond.parents,
+                bond_mode=bond.mode,
+                bond_lacp_rate=bond.lacp_rate,
+                bond_xmit_hash_policy=bond.xmit_hash_policy,
+                mtu=bond.mtu,
+            )
+
+    async def create_vlan(self, system_id: str, *, parent: int, vlan: int, mtu: int | None) -> maas.Interface:
+        async with self._writes:
+            return await self.client.interfaces.create_vlan(system_id, parent=parent, vlan=vlan, mtu=mtu)
+
+    async def delete_interface(self, system_id: str, interface_id: int) -> None:
+        async with self._writes:
+            with contextlib.suppress(maas.NotFoundError):
+                await self.client.interfaces.delete(system_id, interface_id)
+
+    async def link_subnet(
+        self, system_id: str, interface_id: int, *, mode: str, subnet: str, ip_address: str | None = None
+    ) -> maas.Interface:
+        async with self._writes:
+            return await self.client.interfaces.link_subnet(
+                system_id, interface_id, mode=mode, subnet=f"cidr:{subnet}", ip_address=ip_address
+            )
+
+    async def format_disk(self, system_id: str, device_id: int, *, fstype: str) -> maas.BlockDevice:
+        async with self._writes:
+            return await self.client.block_devices.format(system_id, device_id, fstype=fstype)
+
+    async def mount_disk(
+        self, system_id: str, device_id: int, *, mount_point: str, mount_options: str | None
+    ) -> maas.BlockDevice:
+        async with self._writes:
+            return await self.client.block_devices.mount(
+                system_id, device_id, mount_point=mount_point, mount_options=mount_options
+            )
 
     # --- VM hosts (the LXD provisioner's part of the port) ----------------------------------------------
     async def list_vm_hosts(self) -> Sequence[maas.VmHost]:

@@ -17,9 +17,11 @@ import httpx
 
 from capmaas.maas import _allowlist, _auth, _http, _transports, errors, models
 from capmaas.maas.resources import (
+    block_devices,
     boot_resources,
     dns,
     domains,
+    fabrics,
     interfaces,
     ip_addresses,
     ip_ranges,
@@ -155,6 +157,8 @@ class MaasClient:
         self.ip_addresses = ip_addresses.IpAddresses(self._http)
         self.reserved_ips = reserved_ips.ReservedIps(self._http)
         self.ip_ranges = ip_ranges.IpRanges(self._http)
+        self.fabrics = fabrics.Fabrics(self._http)
+        self.block_devices = block_devices.BlockDevices(self._http)
 
     def __repr__(self) -> str:
         return f"MaasClient({self.api_root!r})"

@@ -13,6 +13,7 @@ MAAS's form fields, with repeated keys for lists.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import pydantic
 
@@ -24,6 +25,8 @@ __all__ = [
     "ComposedMachine",
     "DnsResource",
     "Domain",
+    "Fabric",
+    "Filesystem",
     "Interface",
     "InterfaceLink",
     "IpAddress",
@@ -31,6 +34,7 @@ __all__ = [
     "Machine",
     "NodeDevice",
     "NodeStatus",
+    "Partition",
     "PodRef",
     "PoolRef",
     "PowerState",
@@ -157,6 +161,16 @@ class VlanRef(_Model):
     space: str | None = None
 
 
+class Fabric(_Model):
+    """A fabric (``fabrics/``) with its VLANs. ``create_vlan`` takes a VLAN's ``id`` from here, not its
+    802.1Q tag (``vid``)."""
+
+    id: int
+    name: str
+    class_type: str | None = None
+    vlans: tuple[VlanRef, ...] = ()
+
+
 class Subnet(_Model):
     """A subnet (``subnets/``, and nested in interface links)."""
 
@@ -180,8 +194,15 @@ class InterfaceLink(_Model):
     subnet: Subnet | None = None
 
 
+def _object_or_empty(value: object) -> object:
+    """MAAS keeps an interface's ``params`` as JSON that old rows hold as ``""``: anything but an object
+    reads as no parameters."""
+    return value if isinstance(value, dict) else {}
+
+
 class Interface(_Model):
-    """A machine network interface (``interface_set[]``)."""
+    """A machine network interface (``interface_set[]``). ``params`` holds a bond's ``bond_*`` settings (and
+    ``mtu``/``accept-ra`` when set), a bridge's ``bridge_*``."""
 
     id: int
     name: str
@@ -195,16 +216,61 @@ class Interface(_Model):
     children: tuple[str, ...] = ()
     link_connected: bool = True
     link_speed: int = 0  # Mbit/s the link negotiated (0: unknown or not physical)
+    params: dict[str, Any] = pydantic.Field(default_factory=dict)
+
+    _params = pydantic.field_validator("params", mode="before")(_object_or_empty)
+
+
+def _null_as_empty(value: object) -> object:
+    """A nullable array column (block device and partition ``tags``): null reads as empty."""
+    return () if value is None else value
+
+
+class Filesystem(_Model):
+    """The filesystem on a block device or partition; ``mount_point`` None when it is not mounted."""
+
+    fstype: str
+    uuid: str | None = None
+    label: str | None = None
+    mount_point: str | None = None
+    mount_options: str | None = None
+
+
+class Partition(_Model):
+    """A partition of a block device (``partitions[]``); sizes in bytes."""
+
+    id: int
+    size: int = 0
+    uuid: str | None = None
+    path: str | None = None
+    bootable: bool = False
+    tags: tuple[str, ...] = ()
+    filesystem: Filesystem | None = None
+    used_for: str = ""
+
+    _tags = pydantic.field_validator("tags", mode="before")(_null_as_empty)
 
 
 class BlockDevice(_Model):
-    """A block device of a machine (``blockdevice_set[]``, ``boot_disk``); ``size`` in bytes."""
+    """A machine's block device (``blockdevice_set[]``, ``boot_disk``, ``nodes/{sid}/blockdevices/``); sizes
+    in bytes. ``filesystem`` is the one on the whole device (None when it is partitioned or bare)."""
 
     id: int
-    name: str = ""
+    name: str
     type: str = "physical"
     size: int = 0
     tags: tuple[str, ...] = ()
+    filesystem: Filesystem | None = None
+    partitions: tuple[Partition, ...] = ()
+    used_for: str = ""
+    id_path: str | None = None
+    serial: str | None = None
+    path: str | None = None
+    used_size: int = 0
+    available_size: int = 0
+    partition_table_type: str | None = None
+
+    _tags = pydantic.field_validator("tags", mode="before")(_null_as_empty)
 
 
 class NodeDevice(_Model):
@@ -237,6 +303,8 @@ class Machine(_Model):
     tag_names: tuple[str, ...] = ()
     ip_addresses: tuple[str, ...] = ()
     interface_set: tuple[Interface, ...] = ()
+    blockdevice_set: tuple[BlockDevice, ...] = ()
+    boot_disk: BlockDevice | None = None
     owner: str | None = None
     owner_data: dict[str, str] = pydantic.Field(default_factory=dict)
     workload_annotations: dict[str, str] = pydantic.Field(default_factory=dict)
@@ -244,7 +312,6 @@ class Machine(_Model):
     memory: int = 0
     storage: float = 0.0
     architecture: str | None = None
-    boot_disk: BlockDevice | None = None
     physicalblockdevice_set: tuple[BlockDevice, ...] = ()
     osystem: str = ""
     distro_series: str = ""

@@ -30,6 +30,8 @@ import kopf
 from capmaas import maas
 from capmaas.config import OperatorConfig
 from capmaas.gateway import MaasConnections
+from capmaas.operator.ipam import Ipam, build_ipam
+from capmaas.operator.ipam import register as register_ipam
 from capmaas.operator.kube import KubeAdapter, Store, object_key, parse_watch_filter
 from capmaas.operator.kubehttp import KubeHttp, KubeHttpError, load_configuration
 from capmaas.operator.leader import (
@@ -229,12 +231,15 @@ class Runtime:
     leaks: LeakAudit
     orphans: OrphanReport
     release: Callable[[], Awaitable[None]] = _nothing  # gives the Lease up (leader election on)
+    ipam: Ipam | None = None  # MaasIPPools and the IPAddressClaims they fulfil (operator/ipam.py)
 
     async def lead(self) -> None:
         """Leadership won: loops for every cached object (new ones start from their watch events)."""
         self.first_pass[:] = [time.time()]
         self.machines.activate(_keys(self.store, "maasmachines"))
         self.clusters.activate(_keys(self.store, "maasclusters"))
+        if self.ipam is not None:
+            self.ipam.activate()
 
 
 def _keys(store: Store, plural: str) -> list[str]:
@@ -364,7 +369,13 @@ def build_runtime(
         report=metrics.orphans,
         warn=lambda message: kube.emit_event(me, "Warning", ORPHAN_REASON, message),
     )
-    return Runtime(config, store, kube, metrics, connections, machines, clusters, first_pass, leaks, orphans)
+    ipam = build_ipam(
+        config, store, http, kube, connections, default_credentials=creds, active=active,
+        outcome=metrics.outcome, lag=metrics.lag,
+    )  # fmt: skip
+    return Runtime(
+        config, store, kube, metrics, connections, machines, clusters, first_pass, leaks, orphans, ipam=ipam
+    )
 
 
 def operator_object(config: OperatorConfig) -> Body:
@@ -437,6 +448,8 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             task.cancel()
         await rt.machines.stop()
         await rt.clusters.stop()
+        if rt.ipam is not None:
+            await rt.ipam.stop()
         await rt.connections.aclose()
         await rt.kube.aclose()
         await rt.release()  # the Lease, at once: a standby need not wait for kopf's shutdown to end
@@ -594,6 +607,8 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
 
     # MaasMachineTemplate status (capacity counted in MAAS) and the MachineDeployment Warnings.
     register_templates(registry, rt, default_credentials(config), lambda: rt.machines.active)
+    if rt.ipam is not None:
+        register_ipam(registry, rt.ipam, wake_machine=rt.machines.wake, label_selector=selector)
 
 
 def lease_settings(config: OperatorConfig) -> LeaseSettings:
@@ -662,6 +677,8 @@ async def run_operator(config: OperatorConfig, *, stop_flag: asyncio.Event | Non
         # request is fenced already; the loops are cancelled and the caller ends the process at once. Nothing
         # here waits for kopf: its shutdown can take a minute on a loaded machine, and writes nothing.
         rt.machines.cancel()
+        if rt.ipam is not None:
+            rt.ipam.cancel()
         rt.clusters.cancel()
         if not lease_task.cancelled() and (error := lease_task.exception()) is not None:
             raise LeadershipLost(f"leader election failed: {error!r}") from error

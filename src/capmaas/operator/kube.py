@@ -68,6 +68,10 @@ WORKLOAD_CLIENT_TTL = 300.0
 WORKLOAD_TIMEOUT = 10.0
 #: The CAPI API version owners are read with when the watch filter keeps them out of the cache.
 CAPI_API = "cluster.x-k8s.io/v1beta2"
+#: Cluster API IPAM: claims and addresses as the operator caches them (store plurals) and writes them.
+IPAM_API = "ipam.cluster.x-k8s.io/v1beta2"
+IP_CLAIMS = "ipaddressclaims"
+IP_ADDRESSES = "ipaddresses"
 #: Seconds an owner read outside the watch cache (or its absence) is kept: a resync of many objects that share
 #: it (a Cluster) is one GET, not one each.
 UNWATCHED_TTL = 5.0
@@ -374,6 +378,36 @@ class KubeAdapter:
             if body is not None:
                 out.append(body)
         return out
+
+    # --- Cluster API IPAM (the MaasMachine side) ----------------------------------------------------------
+    def get_ip_claim(self, namespace: str, name: str) -> Body | None:
+        return self.store.find(IP_CLAIMS, namespace, name)
+
+    def get_ip_address(self, namespace: str, name: str) -> Body | None:
+        return self.store.find(IP_ADDRESSES, namespace, name)
+
+    async def create_ip_claim(self, namespace: str, body: Mapping[str, Any]) -> Body | None:
+        try:
+            new = await self._http.create_object(IPAM_API, IP_CLAIMS, namespace, body)
+        except KubeHttpError as exc:
+            if exc.status == 409:
+                return None
+            name = (body.get("metadata") or {}).get("name")
+            detail = f"HTTP {exc.status}" if exc.status else str(exc)
+            raise TransientError("KubernetesError", f"creating IPAddressClaim {name}: {detail}") from exc
+        self.writes += 1
+        self.store.put(IP_CLAIMS, new)
+        return new
+
+    async def delete_ip_claim(self, namespace: str, name: str) -> None:
+        try:
+            await self._http.delete_object(IPAM_API, IP_CLAIMS, namespace, name)
+        except KubeHttpError as exc:
+            if exc.status == 404:
+                return
+            detail = f"HTTP {exc.status}" if exc.status else str(exc)
+            raise TransientError("KubernetesError", f"deleting IPAddressClaim {name}: {detail}") from exc
+        self.writes += 1
 
     # --- secrets -----------------------------------------------------------------------------------------
     async def read_secret_fresh(

@@ -40,6 +40,7 @@ from capmaas.operator.slots import PrioritySlots
 
 __all__ = ["KubeHttp", "KubeHttpError", "PrioritySlots", "Retries", "Target", "load_configuration"]
 
+JSON = "application/json"  # a POST without it is refused (HTTP 415)
 MERGE = "application/merge-patch+json"
 
 log = logging.getLogger(__name__)
@@ -243,6 +244,20 @@ class KubeHttp:
         """GET ``api`` (``group/version``) object ``plural/name`` (after a 409: the current version)."""
         path = f"/apis/{api}/namespaces/{quote(namespace)}/{plural}/{quote(name)}"
         return await self.request("GET", path, priority=priority)
+
+    async def create_object(
+        self, api: str, plural: str, namespace: str, body: Mapping[str, Any], *, priority: int = 1
+    ) -> dict[str, Any]:
+        """POST a new ``api`` (``group/version``) object into ``plural`` (409: one of that name exists)."""
+        path = f"/apis/{api}/namespaces/{quote(namespace)}/{plural}" + self._field_validation
+        return await self.request("POST", path, body=body, content_type=JSON, priority=priority)
+
+    async def delete_object(
+        self, api: str, plural: str, namespace: str, name: str, *, priority: int = 1
+    ) -> dict[str, Any]:
+        """DELETE ``api`` object ``plural/name`` (404: gone already)."""
+        path = f"/apis/{api}/namespaces/{quote(namespace)}/{plural}/{quote(name)}"
+        return await self.request("DELETE", path, priority=priority)
 
     async def get_secret(self, namespace: str, name: str, *, priority: int = 1) -> dict[str, Any]:
         path = f"/api/v1/namespaces/{quote(namespace)}/secrets/{quote(name)}"

@@ -54,7 +54,7 @@ from capmaas.api.v1beta1 import (
     ReleaseOptions,
 )
 from capmaas.maas import errors as maas_errors
-from capmaas.reconcilers import facts, vmhost
+from capmaas.reconcilers import addresses, facts, layout, vmhost
 from capmaas.reconcilers.credentials import maas_failure
 from capmaas.reconcilers.errors import TerminalError, TransientError
 from capmaas.reconcilers.keys import (
@@ -64,6 +64,8 @@ from capmaas.reconcilers.keys import (
     BARE_METAL_SCHEME,
     DEPLOY_STARTED,
     FAILURES,
+    LAYOUT_MADE,
+    PREPARE_REFUSALS,
     REPLACING,
     ZONE_FROM_MAAS,
     ZONE_FROM_OPERATOR,
@@ -97,6 +99,8 @@ def agent_name(scope: MachineScope) -> str:
 
 #: Seconds between tries of a release MAAS refused for its form (spec.releaseOptions): a person fixes it.
 RELEASE_REFUSED_RETRY = 60.0
+#: Seconds between looks at claims still without an address (their watch events wake the object sooner).
+ADDRESS_WAIT = 60.0
 
 
 class BareMetal:
@@ -142,6 +146,13 @@ class BareMetal:
             waiting = self._backing_off(scope)
             if waiting is not None:
                 return waiting
+            if scope.want.addresses and not scope.annotation(ALLOCATING):
+                # Nothing is allocated in MAAS until every address is known (an allocate in doubt is
+                # looked up first, whatever the addresses).
+                known = await addresses.wanted(scope, self.life.kube)
+                if isinstance(known, str):
+                    scope.wait(C.WAITING_FOR_IP_ADDRESS_REASON, known)
+                    return Requeue(ADDRESS_WAIT)
             got = await self._allocate(scope, port)
             if isinstance(got, Requeue):
                 return got
@@ -417,6 +428,8 @@ class BareMetal:
     async def follow(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue | None:
         S = maas.NodeStatus
         scope.set_status(provisioning_mode=self.mode)
+        if m.status == S.ALLOCATED and (scope.want.addresses or layout.wanted(scope)):
+            return await self._prepare(scope, port, m)
         if m.status in SHARED_STATES:
             return None
         if m.status == S.FAILED_DEPLOYMENT:
@@ -431,6 +444,43 @@ class BareMetal:
                 scope, port, m.system_id, C.MACHINE_NOT_FOUND_REASON, "released in MAAS"
             )
         return None
+
+    async def _prepare(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue | None:
+        """Before the deploy: the server shaped (:mod:`~capmaas.reconcilers.layout`) and its addresses pinned
+        (:mod:`~capmaas.reconcilers.addresses`); None hands it on to the deploy. What the server or MAAS
+        refuses gives the server back (not broken), claims kept, the next one after a backoff."""
+        known: list[addresses.Wanted] = []
+        if scope.want.addresses:
+            got = await addresses.wanted(scope, self.life.kube)
+            if isinstance(got, str):  # a claim lost its address after the allocation: hold the server, wait
+                scope.wait(C.WAITING_FOR_IP_ADDRESS_REASON, got)
+                return Requeue(ADDRESS_WAIT)
+            known = got
+        if not await self.life.confirm(self, scope, port, m.system_id, "preparing it"):
+            return Requeue(0.0)
+        if layout.wanted(scope):
+            try:
+                m = await layout.apply(scope, port, m)
+            except layout.Refused as exc:
+                return await self._refused(scope, port, m.system_id, C.LAYOUT_REFUSED_REASON, str(exc))
+        why = await addresses.pin(scope, port, m, known)
+        if why is not None:
+            return await self._refused(scope, port, m.system_id, C.IP_ADDRESS_REFUSED_REASON, why)
+        scope.set_annotation(PREPARE_REFUSALS, None)
+        return None
+
+    async def _refused(self, scope: MachineScope, port: MaasPort, sid: str, reason: str, why: str) -> Requeue:
+        """Give the server back for ``why`` (not its fault: not broken, not counted) and wait the backoff."""
+        refusals = int(scope.annotation(PREPARE_REFUSALS) or 0) + 1
+        scope.set_status(attempts=max(0, scope.attempts - 1))
+        await self.give_back(scope, port, sid, reason, why)
+        delay = self.life.backoff(refusals - 1)
+        scope.set_annotation(PREPARE_REFUSALS, str(refusals))
+        scope.set_annotation(ALLOCATE_AFTER, f"{self.life.clock() + delay:.3f}@{scope.generation}")
+        msg = f"{why}; released {sid} (not marked broken), the claims kept; next server in {int(delay) + 1}s"
+        scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, reason, msg)
+        await scope.flush()
+        return Requeue(delay)
 
     # --- giving back -------------------------------------------------------------------------------------
     async def give_back(
@@ -452,14 +502,17 @@ class BareMetal:
             held = False
             scope.event("Warning", "MachineNotOurs", f"MAAS machine {sid} is not held for us; nothing sent")
         try:
-            if held:
-                if broken:
-                    # mark_broken releases it *and* keeps it out of the pool, so it is not handed to us again.
-                    await port.mark_broken(sid, comment=f"capmaas {scope.key}: {reason}: {why}")
-                else:
-                    await port.release(
-                        sid, erase=False, secure_erase=False, quick_erase=False, comment=reason
-                    )
+            await addresses.unpin(scope, port, m if held else None)  # MAAS left clean for the next user
+            if not held:
+                await layout.undo(scope, port, None)
+            elif broken:
+                # mark_broken releases it *and* keeps it out of the pool, so it is not handed to us again;
+                # a Broken server's interfaces may be edited (not a Deploying/Failed one's): undo after.
+                await port.mark_broken(sid, comment=f"capmaas {scope.key}: {reason}: {why}")
+                await self._undo_or_say(scope, port, m)
+            else:
+                await self._undo_or_say(scope, port, m)
+                await port.release(sid, erase=False, secure_erase=False, quick_erase=False, comment=reason)
         except maas_errors.NotFoundError:
             pass
         except maas_errors.MaasError as exc:
@@ -472,6 +525,44 @@ class BareMetal:
             C.MACHINE_PROVISIONED_CONDITION, False, reason, f"{sid}: {why}; allocating another"
         )
         await scope.flush()
+        return Requeue(0.0)
+
+    async def _undo_or_say(self, scope: MachineScope, port: MaasPort, m: maas.Machine | None) -> None:
+        """Undo the layout on ``m`` now; when MAAS allows no interface edit in its state, say what is left."""
+        left = layout.made_names(scope)
+        if not await layout.undo(scope, port, m) and m is not None:
+            scope.event(
+                "Warning",
+                "LayoutLeftOnServer",
+                f"MAAS machine {m.system_id}: MAAS allows no interface edit while it is {m.status_name}; "
+                f"{', '.join(left)} stay on it",
+            )
+            scope.set_annotation(LAYOUT_MADE, None)
+
+    async def _clean_after_release(self, scope: MachineScope, port: MaasPort, sid: str) -> Requeue:
+        """The server is released with bonds/VLANs capmaas made on it, which MAAS let nobody delete while it
+        was Deployed: take it back at once (allocate by system ID, under this object's agent name), so the
+        next pass finds it held and Allocated, undoes the layout and releases it again. If another user got
+        it first, say so: its bonds and VLANs stay (MAAS offers no other way)."""
+        left = layout.made_names(scope)
+        try:
+            await port.allocate(
+                maas.AllocateConstraints(system_id=sid, not_pod_type=(LXD_POWER_TYPE,)),
+                agent_name=agent_name(scope),
+                comment=f"capmaas {scope.key}: removing {', '.join(left)}",
+            )
+        except (maas_errors.NoMachineAvailableError, maas_errors.ConflictError) as exc:
+            port.unwatch(sid)
+            scope.set_annotation(LAYOUT_MADE, None)
+            scope.event(
+                "Warning",
+                "LayoutLeftOnServer",
+                f"MAAS machine {sid} was taken before capmaas could remove {', '.join(left)} ({exc})",
+            )
+            return self.life.finished(scope)
+        except maas_errors.MaasError as exc:
+            raise maas_failure(exc, None, f"taking {sid} back to remove its layout") from exc
+        scope.set_deletion(C.RELEASING_REASON, f"{sid}: taken back to remove {', '.join(left)}")
         return Requeue(0.0)
 
     def _forget(self, scope: MachineScope, port: MaasPort, sid: str) -> None:
@@ -521,6 +612,8 @@ class BareMetal:
         if m is None and not port.is_gone(sid):
             scope.set_deletion(C.DELETING_REASON, f"{sid}: waiting for MAAS state")
             return Requeue()
+        if m is not None and m.status == maas.NodeStatus.READY and scope.annotation(LAYOUT_MADE):
+            return await self._clean_after_release(scope, port, sid)
         if m is None or m.status in RELEASED or (m.owner is None and m.status not in IN_PROGRESS):
             port.unwatch(sid)
             scope.event("Normal", "MachineReleased", f"MAAS machine {sid} released")
@@ -550,6 +643,9 @@ class BareMetal:
         if opts.force and (hosting := await vmhost.vms_hosted(scope, port, sid)) is not None:
             return hosting  # force would have MAAS remove VM hosts that still carry someone's VMs
         await self._release_extra(scope, port, [m for m in held if m.system_id != sid], opts)
+        await addresses.unpin(scope, port, m)  # proven ours above: its pins go before the release
+        # The bonds and VLANs capmaas made, now if MAAS allows (not while Deployed: then after the release).
+        await layout.undo(scope, port, m)
         try:
             await port.release(
                 sid,

@@ -58,6 +58,16 @@ AGENT_NAME = "agent-name"
 DEPLOY_REFUSED = "deploy-refused"
 #: The system ID being given back (see :mod:`capmaas.reconcilers.baremetal`).
 REPLACING = "replacing"
+#: The addresses pinned (or about to be) to the held server's NICs with MAAS ``reservedips/``, as
+#: ``ip@mac`` joined by commas; written before the pins are sent, so a crash leaves them known; cleared with
+#: the release (:mod:`capmaas.reconcilers.addresses`).
+PINNED = "pinned-ips"
+#: Consecutive servers given back because their addresses or layout were refused before deploy: the backoff's
+#: count (``ALLOCATE_AFTER`` holds the time), cleared once a server took everything.
+PREPARE_REFUSALS = "prepare-refusals"
+#: The bonds and VLAN interfaces capmaas made on the held server and the links their NICs had, as JSON;
+#: written before each create and cleared with the release (:mod:`capmaas.reconcilers.layout`).
+LAYOUT_MADE = "layout-made"
 #: Written before an LXD compose (the VM host's id): a pass that finds it without a system ID looks the VM up.
 COMPOSING = "composing"
 #: When the delete of an LXD VM was last requested (epoch seconds).

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from capmaas.api import conditions as C
-from capmaas.reconcilers import facts, identity
+from capmaas.reconcilers import addresses, facts, identity
 from capmaas.reconcilers.baremetal import BareMetal
 from capmaas.reconcilers.credentials import DEFAULT_REF, connect_ref
 from capmaas.reconcilers.errors import ReconcileError, TransientError
@@ -187,8 +187,11 @@ class MachineReconciler:
             return Requeue()
         if not identity.holds_maas(scope):  # nothing to give back: MAAS is not contacted
             self.lxd.placer.forget(scope.uid)
-            return self.life.finished(scope)
-        port = await self.session(scope)
-        if port is None:  # references of another identity, forgotten: nothing of ours to give back
-            return self.life.finished(scope)
-        return await p.delete(scope, port)
+            done = self.life.finished(scope)
+        elif (port := await self.session(scope)) is None:
+            done = self.life.finished(scope)  # references of another identity, forgotten: nothing of ours
+        else:
+            done = await p.delete(scope, port)
+        if MACHINE_FINALIZER not in scope.finalizers:  # released: the addresses go back to their pools
+            await addresses.drop_claims(scope, self.kube)
+        return done

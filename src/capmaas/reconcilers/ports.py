@@ -121,6 +121,24 @@ class KubePort(Protocol):
         """A Namespace's labels (None when it does not exist). May be served from a short-lived cache."""
         ...
 
+    # --- Cluster API IPAM (ipam.cluster.x-k8s.io/v1beta2), for the MaasMachine side of the contract ---------
+    def get_ip_claim(self, namespace: str, name: str) -> Body | None:
+        """An ``IPAddressClaim`` from the watch cache (every claim, whichever IPAM provider fulfils it)."""
+        ...
+
+    def get_ip_address(self, namespace: str, name: str) -> Body | None:
+        """An ``IPAddress`` from the watch cache."""
+        ...
+
+    async def create_ip_claim(self, namespace: str, body: Mapping[str, Any]) -> Body | None:
+        """Create an ``IPAddressClaim``; None when one of that name exists already (the caller reads the
+        cache: it may be another object's)."""
+        ...
+
+    async def delete_ip_claim(self, namespace: str, name: str) -> None:
+        """Delete an ``IPAddressClaim`` (its IPAM provider frees the address); gone already is fine."""
+        ...
+
 
 @dataclass(frozen=True)
 class NamespaceAllowList:
@@ -156,6 +174,18 @@ def identity_fingerprint(endpoint: str, username: str) -> str:
     u = urlsplit(endpoint.strip())
     where = f"{u.scheme.lower()}://{u.netloc.lower()}{u.path.rstrip('/')}"
     return hashlib.sha256(f"{where}\0{username}".encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class BondRequest:
+    """What ``create_bond`` is sent: the name, the parents' MAAS interface ids and the bond parameters."""
+
+    name: str
+    parents: tuple[int, ...]
+    mode: str | None = None
+    lacp_rate: str | None = None
+    xmit_hash_policy: str | None = None
+    mtu: int | None = None
 
 
 @dataclass(frozen=True)
@@ -299,6 +329,65 @@ class MaasPort(VmHostPort, Protocol):
     async def vip_release(self, address: str) -> None:
         """Release this identity's reservation of ``address`` if MAAS still has it (deleting the DNS
         resource that was its only user already did)."""
+        ...
+
+    # --- static addresses (IPAM) ----------------------------------------------------------------------------
+    async def subnets(self) -> Sequence[maas.Subnet]:
+        """``GET subnets/`` (every subnet this identity can see)."""
+        ...
+
+    async def ip_ranges(self) -> Sequence[maas.IpRange]:
+        """``GET ipranges/`` (dynamic and reserved ranges of every subnet)."""
+        ...
+
+    async def reserved_ips(self) -> Sequence[maas.ReservedIp]:
+        """``GET reservedips/``: every address pinned to a MAC (any user may read them)."""
+        ...
+
+    async def pin_ip(self, ip: str, mac_address: str, *, comment: str) -> maas.ReservedIp:
+        """``POST reservedips/`` (admin): pin ``ip`` to ``mac_address``; its AUTO link gets it at deploy."""
+        ...
+
+    async def unpin_ip(self, reserved_id: int) -> None:
+        """``DELETE reservedips/{id}/`` (admin); an entry already gone is not an error."""
+        ...
+
+    # --- network and storage layout (before deploy, undone before release) -------------------------------
+    async def read_machine(self, system_id: str) -> maas.Machine:
+        """``GET machines/{id}/`` now (interfaces and block devices as MAAS has them this moment), folded
+        into the poller's snapshot."""
+        ...
+
+    async def fabrics(self) -> Sequence[maas.Fabric]:
+        """``GET fabrics/`` with their VLANs (a VLAN interface needs MAAS's VLAN id, not the tag)."""
+        ...
+
+    async def create_bond(self, system_id: str, bond: BondRequest) -> maas.Interface:
+        """``op=create_bond`` (admin); MAAS clears the parents' links."""
+        ...
+
+    async def create_vlan(self, system_id: str, *, parent: int, vlan: int, mtu: int | None) -> maas.Interface:
+        """``op=create_vlan`` (admin): ``vlan`` is MAAS's VLAN object id."""
+        ...
+
+    async def delete_interface(self, system_id: str, interface_id: int) -> None:
+        """``DELETE nodes/{id}/interfaces/{iface}/`` (admin); gone already is not an error."""
+        ...
+
+    async def link_subnet(
+        self, system_id: str, interface_id: int, *, mode: str, subnet: str, ip_address: str | None = None
+    ) -> maas.Interface:
+        """``op=link_subnet`` (admin) in ``mode`` (auto, dhcp, static, link_up) to ``subnet`` (a CIDR)."""
+        ...
+
+    async def format_disk(self, system_id: str, device_id: int, *, fstype: str) -> maas.BlockDevice:
+        """``op=format`` on a block device (the owner may while Allocated)."""
+        ...
+
+    async def mount_disk(
+        self, system_id: str, device_id: int, *, mount_point: str, mount_options: str | None
+    ) -> maas.BlockDevice:
+        """``op=mount`` on a formatted block device."""
         ...
 
 

@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 
 from capmaas.simulator.forms import FormData
 from capmaas.simulator.http import HttpError
-from capmaas.simulator.models import ANY_STATUS_BY_NAME, Interface, Machine, NodeStatus
+from capmaas.simulator.models import (
+    ANY_STATUS_BY_NAME,
+    Fabric,
+    Interface,
+    Machine,
+    NodeStatus,
+    vlan_id,
+    vlan_name,
+)
 from capmaas.simulator.state import State
 
 #: ``FilterNodeForm``'s fields (M ``node_constraint_filter_forms.py``): both listing and allocate take them.
@@ -155,8 +163,6 @@ class Constraints:
     pods: dict[str, frozenset[str]] = field(default_factory=dict)
     zone: str | None = None
     pool: str | None = None
-    #: subnet id -> its VLAN's vid (for the ``vlans`` filters)
-    subnet_vids: dict[int | None, int] = field(default_factory=dict)
     cpu_count: int | None = None
     mem: int | None = None
     arch: str | None = None
@@ -194,7 +200,7 @@ def parse(state: State, form: FormData, *, acquire: bool) -> Constraints:
     for key in form:
         if key not in allowed and key not in IGNORED and not key.startswith("oauth_"):
             raise HttpError(400, {key: ["No such constraint."]})
-    c = Constraints(subnet_vids={s.id: s.vid for s in state.subnets.values()})
+    c = Constraints()
     p = c.predicates
     errors: dict[str, list[str]] = {}
 
@@ -293,7 +299,7 @@ def parse(state: State, form: FormData, *, acquire: bool) -> Constraints:
     _storage(form, c, errors)
     _interfaces(state, form, c, errors)
     _subnets(state, form, c)
-    _fabrics_vlans(form, c)
+    _fabrics_vlans(state, form, c)
     _link_speed_devices(form, c, errors)
     if errors:
         raise HttpError(400, errors)
@@ -348,35 +354,44 @@ def _owner_power_target(form: FormData, c: Constraints, errors: dict[str, list[s
             c.described[key] = ",".join(sorted(v.lstrip("=").lower() for v in raw))
 
 
-FABRIC_NAME, FABRIC_CLASS = "fabric-0", None  # the one fabric (see networks.py); it has no class_type
-VLAN_ID_BASE = 5000
-
-
-def _vlan_matches(spec: str, vid: int) -> bool:
-    """A VLAN specifier: its id (``id:5000``/``5000``), ``vid:<n>`` or ``name:<untagged|n>``."""
+def _vlan_matches(spec: str, vlan: tuple[int, int, str]) -> bool:
+    """A VLAN specifier against (fabric id, vid, name): its id (``id:5000``/``5000``), ``vid:<n>`` or
+    ``name:<untagged|n|its name>``."""
     kind, sep, value = spec.partition(":")
     if not sep:
         kind, value = "id", spec
-    name = "untagged" if vid == 0 else str(vid)
-    return (kind, value) in (("id", str(VLAN_ID_BASE + vid)), ("vid", str(vid)), ("name", name))
+    fabric_id, vid, name = vlan
+    return (kind, value) in (("id", str(vlan_id(fabric_id, vid))), ("vid", str(vid)), ("name", name))
 
 
-def _fabrics_vlans(form: FormData, c: Constraints) -> None:
+def iface_vlan(state: State, i: Interface) -> tuple[Fabric, int, str]:
+    """The fabric, vid and VLAN name of the VLAN an interface is on (``State.iface_vlan``)."""
+    fabric_id, vid = state.iface_vlan(i)
+    fabric = state.fabric(fabric_id)
+    return fabric, vid, vlan_name(vid, fabric.vlans.get(vid, ""))
+
+
+def _fabrics_vlans(state: State, form: FormData, c: Constraints) -> None:
     """``fabrics``/``fabric_classes``/``vlans`` (any interface on one) and their ``not_`` forms."""
+
+    def fabrics_of(m: Machine) -> list[Fabric]:
+        return [iface_vlan(state, i)[0] for i in m.interfaces]
 
     fabrics, not_fabrics = set(form.getlist("fabrics")), set(form.getlist("not_fabrics"))
     if fabrics:
-        c.predicates.append(lambda m: FABRIC_NAME in fabrics and bool(m.interfaces))
+        c.predicates.append(lambda m: any(f.name in fabrics for f in fabrics_of(m)))
     if not_fabrics:
-        c.predicates.append(lambda m: not (FABRIC_NAME in not_fabrics and m.interfaces))
-    if form.getlist("fabric_classes"):
-        c.predicates.append(lambda m: False)  # no fabric has a class
+        c.predicates.append(lambda m: not any(f.name in not_fabrics for f in fabrics_of(m)))
+    classes, not_classes = set(form.getlist("fabric_classes")), set(form.getlist("not_fabric_classes"))
+    if classes:
+        c.predicates.append(lambda m: any(f.class_type in classes for f in fabrics_of(m)))
+    if not_classes:
+        c.predicates.append(lambda m: not any(f.class_type in not_classes for f in fabrics_of(m)))
     vlans, not_vlans = form.getlist("vlans"), form.getlist("not_vlans")
     if vlans or not_vlans:
-        state_vids = c.subnet_vids
 
         def on(m: Machine, specs: list[str]) -> bool:
-            mine = {state_vids.get(i.subnet_id, 0) for i in m.interfaces}  # unlinked: the untagged VLAN
+            mine = {(f.id, vid, name) for f, vid, name in (iface_vlan(state, i) for i in m.interfaces)}
             return any(_vlan_matches(spec, v) for spec in specs for v in mine)
 
         if vlans:
@@ -679,10 +694,10 @@ def _interfaces(state: State, form: FormData, c: Constraints, errors: dict[str, 
 
 
 def _iface_value(state: State, m: Machine, i: Interface, key: str, want: str) -> bool:
-    """One interface key (``InterfaceQueriesMixin.get_specifiers_q``, M ``models/interface.py:96-185``). The
-    simulator has one fabric, so an interface's VLAN and space are its subnet's."""
+    """One interface key (``InterfaceQueriesMixin.get_specifiers_q``, M ``models/interface.py:96-185``). An
+    interface's VLAN is ``State.iface_vlan``'s; its space is its subnet's."""
     subnet = state.subnets.get(i.subnet_id) if i.subnet_id is not None else None
-    vid = subnet.vid if subnet is not None else 0
+    fabric, vid, name = iface_vlan(state, i)
     if key == "id":
         return want.strip().isdigit() and int(want) == i.id
     if key == "name":
@@ -696,13 +711,13 @@ def _iface_value(state: State, m: Machine, i: Interface, key: str, want: str) ->
     if key == "mode":
         return not i.ip
     if key == "fabric":
-        return want in (FABRIC_NAME, "0")
+        return want in (fabric.name, str(fabric.id))
     if key == "fabric_class":
-        return False  # the fabric has no class
+        return fabric.class_type == want
     if key == "space":
         return (subnet.space if subnet is not None else "undefined") == want
     if key == "vlan":
-        return _vlan_matches(want, vid)
+        return _vlan_matches(want, (fabric.id, vid, name))
     if key == "vid":
         return want.strip().isdigit() and int(want) == vid
     if key == "subnet":

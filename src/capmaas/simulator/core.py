@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 from capmaas.simulator import (
     addresses,
+    bonds,
     catalog,
     devices,
     dnsrecords,
@@ -27,6 +28,7 @@ from capmaas.simulator import (
     networks,
     nodes,
     router,
+    storage,
     vmhosts,
 )
 from capmaas.simulator.auth import Authenticator, SignedRequest, User, challenge, new_api_key
@@ -86,6 +88,8 @@ class Simulator(Lifecycle):
             self.auth.add_user(spec.username, admin=spec.admin, api_key=spec.api_key, password=spec.password)
         self.resources: list[router.Resource] = [
             *machines.RESOURCES,
+            *bonds.RESOURCES,  # ops on nodes' interfaces resource (registered there), no URL of their own
+            *storage.RESOURCES,  # ops on nodes' block device and machines' machine resources
             *vmhosts.RESOURCES,
             *catalog.RESOURCES,
             *dnsrecords.RESOURCES,

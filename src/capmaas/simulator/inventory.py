@@ -6,12 +6,14 @@ The YAML shape (every section optional; see examples/inventory-sample.yaml)::
     pools: [{name, description}]            # "default" (id 0) always exists
     tags: [{name, comment, definition, kernel_opts}]
     domains: [{name, ttl, authoritative}]   # "maas" (id 0) always exists and is the default
-    subnets: [{cidr, name, gateway_ip, dns_servers, vid, space,
+    fabrics: [{name, class_type, vlans: [{vid, name}]}]   # "fabric-0" (id 0) always exists
+    subnets: [{cidr, name, gateway_ip, dns_servers, fabric, vid, space,
                ranges: [{type: dynamic|reserved, start, end, comment}]}]
     boot_resources: [{name: ubuntu/jammy, architecture: amd64/generic, type: synced|uploaded, title}]
     users: [{username, api_key, admin, password}]
     machines: [{hostname, system_id, zone, pool, domain, arch, cpu_count, cpu_speed, memory, tags,
-                disks: [{name, size, tags}], interfaces: [{name, mac, subnet, ip, tags, link_speed}],
+                disks: [{name, size, tags}],
+                interfaces: [{name, mac, subnet, ip, tags, link_speed, fabric, vid}],
                 devices: [{vendor_id, product_id, vendor_name, product_name, commissioning_driver,
                            bus: PCIE|USB, hardware_type: node|cpu|memory|storage|network|gpu, pci_address}],
                 power_type, power_state, status, owner, commissioned}]
@@ -21,8 +23,11 @@ The YAML shape (every section optional; see examples/inventory-sample.yaml)::
 
 ``arch`` is MAAS's ``arch/subarch`` (``arm64/generic``); allocate's ``arch=`` knows the architectures of the
 boot resources and machines. ``devices`` are the PCI/USB devices commissioning found (allocate ``devices=``
-matches them; a GPU is ``hardware_type: gpu``). NICs are all on the one fabric (``fabric-0``); an interface's
-VLAN and space are its subnet's.
+matches them; a GPU is ``hardware_type: gpu``). Fabrics are listed in order (ids 0, 1, ...; the first is
+``fabric-0`` unless named otherwise); a subnet is on VLAN ``vid`` (default 0) of its ``fabric`` (default the
+first), and a VLAN a subnet names but its fabric does not declare is added to it. A NIC's VLAN and space are
+its subnet's; an unlinked NIC is on fabric 0's untagged VLAN unless it names a ``fabric``/``vid`` (then
+``link_subnet`` offers it only that VLAN's subnets, as MAAS does).
 
 Sizes accept bytes or ``500G``/``2T`` (decimal, as MAAS counts storage); memory accepts MiB or ``16G`` (GiB).
 
@@ -53,6 +58,7 @@ from capmaas.simulator.models import (
     BootResource,
     Disk,
     Domain,
+    Fabric,
     Interface,
     IpRange,
     Machine,
@@ -209,6 +215,7 @@ class Inventory:
                 state.domains[did] = Domain(
                     did, name, entry.get("ttl"), bool(entry.get("authoritative", True))
                 )
+        _fabrics(state, _list(self.data, "fabrics"))
         subnets = _list(self.data, "subnets")
         if not subnets and _list(self.data, "machines"):
             subnets = [DEFAULT_SUBNET]
@@ -219,14 +226,22 @@ class Inventory:
             except ValueError as exc:
                 raise InventoryError(f"subnets: invalid cidr {cidr!r}") from exc
             sid = state.new_id("subnet")
+            fabric = _subnet_fabric(state, entry)
+            vid = int(entry.get("vid", 0))
+            if not 0 <= vid <= 4094:
+                raise InventoryError(f"subnets: {cidr}: vid must be 0-4094, not {vid}")
+            fabric.vlans.setdefault(vid, "")
             state.subnets[sid] = Subnet(
                 sid,
                 str(entry.get("name", cidr)),
                 cidr,
                 entry.get("gateway_ip"),
                 list(entry.get("dns_servers", [])),
-                int(entry.get("vid", 0)),
+                vid,
                 str(entry.get("space", "undefined")),
+                fabric_id=fabric.id,
+                fabric=fabric.name,
+                vlan_name=fabric.vlans[vid],
             )
             for r in entry.get("ranges") or []:
                 _add_range(state, state.subnets[sid], r)
@@ -252,6 +267,45 @@ class Inventory:
         for entry in _list(self.data, "vm_hosts"):
             _vm_host(state, entry)
         return state
+
+
+def _fabrics(state: State, entries: list[dict[str, Any]]) -> None:
+    """The ``fabrics`` section: ids in order from 0; each with its VLANs (vid 0 always)."""
+    for n, entry in enumerate(entries):
+        name = str(entry.get("name", f"fabric-{n}"))
+        if any(f.name == name for f in state.fabrics.values()):
+            raise InventoryError(f"fabrics: duplicate name {name!r}")
+        class_type = entry.get("class_type")
+        fabric = Fabric(n, name, None if class_type is None else str(class_type), {0: ""})
+        for vlan in entry.get("vlans") or []:
+            vid = int(_require(vlan, "vid", f"fabrics: {name}: vlans"))
+            if not 0 <= vid <= 4094:
+                raise InventoryError(f"fabrics: {name}: vid must be 0-4094, not {vid}")
+            fabric.vlans[vid] = str(vlan.get("name") or "")
+        state.fabrics[n] = fabric
+    state.fabric(0)
+
+
+def _subnet_fabric(state: State, entry: dict[str, Any]) -> Fabric:
+    name = entry.get("fabric")
+    if name is None:
+        return state.fabric(0)
+    found = next((f for f in state.fabrics.values() if f.name == str(name)), None)
+    if found is None:
+        raise InventoryError(f"subnets: {entry.get('cidr')}: no fabric named {name!r}")
+    return found
+
+
+def _nic_vlan(state: State, entry: dict[str, Any], where: str) -> tuple[int, int]:
+    """An unlinked NIC's VLAN: ``fabric`` (name, default the first) and ``vid`` (default 0), declared."""
+    name = str(entry.get("fabric", state.fabric(0).name))
+    fabric = next((f for f in state.fabrics.values() if f.name == name), None)
+    if fabric is None:
+        raise InventoryError(f"{where}: interface {entry.get('name')}: no fabric named {name!r}")
+    vid = int(entry.get("vid", 0))
+    if vid not in state.vlans_of(fabric.id):
+        raise InventoryError(f"{where}: interface {entry.get('name')}: fabric {name} has no VLAN {vid}")
+    return (fabric.id, vid)
 
 
 def new_system_id(state: State, rng: random.Random) -> str:
@@ -308,6 +362,9 @@ def _machine(state: State, entry: dict[str, Any], rng: random.Random) -> Machine
         ip = i.get("ip")
         name = str(i.get("name", f"eth{n}"))
         nic_tags = [str(t) for t in i.get("tags", [])]
+        vlan = _nic_vlan(state, i, where) if ("fabric" in i or "vid" in i) else None
+        if vlan is not None and subnet_id is not None:
+            raise InventoryError(f"{where}: interface {name}: a NIC with a subnet is on the subnet's VLAN")
         interfaces.append(
             Interface(
                 iid,
@@ -318,6 +375,7 @@ def _machine(state: State, entry: dict[str, Any], rng: random.Random) -> Machine
                 auto=subnet_id is not None and not ip,
                 tags=nic_tags,
                 link_speed=int(i.get("link_speed", 10000)),
+                vlan=vlan,
             )
         )
     node_devices = [_node_device(state, d, where) for d in entry.get("devices") or []]

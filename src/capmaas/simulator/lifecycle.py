@@ -63,6 +63,7 @@ class Lifecycle:
         if m.owner is not None and m.owner != username:
             self.violations.append(f"machine {m.system_id} acquired by {username} while owned by {m.owner}")
         self.state.set_status(m, S.ALLOCATED)
+        self.state.create_acquired_filesystems(m)
         m.owner = username
         self.state.set_agent(m, agent_name)
         m.status_message = "Allocated" if not comment else f"Allocated - {comment}"
@@ -156,6 +157,9 @@ class Lifecycle:
         return m.power_state == "off" or m.power_type == "manual"
 
     def _clear_deployment(self, m: Machine) -> None:
+        """``Node._release``'s clean-up: the deployment's settings and the acquired filesystems go; bonds and
+        VLAN interfaces made while allocated stay (they are not ``acquired``)."""
+        self.state.clear_acquired_filesystems(m)
         self.state.set_agent(m, "")
         m.osystem = m.distro_series = ""
         m.hwe_kernel = None

@@ -183,6 +183,26 @@ RELEASABLE = frozenset(
 ABORTABLE = frozenset({S.DISK_ERASING, S.COMMISSIONING, S.DEPLOYING, S.TESTING})
 # Statuses in which a machine belongs to somebody (used by the invariant check).
 OWNED = frozenset({S.ALLOCATED, S.DEPLOYING, S.DEPLOYED, S.FAILED_DEPLOYMENT, S.RELEASING})
+#: ``ALLOCATED_NODE_STATUSES`` (M ``maasserver/enum.py:152-165``): where the acquired filesystems count.
+ALLOCATED_STATES = frozenset(
+    {
+        S.ALLOCATED,
+        S.DEPLOYING,
+        S.DEPLOYED,
+        S.FAILED_DEPLOYMENT,
+        S.RELEASING,
+        S.FAILED_RELEASING,
+        S.DISK_ERASING,
+        S.FAILED_DISK_ERASING,
+        S.RESCUE_MODE,
+        S.ENTERING_RESCUE_MODE,
+        S.FAILED_ENTERING_RESCUE_MODE,
+        S.EXITING_RESCUE_MODE,
+        S.FAILED_EXITING_RESCUE_MODE,
+        S.TESTING,
+        S.FAILED_TESTING,
+    }
+)
 ANY_STATUS_BY_NAME: dict[str, NodeStatus] = {s.name.lower(): s for s in NodeStatus}
 
 
@@ -226,6 +246,38 @@ class Subnet:
     vid: int = 0
     space: str = "undefined"
     description: str = ""
+    #: The fabric its VLAN is on (denormalised from :class:`Fabric` so a subnet renders without the state).
+    fabric_id: int = 0
+    fabric: str = "fabric-0"
+    #: Its VLAN's name; empty: MAAS's default (``untagged`` for vid 0, else the vid).
+    vlan_name: str = ""
+
+
+@dataclass(slots=True)
+class Fabric:
+    """A fabric (M ``models/fabric.py``) and its VLANs by vid (their names; empty: MAAS's default name).
+
+    A VLAN's id is :func:`vlan_id` of its fabric and vid: MAAS numbers VLAN rows from 5001; here fabric 0's
+    VLANs are ``5000 + vid`` (what the one-fabric simulator always used) and fabric ``n``'s ``5000 * (n + 1)
+    + vid`` (vids stay below 4095, so ids never collide)."""
+
+    id: int
+    name: str
+    class_type: str | None = None
+    vlans: dict[int, str] = field(default_factory=dict)
+
+
+VLAN_ID_BASE = 5000
+FabricVid = tuple[int, int]  # (fabric id, vid): a VLAN
+
+
+def vlan_id(fabric_id: int, vid: int) -> int:
+    return VLAN_ID_BASE * (fabric_id + 1) + vid
+
+
+def vlan_name(vid: int, name: str = "") -> str:
+    """MAAS's default VLAN name: ``untagged`` for vid 0, else the vid as text."""
+    return name or ("untagged" if vid == 0 else str(vid))
 
 
 @dataclass(slots=True)
@@ -247,6 +299,30 @@ class Disk:
     tags: list[str] = field(default_factory=list)
     #: A composed VM's disk: the id of the VM host storage pool backing it (its ``storage_pool``).
     pool_id: int | None = None
+    #: The filesystem made on the whole disk (``op=format``) outside an allocation (``acquired=False``).
+    fs: Filesystem | None = None
+    #: The ``acquired`` filesystem: the copy ``_create_acquired_filesystems`` makes at allocation, or one
+    #: formatted while allocated. It is the effective one while the machine is allocated; release drops it.
+    acquired_fs: Filesystem | None = None
+
+
+#: ``FILESYSTEM_FORMAT_TYPE_CHOICES`` (M ``maasserver/enum.py:637-650``), in MAAS's order.
+FORMAT_FSTYPES = ("ext2", "ext4", "xfs", "fat32", "vfat", "swap", "ramfs", "tmpfs", "btrfs", "zfsroot")
+
+
+@dataclass(slots=True)
+class Filesystem:
+    """A ``Filesystem`` row on a whole block device (M ``models/filesystem.py``)."""
+
+    fstype: str
+    uuid: str
+    label: str | None = None
+    mount_point: str | None = None
+    mount_options: str | None = None
+
+    @property
+    def mounted(self) -> bool:
+        return self.mount_point is not None
 
 
 @dataclass(slots=True)
@@ -266,6 +342,9 @@ class Interface:
     tags: list[str] = field(default_factory=list)
     #: Mbit/s the NIC reports (MAAS ``link_speed``; a physical NIC's, 0 for virtual ones in the JSON).
     link_speed: int = 10000
+    #: The VLAN it is on when set explicitly (bonds, VLAN interfaces, their parents); None: its subnet's
+    #: VLAN, or fabric 0's untagged VLAN when it has no subnet (``State.iface_vlan``).
+    vlan: FabricVid | None = None
 
 
 @dataclass(slots=True)
@@ -380,6 +459,9 @@ class Machine:
     dynamic: bool = False
     commissioned: bool = True
     hardware_uuid: str = ""
+    #: The storage layout last applied (``set_storage_layout``): ``flat`` keeps MAAS's default partitions
+    #: on the boot disk, ``blank`` none.
+    storage_layout: str = "flat"
     # Bumped on every status change: a pending timed transition scheduled in an older epoch is void.
     epoch: int = 0
     cached_json: bytes | None = None

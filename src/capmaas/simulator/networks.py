@@ -1,8 +1,10 @@
 """Fabrics, VLANs and spaces (M ``api/fabrics.py``, ``api/vlans.py``, ``api/spaces.py``), read-only.
 
-They are derived from the subnets: one fabric (``fabric-0``, id 0) carrying a VLAN per distinct ``vid`` (the
-untagged VLAN always), and a space per distinct subnet ``space`` name. VLANs and subnets without a space
-belong to MAAS's placeholder space ``undefined`` (id -1), listed only when it has VLANs (``SpacesQuerySet``).
+Fabrics come from the inventory (``fabrics:``; fabric 0, ``fabric-0``, always exists); each carries the VLANs
+it declares, a VLAN per distinct ``vid`` of its subnets, and the untagged VLAN always. A VLAN's id is
+``models.vlan_id`` (fabric 0: ``5000 + vid``). A space per distinct subnet ``space`` name; VLANs and subnets
+without a space belong to MAAS's placeholder space ``undefined`` (id -1), listed only when it has VLANs
+(``SpacesQuerySet``).
 """
 
 from __future__ import annotations
@@ -10,9 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from capmaas.simulator.http import Request, not_found
-from capmaas.simulator.models import Subnet
+from capmaas.simulator.models import Fabric, Subnet
 from capmaas.simulator.router import Resource, resource
-from capmaas.simulator.serialize import API, FABRIC_ID, FABRIC_NAME, VLAN_ID_BASE, subnet_json, vlan_json
+from capmaas.simulator.serialize import API, subnet_json, vlan_json
 from capmaas.simulator.state import State
 
 if TYPE_CHECKING:
@@ -32,75 +34,73 @@ UNDEFINED_DESCRIPTION = (
 )
 
 
-def vlans(state: State) -> dict[int, Subnet | None]:
-    """vid -> a subnet on it (its space names the VLAN's), the untagged VLAN always present."""
-    out: dict[int, Subnet | None] = {0: None}
-    for _, s in sorted(state.subnets.items()):
-        if out.get(s.vid) is None:
-            out[s.vid] = s
-    return dict(sorted(out.items()))
+def all_vlans(state: State) -> list[tuple[Fabric, int, Subnet | None]]:
+    """Every VLAN of every fabric: (fabric, vid, a subnet on it or None)."""
+    return [(f, vid, s) for f in state.all_fabrics() for vid, s in state.vlans_of(f.id).items()]
 
 
-def _vlan(vid: int, subnet: Subnet | None) -> dict[str, Any]:
-    return vlan_json(subnet, vid=vid)
+def _vlan(fabric: Fabric, vid: int, subnet: Subnet | None) -> dict[str, Any]:
+    return vlan_json(subnet) if subnet is not None else vlan_json(None, vid=vid, fabric=fabric)
 
 
-def fabric_json(state: State) -> dict[str, Any]:
+def fabric_json(state: State, fabric: Fabric) -> dict[str, Any]:
+    """``FabricHandler`` fields (M ``api/fabrics.py``: id, name, class_type, vlans)."""
     return {
-        "id": FABRIC_ID,
-        "name": FABRIC_NAME,
-        "class_type": None,
-        "vlans": [_vlan(vid, s) for vid, s in vlans(state).items()],
-        "resource_uri": f"{API}/fabrics/{FABRIC_ID}/",
+        "id": fabric.id,
+        "name": fabric.name,
+        "class_type": fabric.class_type,
+        "vlans": [_vlan(fabric, vid, s) for vid, s in state.vlans_of(fabric.id).items()],
+        "resource_uri": f"{API}/fabrics/{fabric.id}/",
     }
 
 
-def _fabric(req: Request) -> None:
+def _fabric(sim: Simulator, req: Request) -> Fabric:
+    """A fabric by id or name (``Fabric.objects.get_fabric_or_404`` specifiers)."""
     key = req.params.get("id", req.params.get("fabric_id", ""))
-    if key not in (str(FABRIC_ID), FABRIC_NAME):
-        raise not_found("Fabric")
+    for f in sim.state.all_fabrics():
+        if key in (str(f.id), f.name):
+            return f
+    raise not_found("Fabric")
 
 
 @fabrics_res.op("GET")
 def list_fabrics(sim: Simulator, req: Request) -> list[dict[str, Any]]:
     """List fabrics."""
-    return [fabric_json(sim.state)]
+    return [fabric_json(sim.state, f) for f in sim.state.all_fabrics()]
 
 
 @fabric_res.op("GET")
 def read_fabric(sim: Simulator, req: Request) -> dict[str, Any]:
     """Read a fabric (by id or name)."""
-    _fabric(req)
-    return fabric_json(sim.state)
+    return fabric_json(sim.state, _fabric(sim, req))
 
 
 @vlans_res.op("GET")
 def list_vlans(sim: Simulator, req: Request) -> list[dict[str, Any]]:
     """List a fabric's VLANs."""
-    _fabric(req)
-    return [_vlan(vid, s) for vid, s in vlans(sim.state).items()]
+    fabric = _fabric(sim, req)
+    return [_vlan(fabric, vid, s) for vid, s in sim.state.vlans_of(fabric.id).items()]
 
 
 @vlan_res.op("GET")
 def read_vlan(sim: Simulator, req: Request) -> dict[str, Any]:
     """Read a fabric's VLAN by its vid."""
-    _fabric(req)
-    known = vlans(sim.state)
+    fabric = _fabric(sim, req)
+    known = sim.state.vlans_of(fabric.id)
     vid = req.params["vid"]
     if not vid.isdigit() or int(vid) not in known:
         raise not_found("VLAN")
-    return _vlan(int(vid), known[int(vid)])
+    return _vlan(fabric, int(vid), known[int(vid)])
 
 
 @vlan_id_res.op("GET")
 def read_vlan_by_id(sim: Simulator, req: Request) -> dict[str, Any]:
     """Read a VLAN by its id."""
-    known = vlans(sim.state)
-    key = req.params["vlan_id"]
-    vid = int(key) - VLAN_ID_BASE if key.isdigit() else -1
-    if vid not in known:
+    found = sim.state.vlan_by_id(req.params["vlan_id"])
+    if found is None:
         raise not_found("VLAN")
-    return _vlan(vid, known[vid])
+    fabric_id, vid = found
+    return _vlan(sim.state.fabric(fabric_id), vid, sim.state.vlans_of(fabric_id)[vid])
 
 
 def _space_names(state: State) -> list[str]:
@@ -111,7 +111,7 @@ def space_json(state: State, name: str) -> dict[str, Any]:
     names = _space_names(state)
     sid = -1 if name == UNDEFINED else names.index(name) + 1
     subnets = [s for _, s in sorted(state.subnets.items()) if s.space == name]
-    vlan_list = [_vlan(vid, s) for vid, s in vlans(state).items() if (s.space if s else UNDEFINED) == name]
+    vlan_list = [_vlan(f, vid, s) for f, vid, s in all_vlans(state) if (s.space if s else UNDEFINED) == name]
     return {
         "id": sid,
         "name": name,
@@ -127,7 +127,7 @@ def list_spaces(sim: Simulator, req: Request) -> list[dict[str, Any]]:
     """List spaces; ``undefined`` last, when some VLAN has no space."""
     state = sim.state
     out = [space_json(state, n) for n in _space_names(state)]
-    if any((s.space if s else UNDEFINED) == UNDEFINED for s in vlans(state).values()):
+    if any((s.space if s else UNDEFINED) == UNDEFINED for _, _, s in all_vlans(state)):
         out.append(space_json(state, UNDEFINED))
     return out
 

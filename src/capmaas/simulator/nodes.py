@@ -118,18 +118,30 @@ def read_interface(sim: Simulator, req: Request) -> dict[str, Any]:
 
 @interface_res.op("DELETE")
 def delete_interface(sim: Simulator, req: Request) -> Response:
-    """Delete an interface; its children's ``parents`` lose it (admin or owner, editable states)."""
+    """Delete an interface (``NodePermission.admin``: owning the machine is not enough; editable states).
+
+    Its addresses go back to their subnets, and a child left without parents goes with it (M
+    ``models/signals/interfaces.py`` ``delete_children_interface_handler``); other children lose it from
+    ``parents``."""
     m, iface = _interface(sim, req)
-    _may_edit(req, m)
+    _may_admin(req, m)
     _editable_state(m, "delete interface")
-    if iface.ip:
-        sim.state.used_ips.discard(iface.ip)
-    m.interfaces.remove(iface)
-    for other in m.interfaces:
-        if iface.name in other.parents:
-            other.parents.remove(iface.name)
+    _remove_interface(sim.state, m, iface)
     m.cached_json = None
     return Response(204, b"", "text/plain")
+
+
+def _remove_interface(state: State, m: Machine, iface: Interface) -> None:
+    if iface not in m.interfaces:
+        return
+    if iface.ip:
+        state.used_ips.discard(iface.ip)
+    m.interfaces.remove(iface)
+    for child in [c for c in m.interfaces if iface.name in c.parents]:
+        if len(child.parents) == 1:
+            _remove_interface(state, m, child)
+        else:
+            child.parents.remove(iface.name)
 
 
 @interfaces_res.op("POST", "create_bridge")
@@ -210,6 +222,8 @@ def link_subnet(sim: Simulator, req: Request) -> dict[str, Any]:
     _editable_state(m, "link subnet")
     form, state = req.form, sim.state
     errors: dict[str, list[str]] = {}
+    for bond in (c for c in m.interfaces if iface.name in c.parents and c.type == "bond"):
+        errors["bond"] = [f"Cannot link interface({iface.name}) when interface is in a bond({bond.name})."]
     mode = (form.get("mode") or "").lower()
     if not mode:
         errors["mode"] = ["This field is required."]
@@ -218,6 +232,11 @@ def link_subnet(sim: Simulator, req: Request) -> dict[str, Any]:
         errors["mode"] = [f"'{form.get('mode')}' is not a valid mode.  It should be one of: {listing}."]
     subnet_key = form.get("subnet") or ""
     subnet = subnet_by_specifier(state, subnet_key) if subnet_key else None
+    # The form offers only the subnets of the interface's VLAN (InterfaceLinkForm.__init__); the simulator
+    # knows the VLAN of bonds, VLAN interfaces and bond parents (a NIC's follows its subnet).
+    pinned = iface.vlan is not None and not _bool(req, "force")
+    if subnet is not None and pinned and (subnet.fabric_id, subnet.vid) != iface.vlan:
+        subnet = None
     if subnet_key and subnet is None:
         errors["subnet"] = ["Select a valid choice. That choice is not one of the available choices."]
     elif subnet is None and mode in ("auto", "static"):

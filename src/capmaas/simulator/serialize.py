@@ -18,6 +18,8 @@ from capmaas.simulator.models import (
     DnsData,
     DnsResource,
     Domain,
+    Fabric,
+    Filesystem,
     Interface,
     Machine,
     Pool,
@@ -25,6 +27,8 @@ from capmaas.simulator.models import (
     Tag,
     VmHost,
     Zone,
+    vlan_id,
+    vlan_name,
 )
 from capmaas.simulator.state import State
 
@@ -76,19 +80,26 @@ def tag_json(t: Tag) -> dict[str, Any]:
     }
 
 
-VLAN_ID_BASE = 5000  # MAAS numbers VLAN rows from 5001; here a VLAN's id is 5000 + its vid (one fabric)
-FABRIC_ID, FABRIC_NAME = 0, "fabric-0"
+FABRIC_ID, FABRIC_NAME = 0, "fabric-0"  # the default fabric; VLAN ids: ``models.vlan_id``
 
 
-def vlan_json(s: Subnet | None, *, vid: int | None = None, space: str | None = None) -> dict[str, Any]:
-    """The VLAN of subnet ``s`` (or VLAN ``vid`` of the fabric; the untagged one when neither is given)."""
-    vid = s.vid if s is not None else (vid or 0)
+def vlan_json(
+    s: Subnet | None, *, vid: int | None = None, space: str | None = None, fabric: Fabric | None = None
+) -> dict[str, Any]:
+    """The VLAN of subnet ``s``, or VLAN ``vid`` of ``fabric`` (default fabric 0; untagged when no vid)."""
+    if s is not None:
+        fid, fname, vid, name = s.fabric_id, s.fabric, s.vid, vlan_name(s.vid, s.vlan_name)
+    else:
+        vid = vid or 0
+        fid, fname = (fabric.id, fabric.name) if fabric is not None else (FABRIC_ID, FABRIC_NAME)
+        name = vlan_name(vid, fabric.vlans.get(vid, "") if fabric is not None else "")
+    vlan = vlan_id(fid, vid)
     return {
-        "id": VLAN_ID_BASE + vid,
-        "name": "untagged" if vid == 0 else str(vid),
+        "id": vlan,
+        "name": name,
         "vid": vid,
-        "fabric": FABRIC_NAME,
-        "fabric_id": FABRIC_ID,
+        "fabric": fname,
+        "fabric_id": fid,
         "mtu": 1500,
         "primary_rack": "rack01",
         "secondary_rack": None,
@@ -96,7 +107,7 @@ def vlan_json(s: Subnet | None, *, vid: int | None = None, space: str | None = N
         "external_dhcp": None,
         "relay_vlan": None,
         "space": s.space if s is not None else (space or "undefined"),
-        "resource_uri": f"{API}/vlans/{VLAN_ID_BASE + vid}/",
+        "resource_uri": f"{API}/vlans/{vlan}/",
     }
 
 
@@ -313,12 +324,20 @@ def interface_json(state: State, m: Machine, i: Interface) -> dict[str, Any]:
             link["ip_address"] = i.ip
         links.append(link)
     physical = i.type == "physical"
+    if i.vlan is None:
+        vlan = vlan_json(subnet)
+    else:  # a bond's or VLAN interface's own VLAN (its space: the first subnet's on it)
+        fabric_id, vid = i.vlan
+        on_vlan = state.vlans_of(fabric_id).get(vid)
+        fabric = state.fabric(fabric_id)
+        vlan = vlan_json(on_vlan) if on_vlan is not None else vlan_json(None, vid=vid, fabric=fabric)
+    mtu = i.params.get("mtu")
     return {
         "system_id": m.system_id,
         "id": i.id,
         "name": i.name,
         "type": i.type,
-        "vlan": vlan_json(subnet),
+        "vlan": vlan,
         "mac_address": i.mac_address,
         "parents": list(i.parents),
         "children": [c.name for c in m.interfaces if i.name in c.parents],
@@ -327,7 +346,7 @@ def interface_json(state: State, m: Machine, i: Interface) -> dict[str, Any]:
         "links": links,
         "params": dict(i.params),
         "discovered": None,
-        "effective_mtu": 1500,
+        "effective_mtu": mtu if isinstance(mtu, int) else 1500,
         "vendor": "Simulated" if physical else None,
         "product": "NIC" if physical else None,
         "firmware_version": "1.0" if physical else None,
@@ -350,6 +369,26 @@ def _uuid(*parts: object) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "/".join(map(str, parts))))
 
 
+def filesystem_json(fs: Filesystem | None) -> dict[str, Any] | None:
+    """``BlockDeviceHandler.filesystem`` (M ``api/blockdevices.py:209-223``)."""
+    if fs is None:
+        return None
+    return {
+        "fstype": fs.fstype,
+        "label": fs.label,
+        "uuid": fs.uuid,
+        "mount_point": fs.mount_point,
+        "mount_options": fs.mount_options,
+    }
+
+
+def used_for(fs: Filesystem) -> str:
+    """``used_for`` of a formatted device (M ``utils/storage.py:48-92``)."""
+    if fs.mounted:
+        return f"{fs.fstype} formatted filesystem mounted at {fs.mount_point}"
+    return f"Unmounted {fs.fstype} formatted filesystem"
+
+
 def _filesystem(m: Machine, d: Disk, fstype: str, mount_point: str, label: str) -> dict[str, Any]:
     return {
         "fstype": fstype,
@@ -364,6 +403,8 @@ def partitions_json(m: Machine, d: Disk) -> list[dict[str, Any]]:
     """MAAS's default (flat, UEFI) layout on the boot disk of a commissioned machine: an ESP mounted at
     /boot/efi and the rest ext4 at /; other disks carry no partition table."""
     if not m.commissioned or not m.disks or m.disks[0] is not d or d.size <= ESP_SIZE + TABLE_OVERHEAD:
+        return []
+    if m.storage_layout == "blank":
         return []
     root = (d.size - ESP_SIZE - TABLE_OVERHEAD) // (4 * MIB) * (4 * MIB)
     out = []
@@ -391,9 +432,36 @@ def partitions_json(m: Machine, d: Disk) -> list[dict[str, Any]]:
 
 
 def block_device_json(m: Machine, d: Disk) -> dict[str, Any]:
-    """``BlockDeviceHandler`` fields (``DISPLAYED_BLOCKDEVICE_FIELDS``) of a physical disk."""
+    """``BlockDeviceHandler`` fields (``DISPLAYED_BLOCKDEVICE_FIELDS``) of a physical disk. A formatted
+    disk (its effective filesystem: ``State.effective_fs``) is used whole (M ``models/blockdevice.py``
+    ``get_used_size``/``get_available_size``)."""
     parts = partitions_json(m, d)
     used = sum(p["size"] for p in parts) + TABLE_OVERHEAD if parts else 0
+    fs = State.effective_fs(m, d)
+    if fs is not None:
+        return {
+            **_block_device(m, d, (d.size, 0), used_for(fs), table=None, parts=[]),
+            "filesystem": filesystem_json(fs),
+        }
+    return _block_device(
+        m,
+        d,
+        (used, d.size - used if not parts else 0),
+        f"GPT partitioned with {len(parts)} partitions" if parts else "Unused",
+        table="GPT" if parts else None,
+        parts=parts,
+    )
+
+
+def _block_device(
+    m: Machine,
+    d: Disk,
+    sizes: tuple[int, int],
+    purpose: str,
+    *,
+    table: str | None,
+    parts: list[dict[str, Any]],
+) -> dict[str, Any]:
     return {
         "id": d.id,
         "name": d.name,
@@ -406,11 +474,11 @@ def block_device_json(m: Machine, d: Disk) -> dict[str, Any]:
         "model": "SimDisk",
         "serial": f"SIM{d.id:08d}",
         "id_path": f"/dev/disk/by-id/wwn-0x{d.id:016x}",
-        "available_size": d.size - used if not parts else 0,
-        "used_size": used,
-        "used_for": f"GPT partitioned with {len(parts)} partitions" if parts else "Unused",
+        "available_size": sizes[1],
+        "used_size": sizes[0],
+        "used_for": purpose,
         "filesystem": None,
-        "partition_table_type": "GPT" if parts else None,
+        "partition_table_type": table,
         "partitions": parts,
         "firmware_version": "1.0",
         "storage_pool": str(d.pool_id) if d.pool_id is not None else None,

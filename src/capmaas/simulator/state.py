@@ -13,12 +13,19 @@ from collections.abc import Iterable
 
 from capmaas.simulator.http import HttpError, conflict, not_found_text, unavailable
 from capmaas.simulator.models import (
+    ALLOCATED_STATES,
+    FORMAT_FSTYPES,
     TRANSITIONS,
+    VLAN_ID_BASE,
     BootResource,
     Device,
+    Disk,
     DnsData,
     DnsResource,
     Domain,
+    Fabric,
+    FabricVid,
+    Filesystem,
     Interface,
     IpRange,
     Machine,
@@ -60,6 +67,8 @@ class State:
         self.ip_ranges: dict[int, IpRange] = {}
         self.user_reserved: dict[str, UserReservedIp] = {}  # by address
         self.reserved_ips: dict[int, ReservedIp] = {}  # ``reservedips/`` entries by id
+        #: Fabrics by id; fabric 0 (``fabric-0``) always exists (:meth:`fabric`).
+        self.fabrics: dict[int, Fabric] = {}
 
     def new_id(self, kind: str, start: int = 1) -> int:
         value = self.next_ids.get(kind, start)
@@ -80,6 +89,71 @@ class State:
     def default_zone(self) -> Zone:
         zone = self.zone_by_name("default")
         return zone if zone is not None else next(iter(self.zones.values()))
+
+    # -- fabrics and VLANs ----------------------------------------------------------------------------------
+    def fabric(self, fabric_id: int) -> Fabric:
+        """Fabric ``fabric_id``; fabric 0 exists even in a state built without an inventory."""
+        found = self.fabrics.get(fabric_id)
+        if found is None:
+            found = self.fabrics[fabric_id] = Fabric(fabric_id, f"fabric-{fabric_id}")
+        return found
+
+    def all_fabrics(self) -> list[Fabric]:
+        self.fabric(0)
+        return [self.fabrics[k] for k in sorted(self.fabrics)]
+
+    def vlans_of(self, fabric_id: int) -> dict[int, Subnet | None]:
+        """vid -> the first subnet on it (its space names the VLAN's) for the fabric's VLANs: those the
+        inventory declared, those its subnets are on, and the untagged one always."""
+        out: dict[int, Subnet | None] = {0: None}
+        out.update(dict.fromkeys(self.fabric(fabric_id).vlans))
+        for _, s in sorted(self.subnets.items()):
+            if s.fabric_id == fabric_id and out.get(s.vid) is None:
+                out[s.vid] = s
+        return dict(sorted(out.items()))
+
+    def vlan_by_id(self, key: str) -> FabricVid | None:
+        """The VLAN whose id (``models.vlan_id``) is ``key``, None when there is none."""
+        if not key.strip().isdigit() or int(key) < VLAN_ID_BASE:
+            return None
+        fabric_id, vid = divmod(int(key), VLAN_ID_BASE)
+        fabric_id -= 1
+        if fabric_id not in self.fabrics and fabric_id != 0:
+            return None
+        return (fabric_id, vid) if vid in self.vlans_of(fabric_id) else None
+
+    def iface_vlan(self, i: Interface) -> FabricVid:
+        """The VLAN an interface is on: its explicit one, else its subnet's, else fabric 0's untagged."""
+        if i.vlan is not None:
+            return i.vlan
+        subnet = self.subnets.get(i.subnet_id) if i.subnet_id is not None else None
+        return (subnet.fabric_id, subnet.vid) if subnet is not None else (0, 0)
+
+    # -- filesystems (M models/node.py _create_acquired_filesystems/_clear_acquired_filesystems) ------------
+    @staticmethod
+    def effective_fs(m: Machine, d: Disk) -> Filesystem | None:
+        """``get_effective_filesystem``: the acquired filesystem while the machine is allocated, the other
+        one otherwise."""
+        return d.acquired_fs if m.status in ALLOCATED_STATES else d.fs
+
+    @staticmethod
+    def create_acquired_filesystems(m: Machine) -> None:
+        """At allocation MAAS copies every format-type filesystem as ``acquired``; changes made while
+        allocated touch the copies only."""
+        for d in m.disks:
+            fs = d.fs
+            d.acquired_fs = None
+            if fs is not None and fs.fstype in FORMAT_FSTYPES:
+                d.acquired_fs = Filesystem(fs.fstype, fs.uuid, fs.label, fs.mount_point, fs.mount_options)
+        m.cached_json = None
+
+    @staticmethod
+    def clear_acquired_filesystems(m: Machine) -> None:
+        """At release the acquired filesystems are deleted: what was formatted or mounted while allocated is
+        gone, what was there before allocation shows again."""
+        for d in m.disks:
+            d.acquired_fs = None
+        m.cached_json = None
 
     def hosts_of(self, system_id: str) -> list[VmHost]:
         return [h for h in self.vm_hosts.values() if h.host_system_id == system_id]

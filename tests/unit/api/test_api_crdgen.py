@@ -31,6 +31,7 @@ def test_one_file_per_kind_named_like_controller_gen() -> None:
     assert sorted(crdgen.generate()) == [
         "infrastructure.cluster.x-k8s.io_maasclusters.yaml",
         "infrastructure.cluster.x-k8s.io_maasclustertemplates.yaml",
+        "infrastructure.cluster.x-k8s.io_maasippools.yaml",
         "infrastructure.cluster.x-k8s.io_maasmachines.yaml",
         "infrastructure.cluster.x-k8s.io_maasmachinetemplates.yaml",
     ]

@@ -20,6 +20,7 @@ from capmaas.api.v1beta1 import (
     MaasCluster,
     MaasClusterStatus,
     MaasClusterTemplate,
+    MaasIPPool,
     MaasMachine,
     MaasMachineSpec,
     MaasMachineStatus,
@@ -35,6 +36,7 @@ MODELS: dict[str, type[K8sModel]] = {
     "MaasMachine": MaasMachine,
     "MaasMachineTemplate": MaasMachineTemplate,
     "MaasClusterTemplate": MaasClusterTemplate,
+    "MaasIPPool": MaasIPPool,
 }
 
 

@@ -226,3 +226,22 @@ class FakeKube:
 
     def emit_event(self, obj: Body, type: EventType, reason: str, message: str) -> None:
         self.events.append((obj["metadata"]["name"], type, reason, message))
+
+    # Cluster API IPAM: claims and addresses as plain stored objects (the test plays the IPAM provider, or
+    # none: the MaasMachine side works with any provider's answer)
+    def get_ip_claim(self, namespace: str, name: str) -> Body | None:
+        return self.objects.get(("ipaddressclaims", namespace, name))
+
+    def get_ip_address(self, namespace: str, name: str) -> Body | None:
+        return self.objects.get(("ipaddresses", namespace, name))
+
+    async def create_ip_claim(self, namespace: str, body: Mapping[str, Any]) -> Body | None:
+        name = body["metadata"]["name"]
+        if ("ipaddressclaims", namespace, name) in self.objects:
+            return None
+        self.writes += 1
+        return self.add("ipaddressclaims", copy.deepcopy(dict(body)))
+
+    async def delete_ip_claim(self, namespace: str, name: str) -> None:
+        if self.objects.pop(("ipaddressclaims", namespace, name), None) is not None:
+            self.writes += 1

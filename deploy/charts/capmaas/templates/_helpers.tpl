@@ -75,9 +75,33 @@ has; MaasClusterTemplates are CAPI's business. */}}
 - apiGroups: [infrastructure.cluster.x-k8s.io]
   resources: [maasclusters/status, maasmachines/status, maasmachinetemplates/status]
   verbs: [patch]
+{{- /* spec.addresses: an IPAddressClaim per pool entry, owned by its MaasMachine with blockOwnerDeletion (which
+needs update on the owner's finalizers subresource); deleted once the server is released. */}}
+- apiGroups: [infrastructure.cluster.x-k8s.io]
+  resources: [maasmachines/finalizers]
+  verbs: [update]
 - apiGroups: [cluster.x-k8s.io]
   resources: [clusters, machines, machinedeployments]
   verbs: [get, list, watch]
+{{- /* capmaas's IPAM provider (operator/ipam.py): MaasIPPools and their status; the IPAddressClaims it
+fulfils and the MaasMachine side creates and deletes; the IPAddresses it creates, unprotects and deletes. The
+finalizers subresources (update): the IPAddress's ownerReferences to claim and pool carry blockOwnerDeletion,
+which the OwnerReferencesPermissionEnforcement admission plugin allows only with that right on the owner. */}}
+- apiGroups: [infrastructure.cluster.x-k8s.io]
+  resources: [maasippools]
+  verbs: [get, list, watch, patch]
+- apiGroups: [infrastructure.cluster.x-k8s.io]
+  resources: [maasippools/status]
+  verbs: [patch]
+- apiGroups: [infrastructure.cluster.x-k8s.io]
+  resources: [maasippools/finalizers]
+  verbs: [update]
+- apiGroups: [ipam.cluster.x-k8s.io]
+  resources: [ipaddressclaims, ipaddressclaims/status, ipaddresses]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [ipam.cluster.x-k8s.io]
+  resources: [ipaddressclaims/finalizers]
+  verbs: [update]
 - apiGroups: [""]
   resources: [secrets, configmaps]
   verbs: [get]

@@ -1,4 +1,4 @@
-"""API version v1beta1 of group infrastructure.cluster.x-k8s.io: the four capmaas kinds and their parts.
+"""API version v1beta1 of group infrastructure.cluster.x-k8s.io: the capmaas kinds and their parts.
 
 Parse a body: ``MaasMachine.from_body(body)`` (or ``MaasMachineSpec.from_body(spec)``); build a status patch:
 ``MaasMachineStatus(ready=True, ...).to_k8s()``.
@@ -22,6 +22,7 @@ from capmaas.api.v1beta1.common import (
     set_condition,
     utcnow,
 )
+from capmaas.api.v1beta1.layout import Bond, DataFilesystem, NetworkLayout, Vlan
 from capmaas.api.v1beta1.maascluster import (
     ClusterLXDConfig,
     ClusterNetworkStatus,
@@ -36,6 +37,7 @@ from capmaas.api.v1beta1.maasclustertemplate import (
     MaasClusterTemplateResource,
     MaasClusterTemplateSpec,
 )
+from capmaas.api.v1beta1.maasippool import MaasIPPool, MaasIPPoolSpec, MaasIPPoolStatus
 from capmaas.api.v1beta1.maasmachine import (
     GO_DEFAULT_VM_DISK_GB,
     PROVISIONING_MODE_BARE_METAL,
@@ -62,6 +64,7 @@ from capmaas.api.v1beta1.maasmachinetemplate import (
     capacity_for,
 )
 from capmaas.api.v1beta1.selection import DeviceFilter, ExtraDisk, InterfaceConstraint
+from capmaas.api.v1beta1.static_addresses import InterfaceAddress, IPPoolRef
 
 __all__ = [
     "API_VERSION",
@@ -72,16 +75,20 @@ __all__ = [
     "PROVISIONING_MODE_LXD",
     "VERSION",
     "APIEndpoint",
+    "Bond",
     "ClusterLXDConfig",
     "ClusterNetworkStatus",
     "Condition",
+    "DataFilesystem",
     "DeviceFilter",
     "ExtraDisk",
     "FailureDomain",
     "GoMachineLXD",
     "GoVMConfig",
+    "IPPoolRef",
     "IdentityRef",
     "Initialization",
+    "InterfaceAddress",
     "InterfaceConstraint",
     "LXDConfig",
     "LXDNetwork",
@@ -92,6 +99,9 @@ __all__ = [
     "MaasClusterTemplate",
     "MaasClusterTemplateResource",
     "MaasClusterTemplateSpec",
+    "MaasIPPool",
+    "MaasIPPoolSpec",
+    "MaasIPPoolStatus",
     "MaasMachine",
     "MaasMachineSpec",
     "MaasMachineStatus",
@@ -100,6 +110,7 @@ __all__ = [
     "MaasMachineTemplateSpec",
     "MaasMachineTemplateStatus",
     "MachineAddress",
+    "NetworkLayout",
     "NodeInfo",
     "ObjectMeta",
     "OwnerReference",
@@ -108,6 +119,7 @@ __all__ = [
     "StaticIP",
     "TemplateMetadata",
     "VMResourceUsage",
+    "Vlan",
     "capacity_for",
     "find_condition",
     "set_condition",

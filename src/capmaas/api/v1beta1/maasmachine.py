@@ -20,6 +20,7 @@ from capmaas.api.v1beta1.common import (
     MachineAddress,
     ObjectMeta,
 )
+from capmaas.api.v1beta1.layout import DataFilesystem, NetworkLayout
 from capmaas.api.v1beta1.maascluster import MaasName, ZoneName
 from capmaas.api.v1beta1.selection import (
     ARCHITECTURE_PATTERN,
@@ -28,6 +29,7 @@ from capmaas.api.v1beta1.selection import (
     ExtraDisk,
     InterfaceConstraint,
 )
+from capmaas.api.v1beta1.static_addresses import InterfaceAddress
 
 #: ``osystem/series`` (ubuntu/jammy) or a custom image name (custom/k8s-1.31, u-2204-0-k-1311-0).
 IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*(/[A-Za-z0-9][A-Za-z0-9._+-]*)?$"
@@ -421,6 +423,22 @@ class MaasMachineSpec(K8sModel):
                     "bare-metal machine (MAAS allocate); an LXD VM is composed, not selected",
                     reason="FieldValueForbidden",
                 ),
+                cel(
+                    "(!has(self.provisioningMode) || self.provisioningMode == 'bare-metal')"
+                    " && (!has(self.lxd) || !has(self.lxd.enabled) || !self.lxd.enabled)"
+                    " || !has(self.addresses)",
+                    "addresses are for bare-metal machines; an LXD VM takes a fixed address from "
+                    "lxdConfig.network.staticIP",
+                    reason="FieldValueForbidden",
+                    field_path=".addresses",
+                ),
+                cel(
+                    "(!has(self.provisioningMode) || self.provisioningMode == 'bare-metal')"
+                    " && (!has(self.lxd) || !has(self.lxd.enabled) || !self.lxd.enabled)"
+                    " || (!has(self.network) && !has(self.filesystems))",
+                    "network and filesystems shape a bare-metal server; an LXD VM is composed with lxdConfig",
+                    reason="FieldValueForbidden",
+                ),
             ]
         )
     )
@@ -541,6 +559,32 @@ class MaasMachineSpec(K8sModel):
     ) = Field(None, description="Kernel to deploy, for example hwe-22.04 or ga-22.04. Default: the image's.")
     release_options: ReleaseOptions | None = Field(
         None, description="Disk erasure when the machine is released on delete (bare metal only)."
+    )
+    addresses: Annotated[list[InterfaceAddress], Field(max_length=8)] | None = Field(
+        None,
+        description="Fixed addresses for the server's interfaces (bare metal only), each from an IP pool "
+        "(Cluster API IPAM) or literal; MAAS gives them at deploy through reservedips/ pins that capmaas "
+        "removes before release. Immutable.",
+        json_schema_extra=schema_extra(
+            list_map("interface"), rules=[cel("self == oldSelf", "addresses is immutable")]
+        ),
+    )
+    network: NetworkLayout | None = Field(
+        None,
+        description="Bonds and VLAN interfaces made on the server after allocation and before deploy (MAAS "
+        "create_bond/create_vlan, AUTO links), deleted before it is released (bare metal only; needs an "
+        "admin MAAS key). Immutable.",
+        json_schema_extra=schema_extra(rules=[cel("self == oldSelf", "network is immutable")]),
+    )
+    filesystems: Annotated[list[DataFilesystem], Field(max_length=8)] | None = Field(
+        None,
+        description="Filesystems on whole data disks, formatted and mounted in MAAS before deploy (MAAS "
+        "deletes them at release). Storage layouts, RAID and volume groups are not offered: MAAS allows them "
+        "only on Ready servers and keeps them across allocations; select servers by their commissioned "
+        "layout instead (rootDiskTags, extraDisks). Immutable.",
+        json_schema_extra=schema_extra(
+            list_map("mountPoint"), rules=[cel("self == oldSelf", "filesystems is immutable")]
+        ),
     )
     lxd: GoMachineLXD | None = Field(
         None,

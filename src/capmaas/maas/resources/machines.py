@@ -262,6 +262,40 @@ class Machines:
         """Abort commissioning, deploying, testing or disk erasing."""
         return await self._simple_op(system_id, "abort", comment)
 
+    async def set_storage_layout(
+        self,
+        system_id: str,
+        *,
+        storage_layout: str,
+        boot_size: str | None = None,
+        root_size: str | None = None,
+        root_device: int | None = None,
+        vg_name: str | None = None,
+        lv_name: str | None = None,
+        lv_size: str | None = None,
+    ) -> models.Machine:
+        """Admin: apply a storage layout (``flat``, ``lvm``, ``bcache``, ``vmfs6``, ``vmfs7``, ``custom``,
+        ``blank``); sizes take MAAS's ``K``/``M``/``G``/``T`` suffixes or ``%``, ``root_device`` is a block
+        device id.
+
+        MAAS allows it on a **Ready** machine only (:class:`ConflictError` ``Cannot change the storage layout
+        on a machine that is not Ready.``) and the layout stays after release, for whoever allocates the
+        machine next: a per-allocation storage intent uses :mod:`block_devices` on the Allocated machine
+        instead, whose changes MAAS drops at release.
+        """
+        form = [("storage_layout", storage_layout)]
+        form += _optional(
+            boot_size=boot_size,
+            root_size=root_size,
+            root_device=None if root_device is None else str(root_device),
+            vg_name=vg_name,
+            lv_name=lv_name,
+            lv_size=lv_size,
+        )
+        return await self._http.model(
+            models.Machine, "POST", _ONE, op="set_storage_layout", params={"system_id": system_id}, form=form
+        )
+
     async def delete(self, system_id: str, *, force: bool = False) -> None:
         """Admin: remove the machine from MAAS (a composed VM is decomposed). A second delete is 404."""
         query = [("force", "1")] if force else []

@@ -174,6 +174,29 @@ class PollingSection(BaseModel):
     one DNS listing per MAAS identity and pass. 0 turns the report off."""
 
 
+class CapacitySection(BaseModel):
+    """MaasMachineTemplate capacity counted in MAAS (``status.available``, ``status.capacity``; see
+    capmaas.operator.capacity)."""
+
+    inventory_interval: float = 30.0
+    """Seconds between listings of the Ready machines (and, for LXD templates, the VM hosts) of each MAAS
+    identity a template is counted against: one ``GET machines/?status=ready`` per interval for every
+    template of that identity together. capmaas's own allocations and releases show without waiting for it."""
+
+    device_resources: dict[str, str] = Field(
+        default_factory=lambda: {"10de": "nvidia.com/gpu", "1002": "amd.com/gpu"}
+    )
+    """Per PCI vendor id (four lower-case hex digits), the Node resource name a template's matching devices
+    are published under in ``status.capacity`` when the template selects devices; JSON in the environment
+    (``CAPMAAS_CAPACITY__DEVICE_RESOURCES='{"10de": "nvidia.com/gpu"}'``). A vendor not listed is not
+    published."""
+
+    device_reads_per_round: int = Field(20, ge=1)
+    """Machines whose PCI/USB devices are read per inventory round (``GET nodes/{id}/devices/``; MAAS's
+    machine listing has no devices). Each Ready machine a device-selecting template could take is read once,
+    while it stays Ready."""
+
+
 class MachineSection(BaseModel):
     """Bare-metal MaasMachine behaviour."""
 
@@ -281,6 +304,7 @@ class OperatorConfig(BaseSettings):
     polling: PollingSection = Field(default_factory=PollingSection)
     lxd: LxdSection = Field(default_factory=LxdSection)
     dns: DnsSection = Field(default_factory=DnsSection)
+    capacity: CapacitySection = Field(default_factory=CapacitySection)
     machine: MachineSection = Field(default_factory=MachineSection)
     server: ServerSection = Field(default_factory=ServerSection)
     logging: LoggingSection = Field(default_factory=LoggingSection)

@@ -274,6 +274,24 @@ def _workers_on(stack: ProviderStack, cluster: str, template: str, n: int) -> li
     return machines
 
 
+def _capacity_counted(template: dict[str, Any]) -> bool:
+    """``status.available`` counted in MAAS and a ``status.capacity`` of quantity strings at least the
+    template's minimums (the smallest matching Ready server's, or the minimums when none is Ready)."""
+    status = template.get("status") or {}
+    capacity = status.get("capacity") or {}
+    counted = any(
+        c.get("type") == "MaasCapacity" and c.get("reason") in ("CountedInMaas", "NoMatchingServers")
+        for c in status.get("conditions") or ()
+    )
+    if not counted or not isinstance(status.get("available"), int):
+        return False
+    assert all(isinstance(v, str) for v in capacity.values()), capacity
+    assert int(capacity["cpu"]) >= 2, capacity
+    assert capacity["memory"].endswith("Mi"), capacity
+    assert int(capacity["memory"].removesuffix("Mi")) >= 4096, capacity
+    return True
+
+
 def _worker_template(stack: ProviderStack, cluster: str) -> str:
     md = _md(stack, cluster)
     assert md is not None
@@ -339,15 +357,11 @@ def test_cluster_from_the_clusterclass_scales_rolls_and_deletes(
                 "minMemory": 4096,
                 "provisioningMode": "bare-metal",
             }
-            # The operator published the template's capacity (autoscaler scale-from-zero).
+            # The operator published the template's capacity (autoscaler scale-from-zero), counted in MAAS:
+            # the topology's template carries the Cluster's name, so its Ready servers are counted.
             stack.wait_for(
-                lambda: (
-                    (get(stack.kubectl, "maasmachinetemplate", v1, "-n", ns).get("status") or {}).get(
-                        "capacity"
-                    )
-                    == {"cpu": 2, "memory": "4096Mi"}
-                ),
-                f"status.capacity on {v1}",
+                lambda: _capacity_counted(get(stack.kubectl, "maasmachinetemplate", v1, "-n", ns)),
+                f"status.capacity and status.available on {v1}",
             )
 
         with stack.stage("scale the MachineDeployment topology 2 -> 3"):

@@ -1,6 +1,8 @@
 """``capmaas run`` publishes MaasMachineTemplate ``status.capacity`` / ``status.nodeInfo`` (the cluster
-autoscaler's scale-from-zero contract) on a real kube-apiserver: from the template's sizes, for both LXD
-spellings, corrected when someone writes it wrong, and never rewritten when it is right."""
+autoscaler's scale-from-zero contract) on a real kube-apiserver: for a template tied to no Cluster, from the
+template's sizes, for both LXD spellings, every value a string (the autoscaler drops a map with a number in
+it), corrected when someone writes it wrong, and never rewritten when it is right. Counting in MAAS:
+tests/operator/test_template_capacity_operator.py."""
 
 from __future__ import annotations
 
@@ -87,30 +89,32 @@ def test_operator_publishes_template_capacity(
         kubectl,
         namespace,
         "bare",
-        {"capacity": {"cpu": 4, "memory": "8192Mi", "ephemeral-storage": "50G"}, "nodeInfo": linux},
+        {"capacity": {"cpu": "4", "memory": "8192Mi", "ephemeral-storage": "50G"}, "nodeInfo": linux},
         operator,
     )
     wait_status(
         kubectl,
         namespace,
         "seed-lxd",
-        {"capacity": {"cpu": 4, "memory": "8192Mi", "ephemeral-storage": "22G"}, "nodeInfo": linux},
+        {"capacity": {"cpu": "4", "memory": "8192Mi", "ephemeral-storage": "22G"}, "nodeInfo": linux},
         operator,
     )
     wait_status(
         kubectl,
         namespace,
         "go-lxd",
-        {"capacity": {"cpu": 4, "memory": "8192Mi", "ephemeral-storage": "40G"}, "nodeInfo": linux},
+        {"capacity": {"cpu": "4", "memory": "8192Mi", "ephemeral-storage": "40G"}, "nodeInfo": linux},
         operator,
     )
     wait_status(
         kubectl,
         namespace,
         "plain",
-        {"capacity": {"cpu": 2, "memory": "2048Mi"}, "nodeInfo": {"operatingSystem": "windows"}},
+        {"capacity": {"cpu": "2", "memory": "2048Mi"}, "nodeInfo": {"operatingSystem": "windows"}},
         operator,
     )
+
+    assert all(isinstance(v, str) for v in got["status"]["capacity"].values())
 
     # Right already: nothing is written again (no write loop on the echo of our own patch).
     version = got["metadata"]["resourceVersion"]
@@ -119,7 +123,7 @@ def test_operator_publishes_template_capacity(
     assert again["metadata"]["resourceVersion"] == version
 
     # Written wrong by someone else (an extra key, a wrong value): put right, the extra key removed.
-    wrong = {"status": {"capacity": {"cpu": 64, "nvidia.com/gpu": 1}}}
+    wrong = {"status": {"capacity": {"cpu": "64", "nvidia.com/gpu": "1"}}}
     kubectl(
         "patch", "-n", namespace, "maasmachinetemplate/bare", "--subresource=status",
         "--type=merge", "-p", json.dumps(wrong),
@@ -128,6 +132,15 @@ def test_operator_publishes_template_capacity(
         kubectl,
         namespace,
         "bare",
-        {"capacity": {"cpu": 4, "memory": "8192Mi", "ephemeral-storage": "50G"}, "nodeInfo": linux},
+        {"capacity": {"cpu": "4", "memory": "8192Mi", "ephemeral-storage": "50G"}, "nodeInfo": linux},
         operator,
     )
+
+    # A number in the map is refused by the schema: it would make the autoscaler drop the whole map.
+    number = {"status": {"capacity": {"cpu": 64}}}
+    refused = kubectl(
+        "patch", "-n", namespace, "maasmachinetemplate/bare", "--subresource=status",
+        "--type=merge", "-p", json.dumps(number), check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "status.capacity.cpu" in refused.stderr

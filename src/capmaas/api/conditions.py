@@ -28,6 +28,7 @@ LXD_VM_DEPLOYED_CONDITION = "LXDVMDeployed"  # LXD: the composed VM is Deployed 
 NODE_PROVIDER_ID_CONDITION = "NodeProviderIDSet"  # MaasMachine: written once the Node step hit a problem
 SETTINGS_APPLIED_CONDITION = "SettingsApplied"  # every spec field the user set is applied through MAAS
 MAAS_TRANSPORT_SECURE_CONDITION = "MaasTransportSecure"  # MaasCluster: TLS verified (or loopback HTTP)
+MAAS_CAPACITY_CONDITION = "MaasCapacity"  # MaasMachineTemplate: capacity counted from MAAS's Ready servers
 
 # --- reasons: success -----------------------------------------------------------------------------
 
@@ -51,6 +52,10 @@ RESOURCES_RESERVED_REASON = "ResourcesReserved"  # LXDResourcesAllocated=True
 VM_COMPOSED_REASON = "VMComposed"  # LXDVMCreated=True
 VM_COMMISSIONING_REASON = "VMCommissioning"  # LXDVMCreated=False: composed, MAAS still commissioning it
 ALL_SETTINGS_APPLIED_REASON = "AllSettingsApplied"  # SettingsApplied=True
+COUNTED_IN_MAAS_REASON = "CountedInMaas"  # MaasCapacity=True: capacity from the matching servers' hardware
+NO_MATCHING_SERVERS_REASON = "NoMatchingServers"  # MaasCapacity=False: none Ready matches; the minimums
+MAAS_NOT_LISTED_REASON = "MaasNotListed"  # MaasCapacity=False: MAAS not listed (yet); the minimums
+INSUFFICIENT_MAAS_CAPACITY_REASON = "InsufficientMaasCapacity"  # Warning Event: MachineDeployment over-asks
 
 # --- reasons: waiting on something outside capmaas ------------------------------------------------
 

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 
 from capmaas import maas
+from capmaas.gateway.inventory import Inventory
 from capmaas.maas import errors as maas_errors
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,10 @@ class MachinePoller:
         self._written: dict[str, int] = {}
         self._seen: dict[str, float] = {}  # system_id -> monotonic time MAAS last told us its state
         self._fresh: set[str] = set()  # turned hot (deploying, or not seen yet) since the last list of them
+        #: The Ready machines (and VM hosts) templates count capacity on; listed in this loop, only while
+        #: wanted (:mod:`capmaas.gateway.inventory`).
+        self.inventory = Inventory(client, interval=idle)
+        self.inventory.pace = fast
 
     # --- registration ------------------------------------------------------------------------------------
     def watch(self, system_id: str, key: str) -> None:
@@ -134,6 +139,7 @@ class MachinePoller:
         self._snap[machine.system_id] = machine
         self._gone.discard(machine.system_id)
         self._seen[machine.system_id] = time.monotonic()  # an allocate's answer comes before its watch()
+        self.inventory.fold(machine)
         if machine.status in TRANSITIONAL:
             if machine.status not in RELEASING:
                 self._fresh.add(machine.system_id)
@@ -170,6 +176,11 @@ class MachinePoller:
         return min(self._idle, self._fast * RELEASE_SLOWDOWN)
 
     def _interval(self) -> float:
+        base = self._watch_interval()
+        inventory = self.inventory.due_in(time.monotonic())
+        return base if inventory is None else min(base, inventory)
+
+    def _watch_interval(self) -> float:
         if self.last_error is not None:
             return min(self._idle, max(self._fast, 5.0))
         if any(self._hot(sid) for sid in self._watched):
@@ -211,6 +222,7 @@ class MachinePoller:
                 async with asyncio.timeout(self._interval()):
                     await self._kick.wait()
             self._kick.clear()
+            await self._inventory_round()
             if not self._watched:
                 continue
             # A coalescing pause, at least until one spacing (see spacing) after the last poll: many objects
@@ -226,6 +238,18 @@ class MachinePoller:
                 await self.poll_once(full=self.last_error is not None)
             except Exception:  # the poller must outlive any surprise; reconciles fall back to their resync
                 log.exception("MAAS poll failed unexpectedly")
+
+    async def _inventory_round(self) -> None:
+        """The inventory's listing when due (its own schedule, in this one loop)."""
+        if not self.inventory.wanted:
+            return
+        try:
+            async with asyncio.timeout(self._deadline):
+                await self.inventory.refresh()
+        except TimeoutError:
+            log.warning("MAAS inventory listing gave up after its %ss deadline", self._deadline)
+        except Exception:  # the poller must outlive any surprise
+            log.exception("MAAS inventory listing failed unexpectedly")
 
     async def poll_once(self, *, full: bool = True) -> None:
         """One round of list calls over every watched system ID (``full=False``: the hot ones and the steady
@@ -283,5 +307,6 @@ class MachinePoller:
                 continue
             self._gone.discard(sid)
             self._snap[sid] = new
+            self.inventory.fold(new)
             if old is None or _fingerprint(old) != _fingerprint(new):
                 self._wake(key)

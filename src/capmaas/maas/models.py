@@ -32,6 +32,7 @@ __all__ = [
     "IpAddress",
     "IpRange",
     "Machine",
+    "NodeDevice",
     "NodeStatus",
     "Partition",
     "PodRef",
@@ -214,6 +215,7 @@ class Interface(_Model):
     parents: tuple[str, ...] = ()
     children: tuple[str, ...] = ()
     link_connected: bool = True
+    link_speed: int = 0  # Mbit/s the link negotiated (0: unknown or not physical)
     params: dict[str, Any] = pydantic.Field(default_factory=dict)
 
     _params = pydantic.field_validator("params", mode="before")(_object_or_empty)
@@ -271,6 +273,19 @@ class BlockDevice(_Model):
     _tags = pydantic.field_validator("tags", mode="before")(_null_as_empty)
 
 
+class NodeDevice(_Model):
+    """A PCI or USB device of a machine (``nodes/{system_id}/devices/``), found while commissioning; ids are
+    four hex digits as MAAS stores them."""
+
+    id: int
+    bus_name: str = ""
+    vendor_id: str = ""
+    product_id: str = ""
+    vendor_name: str = ""
+    product_name: str = ""
+    commissioning_driver: str = ""
+
+
 class Machine(_Model):
     """A MAAS machine (``machines/{system_id}/``). ``memory`` is MiB, ``storage`` MB (float)."""
 
@@ -297,6 +312,7 @@ class Machine(_Model):
     memory: int = 0
     storage: float = 0.0
     architecture: str | None = None
+    physicalblockdevice_set: tuple[BlockDevice, ...] = ()
     osystem: str = ""
     distro_series: str = ""
     hwe_kernel: str | None = None

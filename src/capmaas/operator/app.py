@@ -605,7 +605,8 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     async def probe_machines(**_: Any) -> int:
         return len(rt.machines)
 
-    register_templates(registry, lambda: rt.machines.active)  # MaasMachineTemplate status.capacity
+    # MaasMachineTemplate status (capacity counted in MAAS) and the MachineDeployment Warnings.
+    register_templates(registry, rt, default_credentials(config), lambda: rt.machines.active)
     if rt.ipam is not None:
         register_ipam(registry, rt.ipam, wake_machine=rt.machines.wake, label_selector=selector)
 

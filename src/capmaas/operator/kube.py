@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 
 GROUP = "infrastructure.cluster.x-k8s.io"
 VERSION = "v1beta1"
+TEMPLATES = "maasmachinetemplates"
 #: The type CAPI gives the Secrets it writes (kubeconfig, CA, ...): ``ClusterSecretType`` in ``util/secret``.
 CAPI_SECRET_TYPE = "cluster.x-k8s.io/secret"
 KUBECONFIG_SUFFIX = "-kubeconfig"
@@ -515,6 +516,25 @@ class KubeAdapter:
         self.writes += 1
         if self.in_shard(new):  # not an object this shard has handed off meanwhile (its label changed)
             self.store.put(plural, new)
+        return new
+
+    async def patch_template_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> Body | None:
+        """Merge-patch a MaasMachineTemplate's status (its capacity: capmaas.operator.templates); None when
+        the template is gone. The answer goes into the store, so the next comparison starts from it."""
+        try:
+            new = await self._http.merge_patch(
+                f"{GROUP}/{VERSION}", TEMPLATES, namespace, name, {"status": status}, status=True
+            )
+        except KubeHttpError as exc:
+            if exc.status == 404:
+                self.store.delete(TEMPLATES, namespace, name)
+                return None
+            detail = f"HTTP {exc.status}" if exc.status else str(exc)
+            raise TransientError("KubernetesError", f"patching {TEMPLATES}/{name}: {detail}") from exc
+        self.writes += 1
+        self.store.put(TEMPLATES, new)
         return new
 
     async def _reread(self, plural: ObjectPlural, namespace: str, name: str) -> None:

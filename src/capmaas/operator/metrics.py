@@ -62,6 +62,28 @@ class _PhaseCollector(Collector):
         yield family
 
 
+class _TemplateCollector(Collector):
+    """``status.available`` of every MaasMachineTemplate that has one, read from the watch cache at scrape
+    time: one series per template that exists (a deleted template's series goes with it), labelled by
+    namespace and name only."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "capmaas_template_available",
+            "Servers Ready in MAAS matching a MaasMachineTemplate (LXD: VM slots), by namespace and template",
+            labels=["namespace", "template"],
+        )
+        for body in self._store.values("maasmachinetemplates"):
+            available = (body.get("status") or {}).get("available")
+            if isinstance(available, int):
+                meta = body.get("metadata", {})
+                family.add_metric([str(meta.get("namespace", "")), str(meta.get("name", ""))], available)
+        yield family
+
+
 class Metrics:
     """Every metric the operator exports; also the reconcilers' ``Recorder``."""
 
@@ -163,6 +185,7 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(_PhaseCollector(store))
+        self.registry.register(_TemplateCollector(store))
         # zones, reasons, ages, invariants
         self.registry.register(CacheCollector(store, machine_phase, leaked=lambda: self.leaked))
 

@@ -217,7 +217,13 @@ def test_status_contract_fields() -> None:
         "allocatedDisk",
     }
     capacity = schema_of("MaasMachineTemplate")["properties"]["status"]["properties"]["capacity"]
-    assert capacity["additionalProperties"]["x-kubernetes-int-or-string"] is True
+    # Strings only: the cluster autoscaler reads the map with NestedStringMap, and one number drops all of it.
+    assert capacity["additionalProperties"]["type"] == "string"
+    assert "x-kubernetes-int-or-string" not in capacity["additionalProperties"]
+    assert capacity["additionalProperties"]["pattern"].startswith("^(\\+|-)?")
+    template = schema_of("MaasMachineTemplate")["properties"]["status"]["properties"]
+    assert (template["available"]["type"], template["available"]["minimum"]) == ("integer", 0)
+    assert template["conditions"]["x-kubernetes-list-map-keys"] == ["type"]
 
 
 @pytest.mark.parametrize("kind", sorted(CRDS))

@@ -66,8 +66,9 @@ cluster.x-k8s.io/provider: infrastructure-maas
 {{- define "capmaas.namespacedRules" -}}
 {{- /* Only what the code calls: kopf watches MaasClusters/MaasMachines, KubeHttp merge-patches them and their
 status (never update), GETs Secrets by name (never lists or watches them) and the preferred-subnets ConfigMap
-maas-preferred-subnet the same way (cluster.py). MaasMachineTemplates are watched only
-to publish status.capacity (operator/templates.py, through kopf's patch); MaasClusterTemplates are CAPI's business. */}}
+maas-preferred-subnet the same way (cluster.py). MaasMachineTemplates are watched to publish their status
+(capacity and available, operator/templates.py), and MachineDeployments to warn one that asks for more than MAAS
+has; MaasClusterTemplates are CAPI's business. */}}
 - apiGroups: [infrastructure.cluster.x-k8s.io]
   resources: [maasclusters, maasmachines, maasmachinetemplates]
   verbs: [get, list, watch, patch]
@@ -80,7 +81,7 @@ needs update on the owner's finalizers subresource); deleted once the server is 
   resources: [maasmachines/finalizers]
   verbs: [update]
 - apiGroups: [cluster.x-k8s.io]
-  resources: [clusters, machines]
+  resources: [clusters, machines, machinedeployments]
   verbs: [get, list, watch]
 {{- /* capmaas's IPAM provider (operator/ipam.py): MaasIPPools and their status; the IPAddressClaims it
 fulfils and the MaasMachine side creates and deletes; the IPAddresses it creates, unprotects and deletes. The

@@ -10,8 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
 
-from capmaas.api.schema import K8sModel, Quantity
-from capmaas.api.v1beta1.common import API_VERSION, ObjectMeta, TemplateMetadata
+from capmaas.api.schema import QUANTITY_PATTERN, K8sModel
+from capmaas.api.v1beta1.common import API_VERSION, Conditions, ObjectMeta, TemplateMetadata
 from capmaas.api.v1beta1.maasmachine import MaasMachineSpec
 
 
@@ -44,27 +44,44 @@ class NodeInfo(K8sModel):
     )
 
 
+#: A quantity as a JSON string: the cluster autoscaler reads ``status.capacity`` with ``NestedStringMap``, so
+#: one number in the map (``cpu: 4``) makes it drop the whole map.
+QuantityString = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN, max_length=64)]
+
+
 class MaasMachineTemplateStatus(K8sModel):
-    """Observed state of a MaasMachineTemplate (only what the cluster autoscaler reads)."""
+    """Observed state of a MaasMachineTemplate: what the cluster autoscaler reads, and what MAAS has free."""
 
     capacity: (
         Annotated[
-            dict[Annotated[str, StringConstraints(max_length=253)], Quantity],
+            dict[Annotated[str, StringConstraints(max_length=253)], QuantityString],
             Field(json_schema_extra={"maxProperties": 32}),
         ]
         | None
     ) = Field(
         None,
-        description="Resources a Node made from this template will have, e.g. cpu: 8, memory: 32Gi "
-        "(lets the cluster autoscaler scale a MachineDeployment up from zero).",
+        description="Resources a Node made from this template will have, as quantity strings, e.g. "
+        'cpu: "8", memory: 32Gi, nvidia.com/gpu: "2" (lets the cluster autoscaler scale a '
+        "MachineDeployment up from zero): the smallest of the matching Ready servers in MAAS, or the "
+        "template's minimums while none matches or MAAS is not listed (see the MaasCapacity condition).",
     )
     node_info: NodeInfo | None = Field(
         None, description="Architecture and OS of the Nodes made from this template."
     )
+    available: int | None = Field(
+        None,
+        ge=0,
+        description="Servers Ready in MAAS now that match the template (LXD: VM slots on the usable VM "
+        "hosts); unset while the template is tied to no Cluster or MAAS is not listed yet.",
+    )
+    conditions: Conditions | None = Field(
+        None, description="MaasCapacity: whether capacity and available were counted in MAAS, and from what."
+    )
 
 
 def capacity_for(spec: MaasMachineSpec) -> MaasMachineTemplateStatus:
-    """What a Node made from ``spec`` will have at least, for the cluster autoscaler's scale-from-zero.
+    """What a Node made from ``spec`` will have at least, for the cluster autoscaler's scale-from-zero (every
+    value a quantity string, as the autoscaler reads them).
 
     ``cpu`` is minCPU, ``memory`` minMemory (MAAS counts MiB), ``ephemeral-storage`` the VM's disk (lxd) or
     minDiskSize (bare metal) when known. MAAS hands out the smallest machine that satisfies the minimums, so
@@ -73,7 +90,7 @@ def capacity_for(spec: MaasMachineSpec) -> MaasMachineTemplateStatus:
     not in the spec and is left out.
     """
     canonical = spec.canonical()
-    capacity: dict[str, int | str] = {"cpu": canonical.min_cpu, "memory": f"{canonical.min_memory}Mi"}
+    capacity: dict[str, str] = {"cpu": str(canonical.min_cpu), "memory": f"{canonical.min_memory}Mi"}
     disk = canonical.min_disk_size
     if canonical.lxd_config is not None and canonical.lxd_config.storage is not None:
         disk = canonical.lxd_config.storage.size_gb or disk

@@ -85,6 +85,23 @@ class Machines:
             models.Machine, "GET", "machines/", key="system_id", query=query
         )
 
+    async def list_status_lenient(
+        self, status: models.NodeStatus, *, devices: str | None = None
+    ) -> tuple[builtins.list[models.Machine], builtins.list[str]]:
+        """Every machine visible to us in ``status`` that parses, and the system IDs of those that do not (the
+        shared inventory of Ready machines: one odd machine must not hide the rest); ``devices``: only those
+        with a PCI/USB device matching MAAS's ``devices=`` filter (``vendor_id=10de,...``)."""
+        query = [("status", status.filter_name), *_optional(devices=devices)]
+        return await self._http.models_lenient(
+            models.Machine, "GET", "machines/", key="system_id", query=query
+        )
+
+    async def devices(self, system_id: str) -> builtins.list[models.NodeDevice]:
+        """The PCI and USB devices MAAS found on the machine while commissioning (``nodes/{id}/devices/``)."""
+        return await self._http.models(
+            models.NodeDevice, "GET", "nodes/{system_id}/devices/", params={"system_id": system_id}
+        )
+
     async def get(self, system_id: str) -> models.Machine:
         """One machine; :class:`NotFoundError` if MAAS does not know it."""
         return await self._http.model(models.Machine, "GET", _ONE, params={"system_id": system_id})

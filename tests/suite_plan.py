@@ -37,6 +37,8 @@ import pytest
 #: Groups that start first, longest first (by their durations in docs/benchmarks/).
 FIRST = ("chaos", "image", "pod", "e2e", "demo")
 CHAOS_MODULES = ("tests/operator/test_failover_chaos.py", "tests/operator/test_chaos.py")
+#: They share the session's release build (tests/release/conftest.py): one worker builds it once.
+RELEASE_MODULES = ("tests/release/test_release_dist.py", "tests/release/test_upgrade.py")
 SCOPED = ("module", "class", "package")
 
 
@@ -47,8 +49,8 @@ def group_of(item: pytest.Item) -> str | None:
         return f"chaos-{path}"
     if path == "tests/pod/test_image_from_scratch.py":
         return "image"
-    if path.startswith("tests/pod/") or path == "tests/release/test_release_dist.py":
-        return "pod"  # the release's install test runs on the one-node cluster too
+    if path.startswith("tests/pod/") or path in RELEASE_MODULES:
+        return "pod"  # the release's install and upgrade tests run on the one-node cluster too
     if path.startswith("tests/e2e/"):
         return "e2e"
     if path == "tests/demo/test_demo.py":

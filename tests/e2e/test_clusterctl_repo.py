@@ -217,8 +217,8 @@ def test_clusterctl_init_installs_the_provider_offline(tmp_path: Path) -> None:
         )  # fmt: skip
         assert out.returncode == 0, out.stdout + out.stderr
         assert (
-            'Installing provider="infrastructure-maas" version="v0.1.0" targetNamespace="capmaas-system"'
-            in out.stderr + out.stdout
+            f'Installing provider="infrastructure-maas" version="{clusterctl_repo.VERSION}" '
+            'targetNamespace="capmaas-system"' in out.stderr + out.stdout
         )
 
         inventory = json.loads(
@@ -231,7 +231,7 @@ def test_clusterctl_init_installs_the_provider_offline(tmp_path: Path) -> None:
             ("CoreProvider", "cluster-api", "v1.13.6"),
             ("BootstrapProvider", "kubeadm", "v1.13.6"),
             ("ControlPlaneProvider", "kubeadm", "v1.13.6"),
-            ("InfrastructureProvider", "maas", "v0.1.0"),
+            ("InfrastructureProvider", "maas", clusterctl_repo.VERSION),
         }
         secret = json.loads(
             run_kubectl(

@@ -45,9 +45,13 @@ def test_the_references_cover_every_field_and_reason() -> None:
     reasons = docref.conditions_reference()
     values = {v for n, v in vars(conditions).items() if n.endswith("_REASON") and isinstance(v, str)}
     assert len(values) > 50
-    listed = set(re.findall(r"^\| `([^`]+)` \| `[A-Z0-9_]+_REASON` \| (.+) \|$", reasons, re.M))
-    assert {v for v, _ in listed} == values
-    assert all(meaning.strip() for _, meaning in listed)  # every reason says what it means
+    listed = re.findall(
+        r"^### (\S+)\n\n\*\*Means:\*\* (.+) \(`[A-Z0-9_]+_REASON`\)\n\n\*\*What to do:\*\* (.+)$",
+        reasons,
+        re.M,
+    )
+    assert {v for v, _, _ in listed} == values
+    assert all(meaning.strip() and todo.strip() for _, meaning, todo in listed)  # what it means, what to do
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +120,12 @@ async def test_the_home_page_and_the_crd_reference_render_in_chromium(site: Path
             assert await page.evaluate(TEXTS.format("article h2")) == [k.kind for k in crdgen.KINDS]
             assert "identityRef.name" in await page.evaluate(TEXTS.format("article td code"))
             assert await page.evaluate("document.querySelectorAll('article table tbody tr').length") > 100
+
+            # The architecture drawing (an SVG of the site's own) loads and has its size.
+            await page.open(f"{base}/architecture/")
+            size = "(i => i && i.complete && [i.naturalWidth, i.naturalHeight])"
+            size += "(document.querySelector('article img'))"
+            assert await page.until(size, 30) == [1040, 580]
             assert not page.exceptions, page.exceptions
 
 

@@ -74,7 +74,11 @@ def test_repository_follows_the_clusterctl_contract() -> None:
     assert meta == {
         "apiVersion": "clusterctl.cluster.x-k8s.io/v1alpha3",
         "kind": "Metadata",
-        "releaseSeries": [{"major": 0, "minor": 1, "contract": "v1beta2"}],
+        # Every series from 0.1 up to this version's (0.1 and 0.2 on 0.2.0.dev0).
+        "releaseSeries": [
+            {"major": 0, "minor": m, "contract": "v1beta2"}
+            for m in range(1, int(clusterctl_repo.VERSION.split(".")[1]) + 1)
+        ],
     }
     docs = _docs(BASE / "infrastructure-components.yaml")
     namespaces = [d for d in docs if d["kind"] == "Namespace"]

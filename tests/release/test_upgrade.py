@@ -158,7 +158,8 @@ class Upgrade:
         assert set(after) == set(self.objects)
         for key, old in self.objects.items():
             new = after[key]
-            assert (new["spec"], new.get("status")) == (old["spec"], old.get("status")), key
+            lost = _lost(old.get("status"), new.get("status"), f"{key} status")
+            assert (new["spec"], new.get("status")) == (old["spec"], old.get("status")), (key, lost)
 
     def check(self) -> None:
         """With the new operator running: a new machine, then everything the upgrade must have kept."""

@@ -87,6 +87,8 @@ def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
 
 
 # -- the site in a browser -----------------------------------------------------------------------------------
+# Marked slow: `make check` (the inner loop, no Chromium) leaves them to `make test`, which installs Chromium.
+BROWSER = pytest.mark.slow
 # The text of the elements matched, as a reader sees it (without the permalink's "¶").
 TEXTS = "[...document.querySelectorAll({!r})].map(e => e.textContent.replace('\\u00b6', '').trim())"
 
@@ -105,6 +107,7 @@ async def _search(page: Page, base: str, query: str) -> tuple[str, list[str]]:
     return str(meta), [str(h) for h in links]
 
 
+@BROWSER
 async def test_the_home_page_and_the_crd_reference_render_in_chromium(site: Path) -> None:
     with serve(site) as base:
         async with browser() as page:
@@ -129,6 +132,7 @@ async def test_the_home_page_and_the_crd_reference_render_in_chromium(site: Path
             assert not page.exceptions, page.exceptions
 
 
+@BROWSER
 async def test_search_renders_results_in_chromium(site: Path) -> None:
     with serve(site) as base:
         async with browser() as page:
@@ -140,6 +144,7 @@ async def test_search_renders_results_in_chromium(site: Path) -> None:
             assert not page.exceptions, page.exceptions
 
 
+@BROWSER
 async def test_the_search_check_fails_on_an_emptied_index(site: Path, tmp_path: Path) -> None:
     """The same search, on a copy of the site whose search index has no documents: no results, so the check
     of ``test_search_renders_results_in_chromium`` would fail there."""

@@ -1,4 +1,5 @@
-"""``make release``: the whole build once (module fixture, the image built twice for the digest check), every
+"""``make release``: the whole build once (the session's ``built``, ``conftest.py``, shared with the upgrade
+tests; the image built twice for the digest check), every
 artifact and the links between them checked from outside the build's own verifier, a tampered copy refused,
 and an install from the release as a clusterctl user does it — offline, from a local repository laid out
 from ``dist/`` — reconciling a MaasCluster and machines on the MAAS simulator.

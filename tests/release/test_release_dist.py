@@ -1,8 +1,8 @@
 """``make release``: the whole build once (the session's ``built``, ``conftest.py``, shared with the upgrade
-tests; the image built twice for the digest check), every
-artifact and the links between them checked from outside the build's own verifier, a tampered copy refused,
-and an install from the release as a clusterctl user does it — offline, from a local repository laid out
-from ``dist/`` — reconciling a MaasCluster and machines on the MAAS simulator.
+tests; the image built twice for the digest check), every artifact and the links between them checked from
+outside the build's own verifier, a tampered copy refused, and an install from the release as a clusterctl
+user does it — offline, from a local repository laid out from ``dist/`` — reconciling a MaasCluster and
+machines on the MAAS simulator.
 
 The install runs on a throwaway control plane (no kubelet, as ``tests/e2e/test_clusterctl_repo.py``): the
 installed Deployment cannot become a Pod, so its container is run as a process the way the kubelet would

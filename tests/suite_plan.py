@@ -10,6 +10,8 @@ Groups (``xdist_group``, honoured by ``--dist loadgroup``; without xdist they on
   One group per module, not per test: three chaos tests on the three workers at once left nothing else
   running for their first minutes and put their timing-sensitive waits on a box loaded by each other;
 - ``image`` (the from-scratch image build) and ``pod`` (the one-node cluster) next: minutes of mostly I/O;
+- ``upgrade`` (``tests/release/test_upgrade.py``) next: it builds the previous release while ``pod`` builds
+  this checkout's (``test_release_dist``), whose build it then takes (``tests/release/conftest.py``);
 - ``e2e``: every end-to-end module on one worker, so one CAPI core manager serves them all (session-scoped
   ``capi``) and their modules run one after another as ``tests/e2e/conftest.py`` assumes;
 - ``demo``: the ``capmaas demo``/bench runs one after another (each starts its own control planes);
@@ -35,10 +37,8 @@ from pathlib import Path
 import pytest
 
 #: Groups that start first, longest first (by their durations in docs/benchmarks/).
-FIRST = ("chaos", "image", "pod", "e2e", "demo")
+FIRST = ("chaos", "image", "pod", "upgrade", "e2e", "demo")
 CHAOS_MODULES = ("tests/operator/test_failover_chaos.py", "tests/operator/test_chaos.py")
-#: They share the session's release build (tests/release/conftest.py): one worker builds it once.
-RELEASE_MODULES = ("tests/release/test_release_dist.py", "tests/release/test_upgrade.py")
 SCOPED = ("module", "class", "package")
 
 
@@ -49,8 +49,10 @@ def group_of(item: pytest.Item) -> str | None:
         return f"chaos-{path}"
     if path == "tests/pod/test_image_from_scratch.py":
         return "image"
-    if path.startswith("tests/pod/") or path in RELEASE_MODULES:
-        return "pod"  # the release's install and upgrade tests run on the one-node cluster too
+    if path.startswith("tests/pod/") or path == "tests/release/test_release_dist.py":
+        return "pod"  # the release's install test runs on the one-node cluster too
+    if path == "tests/release/test_upgrade.py":
+        return "upgrade"  # builds the previous release while the pod group builds this one (shared)
     if path.startswith("tests/e2e/"):
         return "e2e"
     if path == "tests/demo/test_demo.py":

@@ -1,13 +1,19 @@
-"""The release of this checkout, built once per session (``make release VERSION=X.Y.Z``, the image built
-twice) for the install tests (``test_release_dist``) and the upgrade tests (``test_upgrade``): both modules
-are in the ``pod`` group (``tests/suite_plan.py``), so on one worker, and the build is paid once."""
+"""The release of this checkout, built once per run (``make release VERSION=X.Y.Z``, the image built twice)
+for the install tests (``test_release_dist``, in the ``pod`` group) and the upgrade tests (``test_upgrade``,
+the ``upgrade`` group: ``tests/suite_plan.py``). On pytest-xdist workers the first worker to need it builds
+it and the other takes that build (``release_support.shared_build``): the two groups can run on two workers
+while the build is paid once."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
-from release_support import Built, build_current
+from release_support import Built, build_current, shared_build
 
 
 @pytest.fixture(scope="session")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return shared_build(tmp_path_factory.getbasetemp().parent / "release-build")
     return build_current(tmp_path_factory.mktemp("release") / "dist")

@@ -12,6 +12,7 @@ against its ``SHA256SUMS`` when reused): a release is built once and then only i
 from __future__ import annotations
 
 import base64
+import fcntl
 import io
 import json
 import os
@@ -94,6 +95,30 @@ def build_current(dist: Path) -> Built:
     seconds = time.monotonic() - started
     print("\n".join(report.lines()), f"\nrelease build: {seconds:.0f}s; steps {release.timings}")
     return Built(VERSION, dist, report, release.reproducible, seconds)
+
+
+def shared_build(root: Path) -> Built:
+    """This checkout's release for every pytest-xdist worker of a run (``root`` is shared by them): the first
+    to get here builds it, holding a lock the others wait on; they then verify and take its ``dist/``. A
+    build that failed left no record: the next worker tries again (and fails the same way)."""
+    root.mkdir(parents=True, exist_ok=True)
+    record = root / "built.json"
+    with (root / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes or the process dies
+        if record.is_file():
+            meta = json.loads(record.read_text())
+            dist = Path(meta["dist"])
+            pair = meta["reproducible"]
+            reproducible = (str(pair[0]), str(pair[1])) if pair else None
+            print(f"release {VERSION}: the build of another worker, {dist}")
+            return Built(VERSION, dist, verify(dist, VERSION), reproducible, float(meta["seconds"]))
+        built = build_current(root / "dist")
+        record.write_text(
+            json.dumps(
+                {"dist": str(built.dist), "reproducible": built.reproducible, "seconds": built.seconds}
+            )
+        )
+        return built
 
 
 # -- the previous release ------------------------------------------------------------------------------------

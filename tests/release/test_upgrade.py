@@ -64,8 +64,10 @@ CRDS = ("maasclusters", "maasmachines", "maasclustertemplates", "maasmachinetemp
 NEW_MACHINE = MachineSpec("rel-worker-2", False, resource_pool="workers")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def previous(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """Session-scoped like ``built`` and named before it by the tests, so it is built first: on its own
+    worker this group builds the previous release while the ``pod`` group's worker builds the current one."""
     return build_previous(previous_release(), tmp_path_factory.mktemp("previous"))
 
 
@@ -194,7 +196,7 @@ class Upgrade:
 
 # -- helm upgrade on the one-node cluster --------------------------------------------------------------------
 def test_helm_upgrade_from_the_previous_release_keeps_every_machine(
-    built: Built, previous: Built, tmp_path: Path
+    previous: Built, built: Built, tmp_path: Path
 ) -> None:
     from capmaas.devcluster import apply_capi_crds
     from capmaas.devcluster.node import NODE_IP, Node
@@ -302,7 +304,7 @@ def test_helm_upgrade_from_the_previous_release_keeps_every_machine(
 
 # -- clusterctl upgrade apply -------------------------------------------------------------------------------
 def test_clusterctl_upgrade_apply_from_the_previous_release_keeps_every_machine(
-    built: Built, previous: Built, tmp_path: Path
+    previous: Built, built: Built, tmp_path: Path
 ) -> None:
     from release_support import InstalledProcess
 

@@ -1,8 +1,8 @@
 """The release of this checkout, built once per run (``make release VERSION=X.Y.Z``, the image built twice)
-for the install tests (``test_release_dist``, in the ``pod`` group) and the upgrade tests (``test_upgrade``,
-the ``upgrade`` group: ``tests/suite_plan.py``). On pytest-xdist workers the first worker to need it builds
-it and the other takes that build (``release_support.shared_build``): the two groups can run on two workers
-while the build is paid once."""
+for the install tests (``test_release_dist``, in the ``pod`` group) and the upgrade tests (``test_upgrade``:
+its Helm test in ``pod``, the others in ``upgrade``; ``tests/suite_plan.py``). On pytest-xdist workers the
+first worker to need it builds it and the others take that build (``release_support.shared_build``): the
+groups run on two workers while the build is paid once."""
 
 from __future__ import annotations
 

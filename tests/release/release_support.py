@@ -175,6 +175,13 @@ def build_previous(past: PastRelease, scratch: Path) -> Built:
     """The release ``past`` as its own tooling built it (module doc), from the cache when built before."""
     check_release_commit(past)
     cached = cache_dir() / "releases" / f"{past.version}-{past.commit[:12]}"
+    cached.mkdir(parents=True, exist_ok=True)
+    with (cached / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker (or run) building it: wait, then take its build
+        return _build_previous(past, scratch, cached)
+
+
+def _build_previous(past: PastRelease, scratch: Path, cached: Path) -> Built:
     dist = cached / "dist"
     names = Names(past.version)
     started = time.monotonic()
@@ -192,7 +199,6 @@ def build_previous(past: PastRelease, scratch: Path) -> Built:
         env = {**os.environ, "PYTHONPATH": str(src / "src"), "SOURCE_DATE_EPOCH": epoch}
         partial = cached / "dist.partial"
         shutil.rmtree(partial, ignore_errors=True)
-        partial.parent.mkdir(parents=True, exist_ok=True)
         out = run([sys.executable, "-m", "capmaas.release", past.version, "--out", str(partial),
                    "--no-reproducibility-check"], cwd=src, env=env, timeout=1800)  # fmt: skip
         print(out[-1500:])

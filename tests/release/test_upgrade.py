@@ -66,8 +66,8 @@ NEW_MACHINE = MachineSpec("rel-worker-2", False, resource_pool="workers")
 
 @pytest.fixture(scope="session")
 def previous(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """Session-scoped like ``built`` and named before it by the tests, so it is built first: on its own
-    worker this group builds the previous release while the ``pod`` group's worker builds the current one."""
+    """Session-scoped like ``built`` and named before it by the tests, so it is built first: the ``upgrade``
+    group's worker builds the previous release while the ``pod`` group's builds the current one."""
     return build_previous(previous_release(), tmp_path_factory.mktemp("previous"))
 
 

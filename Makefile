@@ -28,15 +28,26 @@ controlplane: ## Build (once, cached) etcd, kube-apiserver, kube-controller-mana
 # The one-node cluster and the daemonless image build need Debian packages; CI (root, fresh machine) gets them
 # here. Only the missing ones are installed.
 NODE_PACKAGES := containerd runc containernetworking-plugins buildah mmdebstrap iproute2 util-linux
+# The documentation site's browser check (tests/release/test_docs_site.py) opens it in Debian's headless Chromium.
+BROWSER_PACKAGES := chromium
+
+# $(call apt_install,TARGET,PACKAGES): install those of PACKAGES that are missing (as root; else say which).
+define apt_install
+	@missing=$$(for p in $(2); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+	  | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  [ "$$(id -u)" = 0 ] || { echo "$(1): missing $$missing; install them as root (apt-get install)"; exit 1; }; \
+	  echo "installing $$missing"; apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -q --no-install-recommends $$missing; fi
+endef
 
 .PHONY: node-packages
 node-packages:
-	@missing=$$(for p in $(NODE_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
-	  | grep -q '^install ok installed' || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  [ "$$(id -u)" = 0 ] || { echo "node-packages: missing $$missing; install them as root (apt-get install)"; exit 1; }; \
-	  echo "installing $$missing"; apt-get update -q && DEBIAN_FRONTEND=noninteractive \
-	  apt-get install -y -q --no-install-recommends $$missing; fi
+	$(call apt_install,node-packages,$(NODE_PACKAGES))
+
+.PHONY: browser-packages
+browser-packages: ## Debian's Chromium, for the headless check of the documentation site (make test installs it)
+	$(call apt_install,browser-packages,$(BROWSER_PACKAGES))
 
 .PHONY: node
 node: node-packages ## Build (once, cached) kubelet, kube-scheduler and the pause image for `capmaas dev-cluster up --node`

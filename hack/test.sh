@@ -2,11 +2,11 @@
 # `make test`: everything CI runs, one phase after another, each timed; a table of the phases (and of the test
 # groups) is printed at the end, also when a phase fails (the table then says which).
 #
-# Phases: venv, controlplane (Go tools), node (kubelet, kube-scheduler, pause, apt packages), image (the
-# operator image), verify (CRD drift), lint (ruff, mypy, import contracts), tests (the whole suite with
-# coverage, on pytest-xdist workers), coverage gate. Each build phase is idempotent (it skips what is already
-# built) and restartable (its outputs are renamed into place when complete), so running `make test` again
-# after an interrupted or failed run carries on.
+# Phases: venv, controlplane (Go tools), node (kubelet, kube-scheduler, pause, apt packages), browser (Debian's
+# Chromium for the site check), image (the operator image), verify (CRD drift), lint (ruff, mypy, import
+# contracts), tests (the whole suite with coverage, on pytest-xdist workers), coverage gate. Each build phase
+# is idempotent (it skips what is already built) and restartable (its outputs are renamed into place when
+# complete), so running `make test` again after an interrupted or failed run carries on.
 #
 # Environment: CAPMAAS_TEST_WORKERS (default 3: the tests mostly wait on timers, apiservers and subprocesses, so
 # three workers pay on two cores; 0 runs them in this process, serially), PYTEST_ARGS (added to pytest's
@@ -76,6 +76,7 @@ run_tests() {
 phase venv "${make[@]}" venv &&
   phase controlplane "${make[@]}" controlplane &&
   phase node "${make[@]}" node &&
+  phase browser "${make[@]}" browser-packages &&
   phase image "${make[@]}" image &&
   phase verify "${make[@]}" verify &&
   phase lint "${make[@]}" lint &&

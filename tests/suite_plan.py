@@ -10,6 +10,9 @@ Groups (``xdist_group``, honoured by ``--dist loadgroup``; without xdist they on
   One group per module, not per test: three chaos tests on the three workers at once left nothing else
   running for their first minutes and put their timing-sensitive waits on a box loaded by each other;
 - ``image`` (the from-scratch image build) and ``pod`` (the one-node cluster) next: minutes of mostly I/O;
+- ``upgrade`` (``tests/release/test_upgrade.py`` but its Helm test, which needs the node: ``pod``) next: it
+  builds the previous release while ``pod`` builds this checkout's (``test_release_dist``); each worker then
+  takes the other's build (``tests/release/conftest.py``, ``release_support``);
 - ``e2e``: every end-to-end module on one worker, so one CAPI core manager serves them all (session-scoped
   ``capi``) and their modules run one after another as ``tests/e2e/conftest.py`` assumes;
 - ``demo``: the ``capmaas demo``/bench runs one after another (each starts its own control planes);
@@ -35,7 +38,7 @@ from pathlib import Path
 import pytest
 
 #: Groups that start first, longest first (by their durations in docs/benchmarks/).
-FIRST = ("chaos", "image", "pod", "e2e", "demo")
+FIRST = ("chaos", "image", "pod", "upgrade", "e2e", "demo")
 CHAOS_MODULES = ("tests/operator/test_failover_chaos.py", "tests/operator/test_chaos.py")
 SCOPED = ("module", "class", "package")
 
@@ -49,6 +52,11 @@ def group_of(item: pytest.Item) -> str | None:
         return "image"
     if path.startswith("tests/pod/") or path == "tests/release/test_release_dist.py":
         return "pod"  # the release's install test runs on the one-node cluster too
+    if path == "tests/release/test_upgrade.py":
+        # The Helm upgrade runs on the one-node cluster: with the other node tests (one node at a time per
+        # machine: a second one's clean-up removes the first's network namespace). The rest builds the
+        # previous release while the pod group builds this one, both builds shared (tests/release).
+        return "pod" if "::test_helm_" in item.nodeid else "upgrade"
     if path.startswith("tests/e2e/"):
         return "e2e"
     if path == "tests/demo/test_demo.py":

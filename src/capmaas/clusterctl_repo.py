@@ -14,9 +14,11 @@ already exist, so the repository cannot drift from them:
 - one ``Namespace`` (``capmaas-system``) is added, and every object carries
   ``cluster.x-k8s.io/provider: infrastructure-maas``.
 
-The version is the package's (``capmaas.__version__``, the one place a release bumps); the image is
-``localhost/capmaas:<version>`` here, and ``make release`` renders the same files with the released image
-pinned by digest (``capmaas.release``).
+The version is the package's (``capmaas.__version__``, the one place a release bumps) in SemVer form, which
+clusterctl and Kubernetes labels want: a development version ``X.Y.Z.devN`` (PEP 440) is ``vX.Y.Z-dev.N``
+(:func:`semver`), a pre-release clusterctl installs only when asked by name or when nothing else is there.
+The image is ``localhost/capmaas:<version>`` here, and ``make release`` renders the same files for the
+released version (``X.Y.Z``) with the released image pinned by digest (``capmaas.release``).
 
 ``metadata.yaml`` maps every release series from 0.1 up to this version's to contract ``v1beta2``: the CRDs
 carry both contract labels (``cluster.x-k8s.io/v1beta1`` and ``v1beta2``) and CAPI reads the v1beta2 fields
@@ -29,6 +31,7 @@ list the files that differ). Needs the cached ``helm`` binary (``make controlpla
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -45,7 +48,22 @@ PROVIDER = "infrastructure-maas"
 PROVIDER_LABEL = "cluster.x-k8s.io/provider"
 NAMESPACE = "capmaas-system"
 RELEASE = "capmaas"
-VERSION = f"v{__version__}"  # the package version, with clusterctl's "v" prefix
+#: The package versions this project uses (PEP 440): a release ``X.Y.Z`` or a development version
+#: ``X.Y.Z.devN`` (main between releases; ``make release VERSION=X.Y.Z`` builds it as ``X.Y.Z``).
+PACKAGE_VERSION_RE = re.compile(r"^(?P<release>\d+\.\d+\.\d+)(?:\.dev(?P<dev>\d+))?$")
+
+
+def semver(version: str) -> str:
+    """A package version in SemVer 2.0 (clusterctl's versions, chart versions, label values): ``0.2.0`` stays,
+    ``0.2.0.dev0`` is ``0.2.0-dev.0`` (a pre-release of 0.2.0, ordered before it as PEP 440 orders it)."""
+    found = PACKAGE_VERSION_RE.match(version)
+    if found is None:
+        raise ValueError(f"{version!r} is neither X.Y.Z nor X.Y.Z.devN (src/capmaas/__init__.py)")
+    dev = found["dev"]
+    return found["release"] if dev is None else f"{found['release']}-dev.{dev}"
+
+
+VERSION = f"v{semver(__version__)}"  # the package version in SemVer, with clusterctl's "v" prefix
 CONTRACT = "v1beta2"
 IMAGE_REPOSITORY = "localhost/capmaas"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -93,13 +111,13 @@ def _template(value: Any) -> str:
     return yaml.dump(value, Dumper=_Dumper, sort_keys=False, width=1000)
 
 
-def _relabel(obj: dict[str, Any]) -> dict[str, Any]:
+def _relabel(obj: dict[str, Any], version: str) -> dict[str, Any]:
     meta = obj.setdefault("metadata", {})
     labels = meta.setdefault("labels", {})
     for key in _HELM_LABELS:
         labels.pop(key, None)
     if _VERSION_LABEL in labels:
-        labels[_VERSION_LABEL] = __version__
+        labels[_VERSION_LABEL] = version
     if labels.get("app.kubernetes.io/managed-by") == "Helm":
         labels["app.kubernetes.io/managed-by"] = "clusterctl"
     labels[PROVIDER_LABEL] = PROVIDER
@@ -109,7 +127,7 @@ def _relabel(obj: dict[str, Any]) -> dict[str, Any]:
         for key in _HELM_LABELS:
             pod_labels.pop(key, None)
         if _VERSION_LABEL in pod_labels:
-            pod_labels[_VERSION_LABEL] = __version__
+            pod_labels[_VERSION_LABEL] = version
         if pod_labels.get("app.kubernetes.io/managed-by") == "Helm":
             pod_labels["app.kubernetes.io/managed-by"] = "clusterctl"
         annotations = pod_meta.get("annotations") or {}
@@ -127,7 +145,7 @@ class Image:
     """The operator image the components run: ``repository:tag``, or ``repository:tag@digest`` when pinned."""
 
     repository: str = IMAGE_REPOSITORY
-    tag: str = __version__
+    tag: str = VERSION.removeprefix("v")
     digest: str = ""
 
     @property
@@ -159,15 +177,21 @@ def helm_render(root: Path = REPO_ROOT, image: Image | None = None) -> list[dict
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
-def components(root: Path = REPO_ROOT, image: Image | None = None) -> str:
-    """``infrastructure-components.yaml``: Namespace, CRDs, then the chart's objects."""
+def components(root: Path = REPO_ROOT, image: Image | None = None, version: str = VERSION) -> str:
+    """``infrastructure-components.yaml``: Namespace, CRDs, then the chart's objects; ``version`` (``vX.Y.Z``)
+    is what the version labels say."""
+    label = version.removeprefix("v")
     namespace = {
         "apiVersion": "v1",
         "kind": "Namespace",
         "metadata": {"name": NAMESPACE, "labels": {PROVIDER_LABEL: PROVIDER}},
     }
     crds = [yaml.safe_load(p.read_text()) for p in sorted((root / "crds").glob("*.yaml"))]
-    docs = [namespace, *(_relabel(c) for c in crds), *(_relabel(d) for d in helm_render(root, image))]
+    docs = [
+        namespace,
+        *(_relabel(c, label) for c in crds),
+        *(_relabel(d, label) for d in helm_render(root, image)),
+    ]
     text = _dump(docs)
     for placeholder, variable in _PLACEHOLDERS.items():
         if text.count(placeholder) != 1:
@@ -178,7 +202,7 @@ def components(root: Path = REPO_ROOT, image: Image | None = None) -> str:
 
 def metadata(version: str = VERSION) -> str:
     """Every release series from 0.1 up to ``version``'s: clusterctl upgrades only between listed series."""
-    major, minor, _ = version.removeprefix("v").split(".", 2)
+    major, minor, _ = version.removeprefix("v").split(".", 2)  # "0.2.0" and "0.2.0-dev.0" alike
     if int(major) != 0:
         raise RuntimeError(f"{version}: add the 1.x series (and their contracts) to metadata()")
     series = [{"major": 0, "minor": m, "contract": CONTRACT} for m in range(1, int(minor) + 1)]
@@ -771,11 +795,12 @@ def topology_template() -> str:
     return text
 
 
-def assets(root: Path = REPO_ROOT, image: Image | None = None) -> dict[str, str]:
-    """The release assets clusterctl reads (file name -> text), as a GitHub release carries them."""
+def assets(root: Path = REPO_ROOT, image: Image | None = None, version: str = VERSION) -> dict[str, str]:
+    """The release assets clusterctl reads (file name -> text), as a GitHub release carries them, for
+    ``version`` (``vX.Y.Z``; default: this checkout's)."""
     return {
-        "metadata.yaml": metadata(),
-        "infrastructure-components.yaml": components(root, image),
+        "metadata.yaml": metadata(version),
+        "infrastructure-components.yaml": components(root, image, version),
         "cluster-template.yaml": cluster_template(lxd_control_plane=False),
         "cluster-template-lxd.yaml": cluster_template(lxd_control_plane=True),
         "cluster-template-kube-vip.yaml": cluster_template(lxd_control_plane=False, kube_vip=True),

@@ -74,7 +74,11 @@ def test_repository_follows_the_clusterctl_contract() -> None:
     assert meta == {
         "apiVersion": "clusterctl.cluster.x-k8s.io/v1alpha3",
         "kind": "Metadata",
-        "releaseSeries": [{"major": 0, "minor": 1, "contract": "v1beta2"}],
+        # Every series from 0.1 up to this version's (0.1 and 0.2 on 0.2.0.dev0).
+        "releaseSeries": [
+            {"major": 0, "minor": m, "contract": "v1beta2"}
+            for m in range(1, int(clusterctl_repo.VERSION.split(".")[1]) + 1)
+        ],
     }
     docs = _docs(BASE / "infrastructure-components.yaml")
     namespaces = [d for d in docs if d["kind"] == "Namespace"]
@@ -217,8 +221,8 @@ def test_clusterctl_init_installs_the_provider_offline(tmp_path: Path) -> None:
         )  # fmt: skip
         assert out.returncode == 0, out.stdout + out.stderr
         assert (
-            'Installing provider="infrastructure-maas" version="v0.1.0" targetNamespace="capmaas-system"'
-            in out.stderr + out.stdout
+            f'Installing provider="infrastructure-maas" version="{clusterctl_repo.VERSION}" '
+            'targetNamespace="capmaas-system"' in out.stderr + out.stdout
         )
 
         inventory = json.loads(
@@ -231,7 +235,7 @@ def test_clusterctl_init_installs_the_provider_offline(tmp_path: Path) -> None:
             ("CoreProvider", "cluster-api", "v1.13.6"),
             ("BootstrapProvider", "kubeadm", "v1.13.6"),
             ("ControlPlaneProvider", "kubeadm", "v1.13.6"),
-            ("InfrastructureProvider", "maas", "v0.1.0"),
+            ("InfrastructureProvider", "maas", clusterctl_repo.VERSION),
         }
         secret = json.loads(
             run_kubectl(

@@ -1,5 +1,6 @@
 """The pieces of ``make release`` that need no image build: the Debian SBOM generator, the OCI archive
-reader, the values pinning, the byte-stable chart repack and the clusterctl release series.
+reader, the values pinning, the byte-stable chart repack, the clusterctl release series, the versions (a
+development version released as X.Y.Z from a staged copy) and the conditions page's "what to do" source.
 
 The whole build, its artifacts and an install from them: ``tests/release/test_release_dist.py``.
 """
@@ -15,9 +16,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from capmaas import clusterctl_repo
-from capmaas.release import debsbom, oci
-from capmaas.release.build import ReleaseError, pin_values, repack_tgz
+from capmaas import __version__, clusterctl_repo
+from capmaas.release import debsbom, docref, oci
+from capmaas.release.build import (
+    ReleaseError,
+    check_version,
+    package_version,
+    pin_values,
+    repack_tgz,
+    source_files,
+    stage,
+)
 from capmaas.release.verify import _validate_cyclonedx
 
 REPO = Path(__file__).resolve().parents[2]
@@ -185,3 +194,68 @@ def test_metadata_lists_every_release_series_up_to_the_version() -> None:
 def test_the_image_reference_pins_the_digest_when_given() -> None:
     assert clusterctl_repo.Image("r", "1.2.3").reference == "r:1.2.3"
     assert clusterctl_repo.Image("r", "1.2.3", "sha256:x").reference == "r:1.2.3@sha256:x"
+
+
+def test_semver_of_the_package_versions() -> None:
+    assert clusterctl_repo.semver("0.1.0") == "0.1.0"
+    assert clusterctl_repo.semver("0.2.0.dev0") == "0.2.0-dev.0"
+    assert clusterctl_repo.semver("1.10.3.dev12") == "1.10.3-dev.12"
+    for bad in ("0.2", "0.2.0rc1", "0.2.0-dev.0", "v0.2.0"):
+        with pytest.raises(ValueError, match="neither"):
+            clusterctl_repo.semver(bad)
+    # This checkout: its clusterctl version, its series up to its own.
+    assert f"v{clusterctl_repo.semver(__version__)}" == clusterctl_repo.VERSION
+    doc = yaml.safe_load(clusterctl_repo.metadata().split("\n", 1)[1])
+    minor = int(__version__.split(".")[1])
+    assert [s["minor"] for s in doc["releaseSeries"]] == list(range(1, minor + 1))
+
+
+def test_a_release_is_built_only_from_its_own_version_or_its_development_version() -> None:
+    check_version("0.2.0", "0.2.0")
+    check_version("0.2.0", "0.2.0.dev0")
+    check_version("0.2.0", "0.2.0.dev3")
+    for release, package in (("0.1.0", "0.2.0.dev0"), ("0.3.0", "0.2.0.dev0"), ("0.2.0", "0.2.1")):
+        with pytest.raises(ReleaseError, match=f"VERSION={release} but the package is {package}"):
+            check_version(release, package)
+    with pytest.raises(ReleaseError, match=r"is not X\.Y\.Z"):
+        check_version("0.2.0.dev0", "0.2.0.dev0")
+    assert package_version(REPO) == __version__
+
+
+def test_the_staged_sources_are_the_tracked_files_with_the_release_version(tmp_path: Path) -> None:
+    files = {str(p) for p in source_files(REPO)}
+    assert {"pyproject.toml", "Dockerfile", "hack/image.sh", "src/capmaas/__init__.py"} <= files
+    assert not any(f.startswith(("build/", "dist/", ".venv")) for f in files)
+    # Outside a git work tree (a `git archive` of a release): every file but build outputs and caches.
+    tree = tmp_path / "tree"
+    (tree / "src" / "capmaas").mkdir(parents=True)
+    (tree / "src" / "capmaas" / "__init__.py").write_text('"""x"""\n\n__version__ = "0.3.0.dev1"\n')
+    (tree / "build" / "release").mkdir(parents=True)
+    (tree / "build" / "release" / "old.whl").write_text("x")
+    (tree / "pyproject.toml").write_text("")
+    assert sorted(map(str, source_files(tree))) == ["pyproject.toml", "src/capmaas/__init__.py"]
+    stage(tree, tmp_path / "staged", "0.3.0")
+    assert package_version(tmp_path / "staged") == "0.3.0"
+    assert package_version(tree) == "0.3.0.dev1"  # the checkout is not touched
+
+
+def _advice_root(tmp_path: Path, drop: str = "", add: str = "") -> Path:
+    data = yaml.safe_load((REPO / docref.WHAT_TO_DO).read_text())
+    data.pop(drop, None)
+    if add:
+        data[add] = "Something."
+    (tmp_path / docref.PAGES).mkdir(parents=True)
+    (tmp_path / docref.WHAT_TO_DO).write_text(yaml.safe_dump(data))
+    return tmp_path
+
+
+def test_every_reason_has_what_to_do_and_the_check_fails_without(tmp_path: Path) -> None:
+    advice = docref.load_advice(REPO)
+    assert "NoMachineAvailable" in advice
+    assert all(advice.values())
+    with pytest.raises(docref.AdviceError, match=r"NoMachineAvailable: no entry"):
+        docref.load_advice(_advice_root(tmp_path / "a", drop="NoMachineAvailable"))
+    with pytest.raises(docref.AdviceError, match=r"NoSuchReason: in .* but no \*_REASON has it"):
+        docref.load_advice(_advice_root(tmp_path / "b", add="NoSuchReason"))
+    # docref --check (make docs) fails on it, naming the reason.
+    assert docref.main(["--check", "--root", str(_advice_root(tmp_path / "c", drop="RetriesExhausted"))]) == 1

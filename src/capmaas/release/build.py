@@ -3,7 +3,11 @@
 The steps, each from the sources of this checkout at the time of its last commit (``SOURCE_DATE_EPOCH``, so
 that archives and the image carry no build time):
 
-1. the version: X.Y.Z must be ``capmaas.__version__`` (bump it there, the one place; a mismatch stops here);
+1. the version: X.Y.Z must be the checkout's ``capmaas.__version__`` or the release it leads to: main carries
+   the next release's development version ``X.Y.Z.devN`` between releases (PEP 440), and the release is
+   built from a copy of the checkout's files (tracked by git, as they are on disk) in which ``__version__``
+   is X.Y.Z (``build/release/source``): the wheel, sdist, image, chart and assets all say X.Y.Z, and the
+   checkout is not touched. Anything else (another release, a version below) stops here;
 2. wheel and sdist (``python -m build``; the sdist repacked byte-stable);
 3. the image, as ``make image`` builds it (``hack/image.sh``: the Dockerfile on the mmdebstrap base, no
    network), from that wheel and its dependencies' wheels; built twice from the same wheels without a layer
@@ -38,13 +42,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from capmaas import __version__, clusterctl_repo
+from capmaas import clusterctl_repo
 from capmaas.devcluster import find_binary
 from capmaas.release import debsbom, oci
 from capmaas.release.verify import Names, Report, verify, write_sums
 
 ROOT = clusterctl_repo.REPO_ROOT
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
+PACKAGE_INIT = Path("src") / "capmaas" / "__init__.py"
+_VERSION_LINE = re.compile(r'^__version__ = "([^"]*)"$', re.M)
+# Never part of a release's sources when the checkout is not a git work tree (e.g. a `git archive`).
+_NOT_SOURCES = {".git", ".venv", "build", "dist", "dist.partial", "__pycache__", ".mypy_cache", ".ruff_cache",
+                ".pytest_cache"}  # fmt: skip
 # Distributions that any venv has and the image's removes (Dockerfile: pip uninstall pip setuptools).
 _VENV_TOOLS = {"pip", "setuptools"}
 
@@ -79,6 +88,55 @@ def source_date_epoch(root: Path) -> int:
     if os.environ.get("SOURCE_DATE_EPOCH"):
         return int(os.environ["SOURCE_DATE_EPOCH"])
     return int(_run(["git", "-C", str(root), "log", "-1", "--format=%ct"]).strip())
+
+
+def package_version(root: Path) -> str:
+    """``__version__`` as ``src/capmaas/__init__.py`` of ``root`` says it (the tree built, not the code
+    running)."""
+    found = _VERSION_LINE.search((root / PACKAGE_INIT).read_text())
+    if found is None:
+        raise ReleaseError(f'no __version__ = "..." line in {root / PACKAGE_INIT}')
+    return found[1]
+
+
+def check_version(release: str, package: str) -> None:
+    """``release`` (X.Y.Z) may be built from a tree at ``package``: X.Y.Z itself or its ``X.Y.Z.devN``."""
+    if not VERSION_RE.match(release):
+        raise ReleaseError(f"VERSION={release!r} is not X.Y.Z")
+    found = clusterctl_repo.PACKAGE_VERSION_RE.match(package)
+    if found is None or found["release"] != release:
+        raise ReleaseError(
+            f"VERSION={release} but the package is {package}: main carries the next release's development "
+            f"version (X.Y.Z.devN); set __version__ in src/capmaas/__init__.py (the one place) to "
+            f"{release}.dev0, add its CHANGELOG.md section, then release"
+        )
+
+
+def source_files(root: Path) -> list[Path]:
+    """The files a release is built from, relative to ``root``: git's tracked files (their contents on disk),
+    or, outside a git work tree, every file but build outputs and caches."""
+    inside = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True,
+                            text=True, check=False)  # fmt: skip
+    if inside.returncode == 0 and Path(inside.stdout.strip()).resolve() == root.resolve():
+        listed = _run(["git", "-C", str(root), "ls-files", "-z", "--cached"]).split("\0")
+        return [Path(p) for p in listed if p and (root / p).is_file()]  # a deleted, unstaged file: gone
+    return [
+        p.relative_to(root)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not _NOT_SOURCES & set(p.relative_to(root).parts)
+    ]
+
+
+def stage(root: Path, dest: Path, version: str) -> None:
+    """``dest``: a copy of the release's sources with ``__version__`` set to ``version``."""
+    for rel in source_files(root):
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / rel, dest / rel, follow_symlinks=False)
+    init = dest / PACKAGE_INIT
+    text, n = _VERSION_LINE.subn(f'__version__ = "{version}"', init.read_text())
+    if n != 1:
+        raise ReleaseError(f"{init}: expected one __version__ line, found {n}")
+    init.write_text(text)
 
 
 def pin_values(values: str, repository: str, tag: str, digest: str) -> str:
@@ -117,6 +175,7 @@ class Release:
         self.opts = opts
         self.names = Names(opts.version)
         self.work = opts.root / "build" / "release"
+        self.source = self.work / "source"  # the staged sources every step builds from (step 1)
         self.partial = opts.out.with_name(opts.out.name + ".partial")
         self.epoch = source_date_epoch(opts.root)
         self.env = {**os.environ, "SOURCE_DATE_EPOCH": str(self.epoch)}
@@ -132,18 +191,14 @@ class Release:
 
     def run(self) -> Report:
         v = self.opts.version
-        if not VERSION_RE.match(v):
-            raise ReleaseError(f"VERSION={v!r} is not X.Y.Z")
-        if v != __version__:
-            raise ReleaseError(
-                f"VERSION={v} but the package is {__version__}: bump __version__ in src/capmaas/__init__.py "
-                "(the one place; everything else reads it), add its CHANGELOG.md section, then release"
-            )
+        package = package_version(self.opts.root)
+        check_version(v, package)
         shutil.rmtree(self.work, ignore_errors=True)
         shutil.rmtree(self.partial, ignore_errors=True)
         self.work.mkdir(parents=True)
         self.partial.mkdir(parents=True)
-        _say(f"{v} from {self.opts.root} at SOURCE_DATE_EPOCH={self.epoch}")
+        stage(self.opts.root, self.source, v)
+        _say(f"{v} from {self.opts.root} (package {package}) at SOURCE_DATE_EPOCH={self.epoch}")
         self.python_packages()
         wheels = self.image_wheels()
         digest = self.image(wheels)
@@ -161,7 +216,7 @@ class Release:
     def python_packages(self) -> None:
         t0 = time.monotonic()
         out = self.work / "python"
-        _run([sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(out), str(self.opts.root)],
+        _run([sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(out), str(self.source)],
              env=self.env)  # fmt: skip
         for name in (self.names.wheel, self.names.sdist):
             if not (out / name).is_file():
@@ -191,7 +246,7 @@ class Release:
         context_wheels = out / "context" / "build" / "image" / "wheels"
         shutil.copytree(wheels, context_wheels)
         env = {**self.env, "CAPMAAS_IMAGE_OUT": str(out), "PIP": str(self.bin / "pip")}
-        image_sh = str(self.opts.root / "hack" / "image.sh")
+        image_sh = str(self.source / "hack" / "image.sh")
         _run(["bash", image_sh, "--tag", self.opts.version, "--reuse-wheels"], env=env)
         self._step(f"image build {n}", t0)
         return out / f"capmaas-{self.opts.version}.oci.tar"
@@ -215,7 +270,7 @@ class Release:
     # -- 4. the chart ---------------------------------------------------------------------------------------
     def chart(self, digest: str) -> None:
         t0 = time.monotonic()
-        src = self.opts.root / "deploy" / "charts" / "capmaas"
+        src = self.source / "deploy" / "charts" / "capmaas"
         chart = self.work / "chart" / "capmaas"
         shutil.copytree(src, chart)
         values = chart / "values.yaml"
@@ -231,7 +286,8 @@ class Release:
     # -- 5. clusterctl --------------------------------------------------------------------------------------
     def clusterctl(self, digest: str) -> None:
         image = clusterctl_repo.Image(clusterctl_repo.IMAGE_REPOSITORY, self.opts.version, digest)
-        for name, text in clusterctl_repo.assets(self.opts.root, image).items():
+        assets = clusterctl_repo.assets(self.source, image, version=f"v{self.opts.version}")
+        for name, text in assets.items():
             (self.partial / name).write_text(text)
 
     # -- 6. SBOMs -------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ spec with a device filter then does not match).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from capmaas import maas
@@ -219,3 +219,41 @@ def interface_ok(c: InterfaceConstraint, i: maas.Interface) -> bool:
         not c.tags or set(c.tags) <= set(i.tags),
     )
     return all(checks)
+
+
+def emptied_by(
+    sel: Selection, ready: Sequence[maas.Machine], device_holders: frozenset[str] | None = None
+) -> tuple[str, int] | None:
+    """Which constraint left no Ready machine, and how many matched every constraint before it (MAAS's 409
+    lists them all but does not say which). Constraints are applied in the order a person would relax them
+    (sizes first, hardware last); ``device_holders`` are the machines MAAS lists for the ``devices`` filter
+    (None: not known, that step is skipped). None when the machines match everything (taken meanwhile) or
+    none is listed."""
+    steps: list[tuple[str, bool, Callable[[maas.Machine], bool]]] = [
+        (f"minCPU {sel.min_cpu}", bool(sel.min_cpu), lambda m: m.cpu_count >= sel.min_cpu),
+        (f"minMemory {sel.min_memory} MiB", bool(sel.min_memory), lambda m: m.memory >= sel.min_memory),
+        (f"resourcePool {sel.pool}", sel.pool is not None,
+         lambda m: m.pool is not None and m.pool.name == sel.pool),
+        (f"zone {sel.zone}", sel.zone is not None, lambda m: m.zone.name == sel.zone),
+        (f"tags {sorted(sel.tags)}", bool(sel.tags), lambda m: sel.tags <= set(m.tag_names)),
+        (f"notTags {sorted(sel.not_tags)}", bool(sel.not_tags),
+         lambda m: not (sel.not_tags & set(m.tag_names))),
+        (f"architecture {sel.architecture}", sel.architecture is not None,
+         lambda m: architecture_ok(sel, m)),
+        ("the disks (minDiskSize, rootDiskTags, extraDisks)",
+         bool(sel.root_gb or sel.root_tags or sel.extra_disks), lambda m: storage_ok(sel, m)),
+        ("interfaces", bool(sel.interfaces), lambda m: interfaces_ok(sel, m)),
+        ("devices", sel.device is not None and device_holders is not None,
+         lambda m: device_holders is not None and m.system_id in device_holders),
+    ]  # fmt: skip
+    left = list(ready)
+    if not left:
+        return None
+    for what, given, ok in steps:
+        if not given:
+            continue
+        kept = [m for m in left if ok(m)]
+        if not kept:
+            return what, len(left)
+        left = kept
+    return None

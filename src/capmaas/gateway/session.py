@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Sequence
 
 from capmaas import maas
+from capmaas.api.v1beta1 import MaasMachineSpec
+from capmaas.gateway import matching
 from capmaas.gateway.poller import MachinePoller
 from capmaas.gateway.release_lookup import ReleaseLookups
 from capmaas.maas import errors as maas_errors
+from capmaas.reconcilers.baremetal import LXD_POWER_TYPE
 from capmaas.reconcilers.ports import BondRequest, DnsRecord, MaasCredentials
 
 
@@ -188,6 +192,29 @@ class MaasSession:
     async def vip_release(self, address: str) -> None:
         if await self.client.ip_addresses.list(ip=address):  # the caller's own reservations only
             await self.client.ip_addresses.release(address)
+
+    def explain_empty(self, spec: MaasMachineSpec, zone: str | None) -> str | None:
+        """Which constraint emptied the pool, from the inventory's last Ready listing (no MAAS request; None
+        while nothing is listed: the inventory lists only while a template counts on it)."""
+        inv = self.poller.inventory
+        if inv.ready is None or inv.listed_at is None:
+            return None
+        sel = matching.Selection.of(spec)
+        if zone:
+            sel = dataclasses.replace(sel, zone=zone)
+        ready = [m for m in inv.ready.values() if m.power_type != LXD_POWER_TYPE]
+        holders = None
+        if sel.device is not None:
+            holders = inv.device_filters.get(sel.device.to_constraint())
+        found = matching.emptied_by(sel, ready, holders)
+        if found is None:
+            return None
+        what, before = found
+        age = int(time.monotonic() - inv.listed_at)
+        return (
+            f"of the {len(ready)} Ready machines MAAS listed {age}s ago, {before} matched every constraint "
+            f"before {what}, none that one"
+        )
 
     # --- static addresses (IPAM) ------------------------------------------------------------------------
     async def subnets(self) -> Sequence[maas.Subnet]:

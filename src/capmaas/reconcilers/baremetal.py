@@ -223,6 +223,8 @@ class BareMetal:
             # With the spec's generation: a spec edit (smaller sizes, another pool) ends the backoff at once.
             scope.set_annotation(ALLOCATE_AFTER, f"{life.clock() + delay:.3f}@{scope.generation}")
             msg = self._no_machine(constraints, source, facts.maas_text(exc.body))
+            if (which := port.explain_empty(scope.want, constraints.zone)) is not None:
+                msg = f"{msg}; {which}"
             if failures == 1:  # one Event per streak; the condition stays current
                 scope.event("Warning", C.NO_MACHINE_AVAILABLE_REASON, msg)
             raise TransientError(C.NO_MACHINE_AVAILABLE_REASON, msg, delay=delay) from exc

@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 from capmaas import maas
+from capmaas.api.v1beta1 import MaasMachineSpec
 
 #: A Kubernetes object as the apiserver returns it (apiVersion, kind, metadata, spec, status).
 Body = Mapping[str, Any]
@@ -274,6 +275,11 @@ class MaasPort(VmHostPort, Protocol):
     async def allocate(
         self, constraints: maas.AllocateConstraints, *, agent_name: str, comment: str
     ) -> maas.Machine: ...
+
+    def explain_empty(self, spec: MaasMachineSpec, zone: str | None) -> str | None:
+        """After a 409 from allocate: which of ``spec``'s constraints (``zone``: the one asked) left no Ready
+        machine, from the shared inventory's last listing (no MAAS request); None when it cannot tell."""
+        ...
 
     async def deploy(
         self,

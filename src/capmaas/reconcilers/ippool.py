@@ -151,38 +151,18 @@ def with_condition(
     """``conditions`` (metav1.Condition dicts) with ``type_`` set; its transition time kept while the status
     stays, the order of the others kept."""
     status = "True" if ok else "False"
-    out: list[dict[str, Any]] = []
-    found = False
-    for c in conditions or ():
-        if c.get("type") != type_:
-            out.append(dict(c))
-            continue
-        found = True
-        when = c.get("lastTransitionTime") if c.get("status") == status else None
-        out.append(
-            _condition(
-                type_,
-                status=status,
-                reason=reason,
-                message=message,
-                generation=generation,
-                when=when,
-                now=now,
-            )
-        )
-    if not found:
-        out.append(
-            _condition(
-                type_,
-                status=status,
-                reason=reason,
-                message=message,
-                generation=generation,
-                when=None,
-                now=now,
-            )
-        )
-    return out
+    items = [dict(c) for c in conditions or ()]
+    at = next((i for i, c in enumerate(items) if c.get("type") == type_), None)
+    old = items[at] if at is not None else None
+    when = old.get("lastTransitionTime") if old is not None and old.get("status") == status else None
+    new = _condition(
+        type_, status=status, reason=reason, message=message, generation=generation, when=when, now=now
+    )
+    if at is None:
+        items.append(new)
+    else:  # in its place: the others keep their order
+        items[at] = new
+    return items
 
 
 def _condition(

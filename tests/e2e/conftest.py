@@ -27,7 +27,7 @@ Yields an ``e2e_support.ProviderStack`` (``from e2e_support import ProviderStack
   ``.machine_states()`` (system_id -> status_name/owner/agent_name/hostname/zone), ``.allocations()``
   (agent_name = MaasMachine UID -> system IDs), ``.leaks()`` (``[]`` when MAAS allocations and the live
   MaasMachines of the namespace agree one to one), ``.ready_in_maas(system_ids)``.
-- ``.operator``: ``capmaas run --namespace <capi.namespace> --standalone`` (``capmaas.demo.stack.
+- ``.operator``: ``capmaas run --namespace <capi.namespace> --no-leader-elect`` (``capmaas.demo.stack.
   OperatorProcess``), default credentials from ``CAPMAAS_MAAS__ENDPOINT``/``CAPMAAS_MAAS__API_KEY``, fast
   polling; its log is ``.operator.log`` under pytest's basetemp. A failing test that uses the fixture gets
   the tails of the operator and CAPI manager logs in its report (``.logs()``).

@@ -108,7 +108,7 @@ def provider_object(entry: InventoryEntry) -> dict[str, Any]:
 # -- a capmaas operator process ------------------------------------------------------------------------------
 @dataclass
 class Operator:
-    """``capmaas run --namespace <ns> --standalone`` against one management cluster."""
+    """``capmaas run --namespace <ns> --no-leader-elect`` against one management cluster."""
 
     env: dict[str, str]
     namespace: str
@@ -118,7 +118,7 @@ class Operator:
     def start(self) -> None:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [str(CAPMAAS), "run", "--namespace", self.namespace, "--standalone"],
+                [str(CAPMAAS), "run", "--namespace", self.namespace, "--no-leader-elect"],
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,

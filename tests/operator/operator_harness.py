@@ -48,7 +48,7 @@ def crds(kube: ControlPlane, kubectl: Any) -> None:
 class Operator:
     """A running ``capmaas run`` process; restartable.
 
-    ``leader_elect`` False (one process per test): ``--standalone``, i.e. no leader election, as a single
+    ``leader_elect`` False (one process per test): ``--no-leader-elect``, no leader election, as a single
     process needs none. True: no such flag, so leader election is on (the default), set up through
     ``CAPMAAS_LEADER_ELECTION__*`` in ``env`` (see :meth:`replica`)."""
 
@@ -87,7 +87,7 @@ class Operator:
     def start(self) -> None:
         """The process, forked from the zygote (``zygote.py``: the imports already done), or a fresh
         interpreter when there is none."""
-        mode = [] if self.leader_elect else ["--standalone"]
+        mode = [] if self.leader_elect else ["--no-leader-elect"]
         scope = [] if self.cluster_wide else ["--namespace", self.namespace]
         argv = [CAPMAAS, "run", *scope, *mode, *self.extra_args]
         self.proc = None if self.fresh else ZYGOTE.spawn(argv, self.env, self.log)

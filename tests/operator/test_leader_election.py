@@ -3,8 +3,8 @@ double-allocating (issue 11).
 
 Before leader election, two processes each allocated a MAAS machine for every MaasMachine (40 held for 20,
 20 left after the delete), and kopf's peering options did not help: kopf paused its own handlers while our
-per-object loops and MAAS pollers went on. These tests start the replicas *without* ``--standalone`` and set
-leader election up through ``CAPMAAS_LEADER_ELECTION__*`` only, so on code without it they run exactly the
+per-object loops and MAAS pollers went on. These tests start the replicas *without* ``--no-leader-elect`` and
+set leader election up through ``CAPMAAS_LEADER_ELECTION__*`` only, so on code without it they run exactly the
 scenario of the issue (and fail).
 """
 
@@ -254,7 +254,7 @@ async def test_kopf_peering_options_no_longer_double_allocate(harness: Harness, 
     await h.k("wait", "--for=condition=Established", "crd/kopfpeerings.kopf.dev")
     peering = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "capmaas"}}
     await h.apply(peering)
-    h.operator.leader_elect = True  # no --standalone: the peering options say what to do
+    h.operator.leader_elect = True  # no --no-leader-elect: the peering options say what to do
     ops = replicas(h, tmp_path, 2, args=[["--peering", "capmaas", "--priority", p] for p in ("0", "10")])
     ops[0].start()
 

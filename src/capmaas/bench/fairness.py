@@ -32,10 +32,10 @@ LARGE_NS, SMALL_NS = "capmaas-bench", "capmaas-bench-small"
 
 
 class ClusterwideOperator(OperatorProcess):
-    """``capmaas run --standalone`` watching every namespace (both tenants)."""
+    """``capmaas run --no-leader-elect`` watching every namespace (both tenants)."""
 
     def run_args(self) -> list[str]:
-        return ["--standalone"]
+        return ["--no-leader-elect"]
 
 
 @dataclass

@@ -66,7 +66,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
 
 
 class OperatorProcess:
-    """``capmaas run --namespace NS --standalone`` as a child in its own process group."""
+    """``capmaas run --namespace NS --no-leader-elect`` as a child in its own process group."""
 
     def __init__(self, env: dict[str, str], namespace: str, log: Path) -> None:
         self.env, self.namespace, self.log = env, namespace, log
@@ -74,7 +74,7 @@ class OperatorProcess:
 
     def run_args(self) -> list[str]:
         """The arguments of ``capmaas run`` (subclasses run it otherwise: sharded, cluster-wide)."""
-        return ["--namespace", self.namespace, "--standalone"]
+        return ["--namespace", self.namespace, "--no-leader-elect"]
 
     def start(self) -> Self:
         cmd = [sys.executable, "-m", "capmaas", "run", *self.run_args()]

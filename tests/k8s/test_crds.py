@@ -777,9 +777,17 @@ def test_template_status_capacity_accepts_quantities(
 ) -> None:
     kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "maasmachinetemplate.yaml"))
     name = "maasmachinetemplate/demo-workers-v1"
-    patch = {"status": {"capacity": {"cpu": 8, "memory": "16Gi"}, "nodeInfo": {"architecture": "amd64"}}}
+    patch = {"status": {"capacity": {"cpu": "8", "memory": "16Gi"}, "nodeInfo": {"architecture": "amd64"}}}
     kubectl("patch", "-n", namespace, name, "--subresource=status", "--type=merge", "-p", json.dumps(patch))
-    assert get(kubectl, namespace, name)["status"]["capacity"] == {"cpu": 8, "memory": "16Gi"}
+    assert get(kubectl, namespace, name)["status"]["capacity"] == {"cpu": "8", "memory": "16Gi"}
+    # A number is refused: the cluster autoscaler drops the whole map when one value is not a string.
+    number = {"status": {"capacity": {"cpu": 8}}}
+    proc = kubectl(
+        "patch", "-n", namespace, name, "--subresource=status", "--type=merge", "-p", json.dumps(number),
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "capacity.cpu in body must be of type string" in proc.stderr
     bad = {"status": {"capacity": {"memory": "lots"}}}
     proc = kubectl(
         "patch",

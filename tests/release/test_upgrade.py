@@ -51,6 +51,7 @@ from release_support import (
 )
 
 from capmaas import clusterctl_repo
+from capmaas.api import crdgen
 from capmaas.demo.capi import MachineSpec
 from capmaas.demo.kube import MAASCLUSTERS, MAASMACHINES, Kube
 from capmaas.demo.simthread import SimulatorThread
@@ -60,6 +61,7 @@ pytestmark = [pytest.mark.k8s, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 #: MAAS operations that would mean a machine was taken, redeployed or given back.
 MAAS_WRITES = ("allocate", "deploy", "release")
+#: The kinds of 0.1.0, the previous release.
 CRDS = ("maasclusters", "maasmachines", "maasclustertemplates", "maasmachinetemplates")
 NEW_MACHINE = MachineSpec("rel-worker-2", False, resource_pool="workers")
 
@@ -141,7 +143,10 @@ def _writes(sim: SimulatorThread) -> Counter[str]:
 def _check_crds(kubectl: Callable[..., str], new_crds: list[dict[str, Any]]) -> None:
     """The cluster's CRDs are the new release's, serving and storing v1beta1 only."""
     want = {c["metadata"]["name"]: c for c in new_crds}
-    assert {n.split(".", 1)[0] for n in want} == set(CRDS)
+    plurals = {n.split(".", 1)[0] for n in want}
+    # Every kind of the previous release is still there; a minor release may add kinds (0.2.0: MaasIPPool).
+    assert set(CRDS) <= plurals, set(CRDS) - plurals
+    assert plurals == {k.crd_name.split(".", 1)[0] for k in crdgen.KINDS}
     for name, crd in want.items():
         have = json.loads(kubectl("get", "crd", name, "-o", "json"))
         assert have["status"]["storedVersions"] == ["v1beta1"], name

@@ -178,7 +178,10 @@ class Release:
         self.source = self.work / "source"  # the staged sources every step builds from (step 1)
         self.partial = opts.out.with_name(opts.out.name + ".partial")
         self.epoch = source_date_epoch(opts.root)
-        self.env = {**os.environ, "SOURCE_DATE_EPOCH": str(self.epoch)}
+        # No PYTHONPATH: the SBOM's venv must see only its own packages (a checkout's src/ on the path would
+        # add its stale metadata to the environment being described).
+        self.env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        self.env["SOURCE_DATE_EPOCH"] = str(self.epoch)
         self.bin = Path(sys.executable).parent
         self.helm = str(find_binary("helm"))
         self.image_name = f"{clusterctl_repo.IMAGE_REPOSITORY}:{opts.version}"

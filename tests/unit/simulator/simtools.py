@@ -13,6 +13,7 @@ from capmaas.simulator import Inventory, Simulator
 
 ADMIN_KEY = "adminconsumer00000:admintoken00000000:adminsecret000000000000000000000"
 ALICE_KEY = "alice00000000000000:alicetoken00000000:alicesecret000000000000000000000"
+BOB_KEY = "bob000000000000000:bobtoken0000000000:bobsecret00000000000000000000000"
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 SAMPLE = EXAMPLES / "inventory-sample.yaml"
 LXD = EXAMPLES / "inventory-lxd.yaml"
@@ -134,3 +135,8 @@ class HmacOAuth(httpx.Auth):
 def hmac_client(sim: Simulator, api_key: str = ADMIN_KEY, *, piston: bool = True) -> httpx.AsyncClient:
     auth = HmacOAuth(api_key, piston=piston)
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=sim.app), base_url=BASE, auth=auth)
+
+
+def sid(sim: Simulator, hostname: str) -> str:
+    """The system ID of the inventory machine ``hostname``."""
+    return sim.state.by_hostname[hostname].system_id

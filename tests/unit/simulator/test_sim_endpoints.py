@@ -7,15 +7,11 @@ from __future__ import annotations
 import struct
 
 import httpx
-from simtools import ALICE_KEY, client
+from simtools import ALICE_KEY, client, sid
 
 from capmaas.simulator import Simulator
 
 AUTH_METHODS = ("plaintext", "hmac")  # every admin/alice/ladmin test runs with both signatures
-
-
-def sid(sim: Simulator, hostname: str) -> str:
-    return sim.state.by_hostname[hostname].system_id
 
 
 # -- interfaces -------------------------------------------------------------------------------------------

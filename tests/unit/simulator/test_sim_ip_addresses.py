@@ -10,11 +10,10 @@ from typing import Any
 
 import httpx
 import pytest
-from simtools import ADMIN_KEY, ALICE_KEY, client
+from simtools import ADMIN_KEY, ALICE_KEY, BOB_KEY, client, sid
 
 from capmaas.simulator import Inventory, InventoryError, Simulator
 
-BOB_KEY = "bob000000000000000:bobtoken0000000000:bobsecret00000000000000000000000"
 MAC = {n: f"52:54:00:00:00:0{n}" for n in range(1, 7)}
 INVENTORY: dict[str, Any] = {
     "subnets": [
@@ -74,10 +73,6 @@ async def alice(sim: Simulator) -> AsyncIterator[httpx.AsyncClient]:
 async def bob(sim: Simulator) -> AsyncIterator[httpx.AsyncClient]:
     async with client(sim, BOB_KEY) as c:
         yield c
-
-
-def sid(sim: Simulator, hostname: str) -> str:
-    return sim.state.by_hostname[hostname].system_id
 
 
 def ips_of(sim: Simulator, hostname: str) -> list[str | None]:

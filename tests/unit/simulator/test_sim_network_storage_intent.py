@@ -10,11 +10,10 @@ from typing import Any
 
 import httpx
 import pytest
-from simtools import ADMIN_KEY, ALICE_KEY, client
+from simtools import ADMIN_KEY, ALICE_KEY, BOB_KEY, client, sid
 
 from capmaas.simulator import Inventory, Simulator
 
-BOB_KEY = "bob000000000000000:bobtoken0000000000:bobsecret00000000000000000000000"
 INVENTORY: dict[str, Any] = {
     "fabrics": [
         {"name": "fabric-0", "vlans": [{"vid": 0}, {"vid": 100, "name": "storage"}, {"vid": 200}]},
@@ -82,10 +81,6 @@ async def alice(sim: Simulator) -> AsyncIterator[httpx.AsyncClient]:
 async def bob(sim: Simulator) -> AsyncIterator[httpx.AsyncClient]:
     async with client(sim, BOB_KEY) as c:
         yield c
-
-
-def sid(sim: Simulator, hostname: str) -> str:
-    return sim.state.by_hostname[hostname].system_id
 
 
 def iface_id(sim: Simulator, hostname: str, name: str) -> int:

@@ -82,7 +82,7 @@ check: venv ## The inner loop (about a minute): lint, types, import contracts, C
 
 .PHONY: bench-sim
 bench-sim: venv ## Benchmark the MAAS simulator (requests/s for list/get/allocate at 1,000 and 5,000 machines)
-	$(BIN)/python -m capmaas.simulator.bench
+	$(BIN)/python -m capmaas_dev.simulator.bench
 
 .PHONY: docker-build
 # The Dockerfile wants its base pinned by digest: PYTHON_DIGEST=sha256:... of $(DOCKER_PYTHON_IMAGE) (e.g. from
@@ -106,7 +106,7 @@ demo: venv controlplane ## The whole system locally: control plane, MAAS simulat
 
 .PHONY: bench
 bench: venv controlplane ## Operator benchmark (200 machines; ARGS="--machines 1000"); prints figures
-	$(BIN)/python -m capmaas.bench $(ARGS)
+	$(BIN)/python -m capmaas_dev.bench $(ARGS)
 
 .PHONY: e2e
 e2e: venv controlplane ## Only the end-to-end tests against the real CAPI core manager
@@ -116,13 +116,13 @@ e2e: venv controlplane ## Only the end-to-end tests against the real CAPI core m
 release: venv node-packages ## Release artifacts into dist/: VERSION=X.Y.Z (= capmaas.__version__); see CHANGELOG.md
 	@[ -n "$(VERSION)" ] || { echo "usage: make release VERSION=X.Y.Z"; exit 2; }
 	bash hack/build-tools.sh helm
-	$(BIN)/python -m capmaas.release $(VERSION)
+	$(BIN)/python -m capmaas_dev.release $(VERSION)
 
 .PHONY: docs
 docs: venv ## The documentation site from docs/ into build/site (mkdocs, strict); the generated reference pages checked first
-	$(BIN)/python -m capmaas.release.docref --check
+	$(BIN)/python -m capmaas_dev.release.docref --check
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 .PHONY: clusterctl-repo
 clusterctl-repo: venv ## Regenerate the clusterctl provider repository under deploy/clusterctl
-	$(BIN)/python -m capmaas.clusterctl_repo
+	$(BIN)/python -m capmaas_dev.clusterctl_repo

@@ -1,10 +1,10 @@
 """The `capmaas` command line: one sub-command per job, each owned by the module that does the job.
 
     capmaas run          the operator (kopf)                       -> capmaas.operator.main
-    capmaas crds         write / check the generated CRD YAML      -> capmaas.api.crdgen
-    capmaas simulate     serve the MAAS simulator                  -> capmaas.simulator.serve
-    capmaas dev-cluster  local kube-apiserver + etcd (up/down/env) -> capmaas.devcluster.cli
-    capmaas demo         the whole system on the embedded default  -> capmaas.demo
+    capmaas crds         write / check the generated CRD YAML      -> capmaas_dev.crdgen
+    capmaas simulate     serve the MAAS simulator                  -> capmaas_dev.simulator.serve
+    capmaas dev-cluster  local kube-apiserver + etcd (up/down/env) -> capmaas_dev.devcluster.cli
+    capmaas demo         the whole system on the embedded default  -> capmaas_dev.demo
     capmaas preflight    check a MAAS and its credentials          -> capmaas.preflight
 
 Each owner module exposes ``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only for
@@ -21,10 +21,10 @@ from collections.abc import Sequence
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("capmaas.operator.main", "run the operator against the current kubeconfig"),
-    "crds": ("capmaas.api.crdgen", "write (or --check) the CRD YAML generated from the pydantic models"),
-    "simulate": ("capmaas.simulator.serve", "serve a MAAS 3.7 API simulator from an inventory"),
-    "dev-cluster": ("capmaas.devcluster.cli", "start/stop a local kube-apiserver + etcd"),
-    "demo": ("capmaas.demo", "run the whole system locally and provision a sample cluster"),
+    "crds": ("capmaas_dev.crdgen", "write (or --check) the CRD YAML generated from the pydantic models"),
+    "simulate": ("capmaas_dev.simulator.serve", "serve a MAAS 3.7 API simulator from an inventory"),
+    "dev-cluster": ("capmaas_dev.devcluster.cli", "start/stop a local kube-apiserver + etcd"),
+    "demo": ("capmaas_dev.demo", "run the whole system locally and provision a sample cluster"),
     "preflight": ("capmaas.preflight", "check that capmaas can use a MAAS and its credentials"),
 }
 

@@ -16,7 +16,7 @@ from maas.client import bones, connect
 from maas.client.enum import NodeStatus
 from maas.client.utils.creds import Credentials
 
-from capmaas.simulator import Inventory, Simulator, serve
+from capmaas_dev.simulator import Inventory, Simulator, serve
 
 ADMIN_KEY = "adminconsumer00000:admintoken00000000:adminsecret000000000000000000000"
 LXD = Path(__file__).resolve().parents[2] / "examples" / "inventory-lxd.yaml"

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from shapes import EXCEPTIONS, NOT_MODELLED, NOT_SERVED, check, load_table, match, unexercised
 
-from capmaas.simulator import Inventory, Simulator
+from capmaas_dev.simulator import Inventory, Simulator
 
 ADMIN_KEY = "adminconsumer00000:admintoken00000000:adminsecret000000000000000000000"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

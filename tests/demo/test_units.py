@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-from capmaas.bench.metrics import apiserver_writes, percentile, proc_stats
-from capmaas.demo import cli, manifests
-from capmaas.demo.kube import WatchEvent
-from capmaas.demo.progress import Tracker, table
+from capmaas_dev.bench.metrics import apiserver_writes, percentile, proc_stats
+from capmaas_dev.demo import cli, manifests
+from capmaas_dev.demo.kube import WatchEvent
+from capmaas_dev.demo.progress import Tracker, table
 
 
 def mm(

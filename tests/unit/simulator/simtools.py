@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from capmaas.simulator import Inventory, Simulator
+from capmaas_dev.simulator import Inventory, Simulator
 
 ADMIN_KEY = "adminconsumer00000:admintoken00000000:adminsecret000000000000000000000"
 ALICE_KEY = "alice00000000000000:alicetoken00000000:alicesecret000000000000000000000"

@@ -6,7 +6,7 @@ import httpx
 import pytest
 from simtools import ADMIN_KEY, ALICE_KEY, client, lxd_sim
 
-from capmaas.simulator import Inventory, Simulator, Timings
+from capmaas_dev.simulator import Inventory, Simulator, Timings
 
 AUTH_METHODS = ("plaintext", "hmac")  # every admin/alice/ladmin test runs with both signatures
 

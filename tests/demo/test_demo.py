@@ -1,5 +1,5 @@
-"""``capmaas demo`` and ``python -m capmaas_dev.bench`` run for real, as a user runs them: a subprocess each, with
-its own control plane, simulator and operator. Small numbers and fast timings; no timing is asserted."""
+"""``capmaas demo`` and ``python -m capmaas_dev.bench`` run for real, as a user runs them: a subprocess each,
+with its own control plane, simulator and operator. Small numbers and fast timings; no timing is asserted."""
 
 from __future__ import annotations
 

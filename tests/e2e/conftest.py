@@ -1,9 +1,9 @@
 """End-to-end fixtures: the real Cluster API core manager on the shared ``kube`` control plane.
 
-- ``capi`` (session): :class:`capmaas_dev.devcluster.capi.CapiManager` started with ``--namespace`` on a namespace
-  of its own (``capi.namespace``), webhooks limited to it, so the CAPI controllers never touch objects that
-  other test packages create in ``kube`` while playing CAPI themselves. Its log is kept under pytest's
-  basetemp (``.../capi0/cluster-api.log``).
+- ``capi`` (session): :class:`capmaas_dev.devcluster.capi.CapiManager` started with ``--namespace`` on a
+  namespace of its own (``capi.namespace``), webhooks limited to it, so the CAPI controllers never touch
+  objects that other test packages create in ``kube`` while playing CAPI themselves. Its log is kept under
+  pytest's basetemp (``.../capi0/cluster-api.log``).
 - ``capmaas_crds`` (session): capmaas' CRDs (``crds/``) applied server-side and Established.
 - ``kubeadm_crds`` (session): the kubeadm bootstrap/control-plane CRDs of the same CAPI release, from the Go
   module cache (no kubeadm controllers run: only the schemas, for validating cluster templates).
@@ -17,8 +17,8 @@ Missing binaries fail (never skip) the tests, as in ``tests/conftest.py``.
 --------------------------------------
 Yields an ``e2e_support.ProviderStack`` (``from e2e_support import ProviderStack`` for the type) with:
 
-- ``.sim``: the MAAS simulator (``capmaas_dev.demo.simthread.SimulatorThread``) serving on 127.0.0.1 from its own
-  thread: 16 machines (2+ CPUs, 4+ GiB, ubuntu/noble) over zones az1..az3, deploy 1.5s, release 0.5s.
+- ``.sim``: the MAAS simulator (``capmaas_dev.demo.simthread.SimulatorThread``) serving on 127.0.0.1 from its
+  own thread: 16 machines (2+ CPUs, 4+ GiB, ubuntu/noble) over zones az1..az3, deploy 1.5s, release 0.5s.
   Its ``on_deployed`` hook calls ``workload.deploy_hook()``: a deployed machine registers a Ready Node named
   after its hostname (without providerID: capmaas writes it, as on bare metal) in the workload stand-in, so
   CAPI Machines reach Running with a nodeRef. Hostnames are ``<stack.hostname_prefix>-NN``, unique per

@@ -33,14 +33,14 @@ from capmaas_dev.demo.kube import MAASCLUSTERS, MAASMACHINES, Kube
 from capmaas_dev.demo.simthread import SimulatorThread
 from capmaas_dev.devcluster import MissingToolError, apply_capi_crds, find_binary
 from capmaas_dev.devcluster.node import NODE_IP, Node
-from capmaas_dev.simulator import Inventory, Timings
+from capmaas_dev.simulator import SAMPLE_INVENTORY, Inventory, Timings
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "charts" / "capmaas"
 IMAGE_DIR = REPO / "build" / "image"
-INVENTORY = REPO / "examples" / "inventory-sample.yaml"
+INVENTORY = SAMPLE_INVENTORY
 RELEASE, NAMESPACE = "capmaas", "capmaas-system"
 IMAGE_REPO = "localhost/capmaas"
 TIMINGS = Timings(deploy=10.0, release=1.0)

@@ -15,7 +15,7 @@ webhooks would refuse every CAPI object: they are removed and ``capmaas_dev.demo
 controllers, as in ``tests/pod``. The image's own start-up is proven by ``tests/pod`` on a real node.
 
 Needs buildah and the base image (``make image``), helm, clusterctl and the CAPI module cache
-(``make controlplane``), and the ``dev`` extra. Several minutes: two image builds.
+(``make controlplane``), and the ``release`` extra of capmaas-dev. Several minutes: two image builds.
 """
 
 from __future__ import annotations

@@ -55,7 +55,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--fairness",
         action="store_true",
         help="two tenants: one streams --machines MaasMachines while the other creates --small, --rounds"
-        " times; prints the small tenant's readiness lag alone and under the stream (capmaas_dev.bench.fairness)",
+        " times; prints the small tenant's readiness lag alone and under the stream"
+        " (capmaas_dev.bench.fairness)",
     )
     p.add_argument("--small", type=int, default=3, help="--fairness: the small tenant's machines a round (3)")
     p.add_argument("--rounds", type=int, default=3, help="--fairness: rounds alone and under the stream (3)")

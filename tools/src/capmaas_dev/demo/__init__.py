@@ -1,7 +1,7 @@
 """``capmaas demo``: the whole system on this machine (control plane, MAAS simulator, operator, a cluster).
 
-The modules here are shared by the demo and ``python -m capmaas_dev.bench``: :mod:`.stack` starts and tears down
-everything (for the demo: with the real Cluster API core manager and a workload-cluster stand-in),
+The modules here are shared by the demo and ``python -m capmaas_dev.bench``: :mod:`.stack` starts and tears
+down everything (for the demo: with the real Cluster API core manager and a workload-cluster stand-in),
 :mod:`.capi` plays Cluster API core for the benchmark, :mod:`.kube` talks to the apiserver and watches,
 :mod:`.progress` follows the MaasMachines, :mod:`.simthread` runs the simulator, :mod:`.manifests` builds the
 objects. The manifest builders are re-exported here because the operator and reconciler tests call them as

@@ -42,11 +42,8 @@ from capmaas_dev.demo.stack import Stack, StackError, StackOptions, sigterm_as_i
 from capmaas_dev.devcluster import MissingToolError, StartError, find_binary
 from capmaas_dev.devcluster.capi import CapiStartError
 from capmaas_dev.devcluster.workload import kubeconfig_secret
-from capmaas_dev.simulator import Inventory, Timings
+from capmaas_dev.simulator import LXD_INVENTORY, SAMPLE_INVENTORY, Inventory, Timings
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-SAMPLE_INVENTORY = EXAMPLES / "inventory-sample.yaml"
-LXD_INVENTORY = EXAMPLES / "inventory-lxd.yaml"
 CLUSTER = "demo"
 WORKERS = f"{CLUSTER}-workers"  # the MachineDeployment and its MaasMachineTemplate
 TERMINAL = frozenset({C.RETRIES_EXHAUSTED_REASON})
@@ -66,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--inventory",
         metavar="FILE",
-        help="simulator inventory (default: examples/inventory-sample.yaml if the machines fit)",
+        help="simulator inventory (default: the simulator's sample inventory if the machines fit)",
     )
     parser.add_argument(
         "--timeout", type=float, default=300.0, metavar="S", help="give up after S seconds (300)"
@@ -74,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lxd",
         action="store_true",
-        help="LXD flavour: every machine is a VM composed on a MAAS VM host (examples/inventory-lxd.yaml)",
+        help="LXD flavour: every machine is a VM composed on a MAAS VM host (the simulator's lxd inventory)",
     )
     parser.add_argument(
         "--keep",

@@ -1,13 +1,13 @@
 """Everything the demo and the benchmark run, started in order and torn down in reverse, whatever happens.
 
-:class:`Stack` owns: a temporary directory, a local control plane (``capmaas_dev.devcluster``) with our CRDs and
-the Cluster API core CRDs, the MAAS simulator (in a thread, :mod:`capmaas_dev.demo.simthread`) and the operator
-(``capmaas run`` as a child process with ``KUBECONFIG`` set, logging to a file). With ``capi_core`` (the
-demo) it also runs the real Cluster API core manager (:class:`capmaas_dev.devcluster.capi.CapiManager`, which
-installs the CAPI CRDs with their webhooks) and a second control plane standing in for the workload cluster
-(:mod:`capmaas_dev.devcluster.workload`): when the simulator reports a machine Deployed, a Ready Node named after
-its hostname is registered there, as the deployed OS's kubelet would, so CAPI's Machines reach Running with
-a nodeRef. :meth:`Stack.close` is
+:class:`Stack` owns: a temporary directory, a local control plane (``capmaas_dev.devcluster``) with our CRDs
+and the Cluster API core CRDs, the MAAS simulator (in a thread, :mod:`capmaas_dev.demo.simthread`) and the
+operator (``capmaas run`` as a child process with ``KUBECONFIG`` set, logging to a file). With ``capi_core``
+(the demo) it also runs the real Cluster API core manager (:class:`capmaas_dev.devcluster.capi.CapiManager`,
+which installs the CAPI CRDs with their webhooks) and a second control plane standing in for the workload
+cluster (:mod:`capmaas_dev.devcluster.workload`): when the simulator reports a machine Deployed, a Ready Node
+named after its hostname is registered there, as the deployed OS's kubelet would, so CAPI's Machines reach
+Running with a nodeRef. :meth:`Stack.close` is
 idempotent and runs from ``with`` exits, so Ctrl-C, SIGTERM and failures all leave no process or directory
 behind; every child also gets PDEATHSIG, so even a SIGKILL of
 this process takes them down.
@@ -33,6 +33,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Self
 
+from capmaas_dev import crdgen
 from capmaas_dev.demo.kube import Kube
 from capmaas_dev.demo.simthread import SimulatorThread
 from capmaas_dev.devcluster import ControlPlane, apply_capi_crds
@@ -42,7 +43,6 @@ from capmaas_dev.devcluster.workload import WorkloadCluster
 from capmaas_dev.simulator import Faults, Inventory, Timings
 
 _PR_SET_PDEATHSIG = 1
-REPO_CRDS = Path(__file__).resolve().parents[3] / "crds"
 
 
 class StackError(RuntimeError):
@@ -213,19 +213,14 @@ class Stack:
 
     def _apply_crds(self) -> None:
         assert self.cp is not None
-        if REPO_CRDS.is_dir():
-            self.cp.kubectl("apply", "--server-side", "-f", str(REPO_CRDS))
-            target = str(REPO_CRDS)
-        else:  # installed without the source tree: generate them from the models
-            from capmaas_dev.crdgen import generate
-
-            out = self.workdir / "crds"
-            out.mkdir()
-            for name, text in generate().items():
-                (out / name).write_text(text)
-            self.cp.kubectl("apply", "--server-side", "-f", str(out))
-            target = str(out)
-        self.cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", target)
+        # Generated from the models (what crds/ of a checkout holds, `make verify` checks that): the demo
+        # needs no checkout.
+        out = self.workdir / "crds"
+        out.mkdir()
+        for name, text in crdgen.generate().items():
+            (out / name).write_text(text)
+        self.cp.kubectl("apply", "--server-side", "-f", str(out))
+        self.cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(out))
 
     def _operator_env(self) -> dict[str, str]:
         assert self.cp is not None

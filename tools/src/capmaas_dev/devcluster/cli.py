@@ -6,10 +6,10 @@ KUBECONFIG=...`` (``eval "$(capmaas dev-cluster env)"``); ``down`` stops the pro
 ``up --kind`` creates a kind cluster instead, where Docker and kind exist (untested on the project's
 machines).
 
-``up --node`` starts a one-node cluster instead (:mod:`capmaas_dev.devcluster.node`: the same control plane plus
-kube-scheduler, containerd and a kubelet, inside a network namespace of its own), importing the image archives
-given with ``--load`` (default: ``make image``'s ``build/image/capmaas-dev.oci.tar`` when present). The
-cluster is reachable only inside that namespace: ``env`` prints the ``ip netns exec`` prefix to use. Needs
+``up --node`` starts a one-node cluster instead (:mod:`capmaas_dev.devcluster.node`: the same control plane
+plus kube-scheduler, containerd and a kubelet, inside a network namespace of its own), importing the image
+archives given with ``--load`` (default: ``make image``'s ``build/image/capmaas-dev.oci.tar`` when present).
+The cluster is reachable only inside that namespace: ``env`` prints the ``ip netns exec`` prefix to use. Needs
 root and ``make node``.
 """
 

@@ -39,8 +39,8 @@ from capmaas_dev.devcluster.tools import find_binary, have_binary, run_kubectl
 STATE_FILE = "state.json"
 SERVICE_CIDR = "10.0.0.0/24"  # only an allocation range for Service IPs; nothing is ever sent there
 CONTROLLERS = "garbagecollector,namespace,serviceaccount,serviceaccount-token"
-# With a node (capmaas_dev.devcluster.node) every default controller runs: deployment, replicaset, nodelifecycle,
-# root-ca-cert-publisher, ... as in any cluster.
+# With a node (capmaas_dev.devcluster.node) every default controller runs: deployment, replicaset,
+# nodelifecycle, root-ca-cert-publisher, ... as in any cluster.
 NODE_CONTROLLERS = "*"
 # The ClusterIP of the `kubernetes` Service (the first of SERVICE_CIDR): Pods reach the apiserver there. With
 # a node it is an address on the node namespace's lo and the apiserver listens on its port (443) itself.

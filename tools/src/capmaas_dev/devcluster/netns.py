@@ -1,11 +1,11 @@
 """A network namespace of the dev cluster's own: the only place its node has a non-loopback address.
 
-The one-node cluster (:mod:`capmaas_dev.devcluster.node`) needs an address that is not loopback (kubelet refuses
-one, and Pods reach the node over a bridge). That address, the Service IP the Pods use for the apiserver, and
-the Pods' bridge exist only inside a namespace made here (``ip netns add``): it has no route to anything else,
-so nothing the cluster does can send a packet off this machine. Processes started while a thread is
-:meth:`Netns.entered` run in it; so do sockets that thread opens (namespaces are per thread in Linux, and a
-new thread or child process inherits its creator's).
+The one-node cluster (:mod:`capmaas_dev.devcluster.node`) needs an address that is not loopback (kubelet
+refuses one, and Pods reach the node over a bridge). That address, the Service IP the Pods use for the
+apiserver, and the Pods' bridge exist only inside a namespace made here (``ip netns add``): it has no route to
+anything else, so nothing the cluster does can send a packet off this machine. Processes started while a
+thread is :meth:`Netns.entered` run in it; so do sockets that thread opens (namespaces are per thread in
+Linux, and a new thread or child process inherits its creator's).
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ its probes, read-only root filesystem and RBAC are proven the way a user runs th
 (every item was needed on the project's machines, which have no Docker and no systemd):
 
 - Network: the node needs a non-loopback address. It, the ``kubernetes`` Service IP and the Pods' bridge exist
-  only inside a network namespace made for this node (:mod:`capmaas_dev.devcluster.netns`), and every process of
-  the cluster (etcd, apiserver, controllers, containerd, kubelet, the Pods) runs in it. The namespace has no
-  route anywhere else. Callers talk to the cluster from inside it (:meth:`Node.entered`).
+  only inside a network namespace made for this node (:mod:`capmaas_dev.devcluster.netns`), and every process
+  of the cluster (etcd, apiserver, controllers, containerd, kubelet, the Pods) runs in it. The namespace has
+  no route anywhere else. Callers talk to the cluster from inside it (:meth:`Node.entered`).
 - containerd (Debian package) with its root, state, socket, CNI configuration and runc root under the work
   directory; ``restrict_oom_score_adj`` because this root may lack CAP_SYS_RESOURCE (without it every sandbox
   fails with "can't get final child's PID from pipe"); the sandbox ("pause") image is built locally

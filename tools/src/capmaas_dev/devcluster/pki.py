@@ -219,9 +219,10 @@ def issue_cert(
 ) -> tuple[Path, Path]:
     """A certificate signed by the control plane's CA, written as ``directory/name.crt`` and ``name.key``.
 
-    For the node (:mod:`capmaas_dev.devcluster.node`): the kubelet's client certificate (``CN=system:node:<n>``,
-    ``O=system:nodes``, what the Node authorizer expects) and its serving certificate for the node's address,
-    which the apiserver verifies for ``kubectl logs``/``exec``. Returns ``(cert, key)``.
+    For the node (:mod:`capmaas_dev.devcluster.node`): the kubelet's client certificate
+    (``CN=system:node:<n>``, ``O=system:nodes``, what the Node authorizer expects) and its serving certificate
+    for the node's address, which the apiserver verifies for ``kubectl logs``/``exec``. Returns ``(cert,
+    key)``.
     """
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization

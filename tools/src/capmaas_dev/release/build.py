@@ -12,18 +12,20 @@ that archives and the image carry no build time):
 3. the image, as ``make image`` builds it (``hack/image.sh``: the Dockerfile on the mmdebstrap base, no
    network), from that wheel and its dependencies' wheels; built twice from the same wheels without a layer
    cache, and the two manifest digests compared (a difference stops the release: it is not reproducible);
-   the OCI archive repacked byte-stable (:mod:`capmaas_dev.release.oci`) and its manifest digest written beside;
+   the OCI archive repacked byte-stable (:mod:`capmaas_dev.release.oci`) and its manifest digest written
+   beside;
 4. the chart: ``deploy/charts/capmaas`` with the image pinned (repository, tag X.Y.Z, digest) in its values,
    ``helm package`` with version and appVersion X.Y.Z, repacked byte-stable like the archive;
-5. the clusterctl assets (:func:`capmaas_dev.clusterctl_repo.assets`), the components running the image by digest;
+5. the clusterctl assets (:func:`capmaas_dev.clusterctl_repo.assets`), the components running the image by
+   digest;
 6. SBOMs: the image's Python environment with cyclonedx-bom (``cyclonedx-py environment``) over a venv
    installed from the image's own wheels, checked against the distributions the image reports; the image's
    Debian packages from its dpkg status (:mod:`capmaas_dev.release.debsbom`);
 7. ``SHA256SUMS``, then :func:`capmaas_dev.release.verify.verify`, then ``dist.partial/`` becomes ``dist/``.
 
 Scratch work goes to ``build/release/``. Needs buildah, mmdebstrap (the base, once), helm (``make
-controlplane``), and the ``dev`` extra. ``python -m build`` and ``pip wheel`` use the host's package index
-configuration, as ``make image`` does; the image build itself reaches nothing.
+controlplane``), and the ``release`` extra of capmaas-dev. ``python -m build`` and ``pip wheel`` use the
+host's package index configuration, as ``make image`` does; the image build itself reaches nothing.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 A release is only as good as the links between its parts, so those are what is checked: the image archive's
 manifest digest is the one the clusterctl components run and the packaged chart pins; ``SHA256SUMS`` covers
 every file and each hash holds; both SBOMs are valid CycloneDX (validated against the 1.6 JSON schema by
-cyclonedx-python-lib, the ``dev`` extra) with packages in them; the versions agree everywhere.
+cyclonedx-python-lib, the ``release`` extra of capmaas-dev) with packages in them; the versions agree
+everywhere.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Inventories: a YAML description of a MAAS (or a generated one) turned into simulator state.
 
-The YAML shape (every section optional; see examples/inventory-sample.yaml)::
+The YAML shape (every section optional; see tools/src/capmaas_dev/simulator/inventories/sample.yaml)::
 
     zones: [{name, description}]            # "default" always exists
     pools: [{name, description}]            # "default" (id 0) always exists
@@ -72,6 +72,12 @@ from capmaas_dev.simulator.models import (
     Zone,
 )
 from capmaas_dev.simulator.state import State
+
+#: The sample inventories shipped with the simulator as package data (``capmaas simulate --inventory sample``,
+#: the demo's default): ``sample`` (3 zones, 12 machines of varied sizes and tags) and ``lxd`` (VM hosts).
+INVENTORIES = Path(__file__).resolve().parent / "inventories"
+SAMPLE_INVENTORY = INVENTORIES / "sample.yaml"
+LXD_INVENTORY = INVENTORIES / "lxd.yaml"
 
 SYSTEM_ID_ALPHABET = "abcdefghkmnpqrstwxy34678"
 IP_RANGE_TYPES = ("dynamic", "reserved")

@@ -1,6 +1,6 @@
 """Serving the simulator on a real socket: :func:`serve` for tests, ``capmaas simulate`` for people.
 
-capmaas simulate --inventory examples/inventory-sample.yaml --port 5240 --api-key a:b:c
+capmaas simulate --inventory sample --port 5240 --api-key a:b:c
 capmaas simulate --generate machines=5000,zones=3,vmhosts=30 --timings realistic --seed 7
 """
 
@@ -13,12 +13,13 @@ import signal
 import socket
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 import uvicorn
 
 from capmaas_dev.simulator.faults import Faults, Timings
-from capmaas_dev.simulator.inventory import Inventory, InventoryError
+from capmaas_dev.simulator.inventory import INVENTORIES, Inventory, InventoryError
 
 if TYPE_CHECKING:
     from capmaas_dev.simulator.core import Simulator
@@ -70,7 +71,9 @@ async def serve(sim: Simulator, host: str = "127.0.0.1", port: int = 0) -> Async
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
-        "--inventory", metavar="FILE", help="inventory YAML (see examples/inventory-sample.yaml)"
+        "--inventory",
+        metavar="FILE",
+        help="inventory YAML, or a shipped one: sample (3 zones, 12 machines), lxd (VM hosts)",
     )
     source.add_argument(
         "--generate",
@@ -105,6 +108,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def inventory_file(name: str) -> Path:
+    """``--inventory``: a YAML file, or the name of an inventory shipped with the simulator (``sample``,
+    ``lxd``: package data, so they are there outside a checkout too)."""
+    shipped = INVENTORIES / f"{name}.yaml"
+    return shipped if "/" not in name and not Path(name).exists() and shipped.is_file() else Path(name)
+
+
 def parse_generate(spec: str) -> dict[str, int]:
     """``machines=5000,zones=3,vmhosts=30`` -> keyword arguments for :meth:`Inventory.generate`."""
     out: dict[str, int] = {}
@@ -123,7 +133,7 @@ def build(args: argparse.Namespace) -> Simulator:
     if args.generate:
         inventory = Inventory.generate(seed=args.seed, **parse_generate(args.generate))
     elif args.inventory:
-        inventory = Inventory.from_yaml(args.inventory)
+        inventory = Inventory.from_yaml(inventory_file(args.inventory))
     else:
         inventory = Inventory()
     faults = Faults(

@@ -23,6 +23,7 @@ SITE = r"opt/venv/lib/python3\.\d+/site-packages/"
 TOOLING = re.compile(
     SITE + r"(capmaas/(simulator|devcluster|demo|bench|release)/"
     r"|capmaas/(clusterctl_repo|api/crdgen|placement/bench)\.py"
+    r"|capmaas/(__pycache__/clusterctl_repo|api/__pycache__/crdgen|placement/__pycache__/bench)\."
     r"|capmaas_dev/|capmaas_dev-[^/]*\.dist-info/)"
 )
 

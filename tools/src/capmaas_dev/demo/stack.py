@@ -165,7 +165,7 @@ class Stack:
                         self.workload_cp = workload.result()
                 self.workload = WorkloadCluster(self.workload_cp.kubeconfig)
             # The CAPI manager (its CRDs, webhooks, readiness) starts while our CRDs are applied.
-            step = self._step("CRDs: capmaas (crds/) and Cluster API core; CAPI core manager ready")
+            step = self._step("CRDs: capmaas (from the models) and Cluster API core; CAPI core manager ready")
             with step, ThreadPoolExecutor(1, thread_name_prefix="capi") as pool:
                 capi = pool.submit(
                     CapiManager.start, self.cp.kubeconfig, workdir=self.workdir / "cluster-api"
@@ -177,7 +177,7 @@ class Stack:
         else:
             with self._step("control plane: etcd, kube-apiserver, kube-controller-manager"):
                 self.cp = ControlPlane.start(self.workdir / "controlplane")
-            with self._step("CRDs: capmaas (crds/) and Cluster API core"):
+            with self._step("CRDs: capmaas (from the models) and Cluster API core"):
                 self._apply_crds()
                 apply_capi_crds(self.cp.kubeconfig)
         self.kube = Kube(self.cp.kubeconfig)

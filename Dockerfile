@@ -3,10 +3,12 @@
 # `make docker-build` where a Docker engine exists. Both run `pip wheel` on the host first (build/image/wheels):
 # the image build installs only those wheels (`--no-index`) and needs no network.
 #
-# Two stages: the builder installs capmaas and its pinned dependencies into a venv; the final stage is the same
-# Python base with only that venv copied in (no pip cache, no build tools, no sources), running as the non-root
-# uid/gid 65532 the Helm chart's securityContext expects. The root filesystem can be read-only: bytecode is
-# compiled at build time and nothing is written at run time except /tmp (an emptyDir in the chart).
+# Two stages: the builder installs capmaas (the product's wheel only: the development tools, distribution
+# capmaas-dev under tools/, are never built for the image) and its pinned dependencies into a venv; the final
+# stage is the same Python base with only that venv copied in (no pip cache, no build tools, no sources),
+# running as the non-root uid/gid 65532 the Helm chart's securityContext expects. The root filesystem can be
+# read-only: bytecode is compiled at build time and nothing is written at run time except /tmp (an emptyDir in
+# the chart).
 #
 # The base is pinned by digest: PYTHON_IMAGE (a repository) and PYTHON_DIGEST (sha256:...) are both required.
 # `make image` passes its local Debian base (mmdebstrap: python3, python3-venv, passwd, ca-certificates);

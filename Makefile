@@ -12,14 +12,16 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(VENV)/.installed: pyproject.toml
+# Two distributions, both editable: the product (capmaas, src/) and its development tools (capmaas-dev, tools/src/:
+# simulator, dev cluster, demo, bench, CRD/release generators), which the image never installs.
+$(VENV)/.installed: pyproject.toml tools/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,lint,dev]'
+	$(BIN)/pip install -q -e '.[test,lint]' -e './tools[release]'
 	touch $@
 
 .PHONY: venv
-venv: $(VENV)/.installed ## Create .venv with capmaas and its test/lint tools
+venv: $(VENV)/.installed ## Create .venv with capmaas, its development tools (capmaas-dev) and its test/lint tools
 
 .PHONY: controlplane
 controlplane: ## Build (once, cached) etcd, kube-apiserver, kube-controller-manager, helm, CAPI core + clusterctl; CAPI CRDs
@@ -67,8 +69,8 @@ verify: venv ## Fail when generated files (CRDs) disagree with the models
 
 .PHONY: lint
 lint: venv ## ruff + mypy strict + import contracts
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tools/src tests
+	$(BIN)/ruff format --check src tools/src tests
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
@@ -82,7 +84,7 @@ check: venv ## The inner loop (about a minute): lint, types, import contracts, C
 
 .PHONY: bench-sim
 bench-sim: venv ## Benchmark the MAAS simulator (requests/s for list/get/allocate at 1,000 and 5,000 machines)
-	$(BIN)/python -m capmaas.simulator.bench
+	$(BIN)/python -m capmaas_dev.simulator.bench
 
 .PHONY: docker-build
 # The Dockerfile wants its base pinned by digest: PYTHON_DIGEST=sha256:... of $(DOCKER_PYTHON_IMAGE) (e.g. from
@@ -93,7 +95,7 @@ PYTHON_DIGEST ?=
 docker-build: venv ## Build the operator image with Docker, where an engine runs (`make image` needs none)
 	@command -v docker >/dev/null && docker info >/dev/null 2>&1 \
 	  || { echo "docker-build: no container engine here (use make image)"; exit 1; }
-	rm -rf build/image/wheels && $(BIN)/pip wheel -q --wheel-dir build/image/wheels .
+	rm -rf build/image/wheels && $(BIN)/pip wheel -q --wheel-dir build/image/wheels .  # the product only
 	@digest='$(PYTHON_DIGEST)'; if [ -z "$$digest" ]; then docker pull -q $(DOCKER_PYTHON_IMAGE) >/dev/null; \
 	  digest=$$(docker image inspect --format '{{index .RepoDigests 0}}' $(DOCKER_PYTHON_IMAGE) | cut -d@ -f2); fi; \
 	  echo "base: $(DOCKER_PYTHON_IMAGE)@$$digest"; \
@@ -106,7 +108,7 @@ demo: venv controlplane ## The whole system locally: control plane, MAAS simulat
 
 .PHONY: bench
 bench: venv controlplane ## Operator benchmark (200 machines; ARGS="--machines 1000"); prints figures
-	$(BIN)/python -m capmaas.bench $(ARGS)
+	$(BIN)/python -m capmaas_dev.bench $(ARGS)
 
 .PHONY: e2e
 e2e: venv controlplane ## Only the end-to-end tests against the real CAPI core manager
@@ -116,13 +118,13 @@ e2e: venv controlplane ## Only the end-to-end tests against the real CAPI core m
 release: venv node-packages ## Release artifacts into dist/: VERSION=X.Y.Z (= capmaas.__version__); see CHANGELOG.md
 	@[ -n "$(VERSION)" ] || { echo "usage: make release VERSION=X.Y.Z"; exit 2; }
 	bash hack/build-tools.sh helm
-	$(BIN)/python -m capmaas.release $(VERSION)
+	$(BIN)/python -m capmaas_dev.release $(VERSION)
 
 .PHONY: docs
 docs: venv ## The documentation site from docs/ into build/site (mkdocs, strict); the generated reference pages checked first
-	$(BIN)/python -m capmaas.release.docref --check
+	$(BIN)/python -m capmaas_dev.release.docref --check
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 .PHONY: clusterctl-repo
 clusterctl-repo: venv ## Regenerate the clusterctl provider repository under deploy/clusterctl
-	$(BIN)/python -m capmaas.clusterctl_repo
+	$(BIN)/python -m capmaas_dev.clusterctl_repo

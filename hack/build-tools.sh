@@ -7,7 +7,7 @@
 #          pause also makes the sandbox image .../image/capmaas-pause-<version>.oci.tar, with buildah)
 #   (default: etcd kube-apiserver kube-controller-manager helm capi-crds)
 # Cache: $CAPMAAS_CACHE (default ~/.cache/capmaas)/bin/<name>-<version>, .../capi-crds-<version>/*.yaml
-# Versions: src/capmaas/devcluster/versions.py is the one source (the Python lookup reads the same file).
+# Versions: tools/src/capmaas_dev/devcluster/versions.py is the one source (the Python lookup reads the same file).
 # Restartable: each output is written under a temporary name and renamed when complete (the cache checks look
 # at the final names only); what an interrupted or failed step leaves is removed by a trap or on the next run.
 set -euo pipefail
@@ -17,7 +17,7 @@ cache=${CAPMAAS_CACHE:-$HOME/.cache/capmaas}
 bin=$cache/bin
 mkdir -p "$bin"
 
-versions_py=$here/../src/capmaas/devcluster/versions.py
+versions_py=$here/../tools/src/capmaas_dev/devcluster/versions.py
 version_of() { # NAME -> the value of `NAME = "..."` in versions.py
   local v
   v=$(sed -n "s/^$1 = \"\\(.*\\)\"\$/\\1/p" "$versions_py")

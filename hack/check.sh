@@ -15,8 +15,8 @@ start=$SECONDS
 
 lint() {
   local t0=$SECONDS rc=0
-  "$bin/ruff" check src tests || rc=1
-  "$bin/ruff" format --check src tests || rc=1
+  "$bin/ruff" check src tools/src tests || rc=1
+  "$bin/ruff" format --check src tools/src tests || rc=1
   "$bin/mypy" || rc=1
   "$bin/lint-imports" || rc=1
   "$bin/capmaas" crds --check --out crds --chart-dir deploy/charts/capmaas || rc=1

@@ -9,8 +9,8 @@ import sys
 
 import coverage
 
-GATES = {"capmaas/maas/": 90.0, "capmaas/simulator/": 90.0}
-EXCLUDE = ("capmaas/simulator/bench.py",)
+GATES = {"capmaas/maas/": 90.0, "capmaas_dev/simulator/": 90.0}
+EXCLUDE = ("capmaas_dev/simulator/bench.py",)
 
 
 def main() -> int:

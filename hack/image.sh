@@ -88,6 +88,7 @@ else
   # (which looks for the capmaas wheel only) would take for complete.
   trap 'rm -rf "$wheels.partial"' EXIT
   rm -rf "$wheels.partial"
+  # "$root" is the product's distribution (pyproject.toml); the tools' (tools/pyproject.toml) is never built here.
   "$pip" wheel --quiet --disable-pip-version-check --wheel-dir "$wheels.partial" "$root"
   rm -rf "$wheels"
   mv "$wheels.partial" "$wheels"

@@ -42,7 +42,7 @@ settings.load_profile("capmaas")
 if TYPE_CHECKING:  # imported lazily: collecting unit tests should not pay for ssl/urllib/yaml imports
     from kube_reader import KubeReader
 
-    from capmaas.devcluster import ControlPlane
+    from capmaas_dev.devcluster import ControlPlane
 
 K8S_FIXTURES = frozenset({"kube", "workload_kube", "namespace", "kubectl"})
 
@@ -100,7 +100,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 def _start(*, controller_manager: bool | None, capi_crds: bool) -> ControlPlane:
     """Start a control plane, or fail the requesting test with the reason (never skip: see module doc)."""
-    from capmaas.devcluster import ControlPlane, MissingToolError, StartError, apply_capi_crds
+    from capmaas_dev.devcluster import ControlPlane, MissingToolError, StartError, apply_capi_crds
 
     problem = None
     try:
@@ -148,7 +148,7 @@ def kubectl(kube: ControlPlane) -> Kubectl:
         kubeconfig: str | Path | None = None,
         timeout: float = 120.0,
     ) -> subprocess.CompletedProcess[str]:
-        from capmaas.devcluster import run_kubectl
+        from capmaas_dev.devcluster import run_kubectl
 
         return run_kubectl(kubeconfig or kube.kubeconfig, *args, check=check, input=input, timeout=timeout)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates hack/k8s/go.mod + go.sum for the K8S_VERSION in src/capmaas/devcluster/versions.py.
+# Regenerates hack/k8s/go.mod + go.sum for the K8S_VERSION in tools/src/capmaas_dev/devcluster/versions.py.
 #
 # k8s.io/kubernetes replaces its staging modules (k8s.io/api, k8s.io/apiserver, ...) with ./staging/... paths
 # at v0.0.0, so it cannot be required as-is. This reads the pinned release's own go.mod and maps every
@@ -8,7 +8,7 @@
 set -euo pipefail
 export GOTOOLCHAIN=local
 here=$(cd "$(dirname "$0")" && pwd)
-version=$(sed -n 's/^K8S_VERSION = "\(.*\)"$/\1/p' "$here/../../src/capmaas/devcluster/versions.py")
+version=$(sed -n 's/^K8S_VERSION = "\(.*\)"$/\1/p' "$here/../../tools/src/capmaas_dev/devcluster/versions.py")
 [ -n "$version" ] || { echo "gen-gomod: K8S_VERSION not found in versions.py" >&2; exit 2; }
 staging=v0.${version#v1.}
 out=${1:-$here}

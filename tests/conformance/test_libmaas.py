@@ -8,7 +8,6 @@ below fails if the simulator answers anything libmaas cannot take.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,10 +15,10 @@ from maas.client import bones, connect
 from maas.client.enum import NodeStatus
 from maas.client.utils.creds import Credentials
 
-from capmaas.simulator import Inventory, Simulator, serve
+from capmaas_dev.simulator import LXD_INVENTORY, Inventory, Simulator, serve
 
 ADMIN_KEY = "adminconsumer00000:admintoken00000000:adminsecret000000000000000000000"
-LXD = Path(__file__).resolve().parents[2] / "examples" / "inventory-lxd.yaml"
+LXD = LXD_INVENTORY
 WAIT = 0.05  # libmaas's poll interval in deploy(wait=True)/release(wait=True)
 
 

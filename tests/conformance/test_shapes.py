@@ -7,17 +7,15 @@ storage pools, resource records) are non-empty and their element keys are checke
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from shapes import EXCEPTIONS, NOT_MODELLED, NOT_SERVED, check, load_table, match, unexercised
 
-from capmaas.simulator import Inventory, Simulator
+from capmaas_dev.simulator import LXD_INVENTORY, Inventory, Simulator
 
 ADMIN_KEY = "adminconsumer00000:admintoken00000000:adminsecret000000000000000000000"
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BASE = "http://maas.test/MAAS/api/2.0/"
 
 
@@ -43,7 +41,7 @@ def _now() -> int:
 
 
 def rich_simulator() -> Simulator:
-    inventory = Inventory.from_yaml(EXAMPLES / "inventory-lxd.yaml")
+    inventory = Inventory.from_yaml(LXD_INVENTORY)
     inventory.data = {
         **inventory.data,
         "subnets": [

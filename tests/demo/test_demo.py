@@ -1,5 +1,5 @@
-"""``capmaas demo`` and ``python -m capmaas.bench`` run for real, as a user runs them: a subprocess each, with
-its own control plane, simulator and operator. Small numbers and fast timings; no timing is asserted."""
+"""``capmaas demo`` and ``python -m capmaas_dev.bench`` run for real, as a user runs them: a subprocess each,
+with its own control plane, simulator and operator. Small numbers and fast timings; no timing is asserted."""
 
 from __future__ import annotations
 
@@ -241,7 +241,7 @@ FIGURES = [
 
 def test_bench_prints_every_figure(tmp_path: Path) -> None:
     figures = tmp_path / "figures.json"
-    proc = run("-m", "capmaas.bench", "--machines", "5", "--json", str(figures), timeout=400)
+    proc = run("-m", "capmaas_dev.bench", "--machines", "5", "--json", str(figures), timeout=400)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     for name in FIGURES:

@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-from capmaas.bench.metrics import apiserver_writes, percentile, proc_stats
-from capmaas.demo import cli, manifests
-from capmaas.demo.kube import WatchEvent
-from capmaas.demo.progress import Tracker, table
+from capmaas_dev.bench.metrics import apiserver_writes, percentile, proc_stats
+from capmaas_dev.demo import cli, manifests
+from capmaas_dev.demo.kube import WatchEvent
+from capmaas_dev.demo.progress import Tracker, table
 
 
 def mm(
@@ -124,7 +124,7 @@ def args(**kw: object) -> argparse.Namespace:
 
 def test_plan_uses_the_sample_inventory_when_it_fits() -> None:
     _, source, specs = cli.plan(args())
-    assert source.endswith("inventory-sample.yaml")
+    assert source.endswith("inventories/sample.yaml")
     assert [s.name for s in specs] == ["cp-0", "cp-1", "cp-2", "worker-0", "worker-1", "worker-2"]
     assert all(s.tags == ("control-plane",) for s in specs if s.control_plane)
     assert all(s.resource_pool == "workers" for s in specs if not s.control_plane)
@@ -139,7 +139,7 @@ def test_plan_generates_an_inventory_for_big_clusters() -> None:
 
 def test_plan_lxd_asks_for_vms() -> None:
     _, source, specs = cli.plan(args(lxd=True, control_planes=1, workers=1))
-    assert source.endswith("inventory-lxd.yaml")
+    assert source.endswith("inventories/lxd.yaml")
     assert all(s.lxd_disk_gb for s in specs)
 
 

@@ -1,13 +1,13 @@
 """End-to-end fixtures: the real Cluster API core manager on the shared ``kube`` control plane.
 
-- ``capi`` (session): :class:`capmaas.devcluster.capi.CapiManager` started with ``--namespace`` on a namespace
-  of its own (``capi.namespace``), webhooks limited to it, so the CAPI controllers never touch objects that
-  other test packages create in ``kube`` while playing CAPI themselves. Its log is kept under pytest's
-  basetemp (``.../capi0/cluster-api.log``).
+- ``capi`` (session): :class:`capmaas_dev.devcluster.capi.CapiManager` started with ``--namespace`` on a
+  namespace of its own (``capi.namespace``), webhooks limited to it, so the CAPI controllers never touch
+  objects that other test packages create in ``kube`` while playing CAPI themselves. Its log is kept under
+  pytest's basetemp (``.../capi0/cluster-api.log``).
 - ``capmaas_crds`` (session): capmaas' CRDs (``crds/``) applied server-side and Established.
 - ``kubeadm_crds`` (session): the kubeadm bootstrap/control-plane CRDs of the same CAPI release, from the Go
   module cache (no kubeadm controllers run: only the schemas, for validating cluster templates).
-- ``workload`` (session): :class:`capmaas.devcluster.workload.WorkloadCluster` on ``workload_kube``.
+- ``workload`` (session): :class:`capmaas_dev.devcluster.workload.WorkloadCluster` on ``workload_kube``.
 
 - ``provider_stack`` (module): the real provider around ``capi`` and ``workload`` — see below.
 
@@ -17,8 +17,8 @@ Missing binaries fail (never skip) the tests, as in ``tests/conftest.py``.
 --------------------------------------
 Yields an ``e2e_support.ProviderStack`` (``from e2e_support import ProviderStack`` for the type) with:
 
-- ``.sim``: the MAAS simulator (``capmaas.demo.simthread.SimulatorThread``) serving on 127.0.0.1 from its own
-  thread: 16 machines (2+ CPUs, 4+ GiB, ubuntu/noble) over zones az1..az3, deploy 1.5s, release 0.5s.
+- ``.sim``: the MAAS simulator (``capmaas_dev.demo.simthread.SimulatorThread``) serving on 127.0.0.1 from its
+  own thread: 16 machines (2+ CPUs, 4+ GiB, ubuntu/noble) over zones az1..az3, deploy 1.5s, release 0.5s.
   Its ``on_deployed`` hook calls ``workload.deploy_hook()``: a deployed machine registers a Ready Node named
   after its hostname (without providerID: capmaas writes it, as on bare metal) in the workload stand-in, so
   CAPI Machines reach Running with a nodeRef. Hostnames are ``<stack.hostname_prefix>-NN``, unique per
@@ -27,7 +27,7 @@ Yields an ``e2e_support.ProviderStack`` (``from e2e_support import ProviderStack
   ``.machine_states()`` (system_id -> status_name/owner/agent_name/hostname/zone), ``.allocations()``
   (agent_name = MaasMachine UID -> system IDs), ``.leaks()`` (``[]`` when MAAS allocations and the live
   MaasMachines of the namespace agree one to one), ``.ready_in_maas(system_ids)``.
-- ``.operator``: ``capmaas run --namespace <capi.namespace> --no-leader-elect`` (``capmaas.demo.stack.
+- ``.operator``: ``capmaas run --namespace <capi.namespace> --no-leader-elect`` (``capmaas_dev.demo.stack.
   OperatorProcess``), default credentials from ``CAPMAAS_MAAS__ENDPOINT``/``CAPMAAS_MAAS__API_KEY``, fast
   polling; its log is ``.operator.log`` under pytest's basetemp. A failing test that uses the fixture gets
   the tails of the operator and CAPI manager logs in its report (``.logs()``).
@@ -68,9 +68,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from capmaas.devcluster import ControlPlane
-    from capmaas.devcluster.capi import CapiManager
-    from capmaas.devcluster.workload import WorkloadCluster
+    from capmaas_dev.devcluster import ControlPlane
+    from capmaas_dev.devcluster.capi import CapiManager
+    from capmaas_dev.devcluster.workload import WorkloadCluster
 
 from e2e_support import TIMINGS, Kubectl, ProviderStack
 
@@ -85,8 +85,8 @@ def capmaas_crds(kube: ControlPlane, kubectl: Kubectl) -> None:
 
 @pytest.fixture(scope="session")
 def kubeadm_crds(kube: ControlPlane, kubectl: Kubectl) -> None:
-    from capmaas.devcluster import MissingToolError
-    from capmaas.devcluster.capi import kubeadm_crd_dirs
+    from capmaas_dev.devcluster import MissingToolError
+    from capmaas_dev.devcluster.capi import kubeadm_crd_dirs
 
     try:
         dirs = kubeadm_crd_dirs()
@@ -101,8 +101,8 @@ def kubeadm_crds(kube: ControlPlane, kubectl: Kubectl) -> None:
 def capi(
     kube: ControlPlane, kubectl: Kubectl, capmaas_crds: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[CapiManager]:
-    from capmaas.devcluster import MissingToolError
-    from capmaas.devcluster.capi import CapiManager, CapiStartError
+    from capmaas_dev.devcluster import MissingToolError
+    from capmaas_dev.devcluster.capi import CapiManager, CapiStartError
 
     namespace = f"capi-e2e-{secrets.token_hex(3)}"
     kubectl("create", "namespace", namespace)
@@ -125,7 +125,7 @@ def capi(
 
 @pytest.fixture(scope="session")
 def workload(workload_kube: ControlPlane) -> WorkloadCluster:
-    from capmaas.devcluster.workload import WorkloadCluster
+    from capmaas_dev.devcluster.workload import WorkloadCluster
 
     return WorkloadCluster(workload_kube.kubeconfig)
 
@@ -144,10 +144,10 @@ def provider_stack(
     import time
     import urllib.request
 
-    from capmaas.demo.simthread import SimulatorThread
-    from capmaas.demo.stack import OperatorProcess
-    from capmaas.devcluster.process import free_port
-    from capmaas.simulator import Inventory, Timings
+    from capmaas_dev.demo.simthread import SimulatorThread
+    from capmaas_dev.demo.stack import OperatorProcess
+    from capmaas_dev.devcluster.process import free_port
+    from capmaas_dev.simulator import Inventory, Timings
 
     assert capi.namespace is not None
     prefix = f"e{secrets.token_hex(2)}"

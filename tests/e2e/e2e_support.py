@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from capmaas.demo.manifests import identity_secret
+from capmaas_dev.demo.manifests import identity_secret
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
@@ -234,8 +234,8 @@ class ProviderStack:
         self.capi = capi
         self.namespace: str = capi.namespace
         self.workload = workload
-        self.sim = sim  # capmaas.demo.simthread.SimulatorThread: use .call(fn) to read the Simulator
-        self.operator = operator  # capmaas.demo.stack.OperatorProcess
+        self.sim = sim  # capmaas_dev.demo.simthread.SimulatorThread: use .call(fn) to read the Simulator
+        self.operator = operator  # capmaas_dev.demo.stack.OperatorProcess
         self.hostname_prefix = hostname_prefix
         self.clusters: list[str] = []  # created and not yet deleted (teardown deletes them)
         self.created: list[str] = []  # every cluster name ever created here (teardown unblocks their objects)

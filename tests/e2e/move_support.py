@@ -38,18 +38,18 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from e2e_support import CAPI_API, CLUSTER_NAME_LABEL, INFRA_API, INFRA_GROUP, REPO, TIMINGS
 
-from capmaas import clusterctl_repo
-from capmaas.devcluster import CAPI_VERSION, ControlPlane, process, run_kubectl
-from capmaas.devcluster.capi import (
+from capmaas_dev import clusterctl_repo
+from capmaas_dev.devcluster import CAPI_VERSION, ControlPlane, process, run_kubectl
+from capmaas_dev.devcluster.capi import (
     CapiManager,
     CapiStartError,
     capi_source_dir,
     load_yaml_dir,
 )
-from capmaas.devcluster.process import free_port
+from capmaas_dev.devcluster.process import free_port
 
 if TYPE_CHECKING:
-    from capmaas.demo.simthread import SimulatorThread
+    from capmaas_dev.demo.simthread import SimulatorThread
 
 CAPMAAS = Path(sys.executable).parent / "capmaas"
 CLUSTERCTL_LABEL = "clusterctl.cluster.x-k8s.io"
@@ -291,7 +291,7 @@ def start_management(
 # -- clusterctl ----------------------------------------------------------------------------------------------
 def clusterctl(workdir: Path, *args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
     """Run clusterctl offline: no version check, no Go proxy, an empty config in a private HOME."""
-    from capmaas.devcluster import find_binary
+    from capmaas_dev.devcluster import find_binary
 
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "clusterctl.yaml"

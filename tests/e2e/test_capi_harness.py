@@ -33,8 +33,8 @@ from e2e_support import (
 )
 
 if TYPE_CHECKING:
-    from capmaas.devcluster.capi import CapiManager
-    from capmaas.devcluster.workload import WorkloadCluster
+    from capmaas_dev.devcluster.capi import CapiManager
+    from capmaas_dev.devcluster.workload import WorkloadCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
 

@@ -42,8 +42,7 @@ from e2e_support import (
     patch_status,
 )
 
-from capmaas import clusterctl_repo
-from capmaas.api import crdgen
+from capmaas_dev import clusterctl_repo, crdgen
 
 pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
 

@@ -58,8 +58,8 @@ from move_support import (
     start_management,
 )
 
-from capmaas.demo.simthread import SimulatorThread
-from capmaas.simulator import Inventory, Simulator, Timings
+from capmaas_dev.demo.simthread import SimulatorThread
+from capmaas_dev.simulator import Inventory, Simulator, Timings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
 T = TypeVar("T")
@@ -121,9 +121,9 @@ def stages(request: pytest.FixtureRequest) -> Iterator[Stages]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, stages: Stages) -> Iterator[Stack]:
-    from capmaas.devcluster import MissingToolError, StartError
-    from capmaas.devcluster.capi import CapiStartError
-    from capmaas.devcluster.workload import WorkloadCluster
+    from capmaas_dev.devcluster import MissingToolError, StartError
+    from capmaas_dev.devcluster.capi import CapiStartError
+    from capmaas_dev.devcluster.workload import WorkloadCluster
 
     workdir = tmp_path_factory.mktemp("move")
     namespace = f"move-{secrets.token_hex(3)}"

@@ -20,11 +20,10 @@ import pytest
 import yaml
 from e2e_support import REPO, Kubectl
 
-from capmaas import clusterctl_repo
-from capmaas.api import crdgen
+from capmaas_dev import clusterctl_repo, crdgen
 
 if TYPE_CHECKING:
-    from capmaas.devcluster.capi import CapiManager
+    from capmaas_dev.devcluster.capi import CapiManager
 
 pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
 
@@ -43,7 +42,7 @@ VARIABLES = {
 
 
 def _clusterctl() -> str:
-    from capmaas.devcluster import MissingToolError, find_binary
+    from capmaas_dev.devcluster import MissingToolError, find_binary
 
     try:
         return str(find_binary("clusterctl"))
@@ -67,7 +66,7 @@ def _docs(path: Path) -> list[dict[str, Any]]:
 
 
 def test_repository_is_generated_and_up_to_date() -> None:
-    assert clusterctl_repo.drift() == [], "run `python -m capmaas.clusterctl_repo` and commit the result"
+    assert clusterctl_repo.drift() == [], "run `python -m capmaas_dev.clusterctl_repo` and commit the result"
 
 
 def test_repository_follows_the_clusterctl_contract() -> None:
@@ -191,8 +190,8 @@ def test_clusterctl_init_installs_the_provider_offline(tmp_path: Path) -> None:
     Deployments (no kubelet): this proves the repository installs, not that the pods start."""
     import shutil
 
-    from capmaas.devcluster import ControlPlane, run_kubectl
-    from capmaas.devcluster.capi import apply_objects, build_capi_repository, cert_manager_api_standin
+    from capmaas_dev.devcluster import ControlPlane, run_kubectl
+    from capmaas_dev.devcluster.capi import apply_objects, build_capi_repository, cert_manager_api_standin
 
     repo = tmp_path / "repo"
     providers = build_capi_repository(repo)

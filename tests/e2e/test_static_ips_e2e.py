@@ -30,8 +30,8 @@ from e2e_support import (
 )
 
 from capmaas import maas
-from capmaas.simulator import Inventory
-from capmaas.simulator.inventory import generate_data
+from capmaas_dev.simulator import Inventory
+from capmaas_dev.simulator.inventory import generate_data
 
 pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
 

@@ -29,7 +29,7 @@ from capmaas.maas import (
     ServiceUnavailableError,
     UnauthorizedError,
 )
-from capmaas.simulator import Faults, Inventory, Simulator, Timings, serve
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings, serve
 
 ADMIN_KEY = "SkTvsyHhzkREvvdtNk:Ywn5FvXVupVPvNUhrN:cm3Q2f5naXYPYsrPDPfQy9Q9cUFaEgbM"
 URL = "http://maas.invalid:5240/MAAS"

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import yaml
 
-from capmaas.api import crdgen
 from capmaas.api.v1beta1 import (
     Condition,
     FailureDomain,
@@ -27,6 +26,7 @@ from capmaas.api.v1beta1 import (
     VMResourceUsage,
     utcnow,
 )
+from capmaas_dev import crdgen
 
 pytestmark = pytest.mark.k8s
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from capmaas.devcluster import (
+from capmaas_dev.devcluster import (
     CAPI_VERSION,
     ETCD_VERSION,
     K8S_VERSION,
@@ -25,7 +25,7 @@ from capmaas.devcluster import (
     find_binary,
     run_kubectl,
 )
-from capmaas.devcluster.process import pid_alive
+from capmaas_dev.devcluster.process import pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,7 +77,7 @@ def test_build_script_reads_the_python_versions_and_go_mods_agree() -> None:
             "bash",
             "-c",
             f'source <(sed -n "/^version_of()/,/^}}/p" {REPO}/hack/build-tools.sh); '
-            f"versions_py={REPO}/src/capmaas/devcluster/versions.py; "
+            f"versions_py={REPO}/tools/src/capmaas_dev/devcluster/versions.py; "
             "version_of K8S_VERSION; version_of ETCD_VERSION; version_of CAPI_VERSION",
         ],
         capture_output=True,
@@ -212,7 +212,7 @@ def test_a_failing_test_body_still_tears_down() -> None:
 _CHILD = textwrap.dedent(
     """
     import json, time
-    from capmaas.devcluster import ControlPlane
+    from capmaas_dev.devcluster import ControlPlane
     cp = ControlPlane.start(controller_manager=False)
     print(json.dumps({"pids": cp.pids(), "workdir": str(cp.workdir)}), flush=True)
     time.sleep(600)

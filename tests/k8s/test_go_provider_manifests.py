@@ -24,13 +24,13 @@ from typing import Any
 import pytest
 import yaml
 
-from capmaas.api import crdgen
 from capmaas.api.v1beta1 import (
     PROVISIONING_MODE_BARE_METAL,
     PROVISIONING_MODE_LXD,
     MaasCluster,
     MaasMachineTemplate,
 )
+from capmaas_dev import crdgen
 
 pytestmark = pytest.mark.k8s
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from capmaas.config import load_config
-from capmaas.devcluster import HELM_VERSION, ControlPlane, MissingToolError, find_binary
+from capmaas_dev.devcluster import HELM_VERSION, ControlPlane, MissingToolError, find_binary
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "charts" / "capmaas"

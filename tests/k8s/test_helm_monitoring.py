@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from capmaas.devcluster import MissingToolError, find_binary
+from capmaas_dev.devcluster import MissingToolError, find_binary
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "charts" / "capmaas"

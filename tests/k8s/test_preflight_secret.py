@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from capmaas import cli, preflight
-from capmaas.demo.manifests import identity_secret
-from capmaas.demo.simthread import SimulatorThread
-from capmaas.devcluster import ControlPlane
-from capmaas.simulator import Inventory, Timings
+from capmaas_dev.demo.manifests import identity_secret
+from capmaas_dev.demo.simthread import SimulatorThread
+from capmaas_dev.devcluster import ControlPlane
+from capmaas_dev.simulator import Inventory, Timings
 
 pytestmark = [pytest.mark.k8s]
 

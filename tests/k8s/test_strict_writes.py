@@ -13,9 +13,9 @@ from typing import Any
 import kubernetes
 import pytest
 
-from capmaas.api import crdgen
-from capmaas.devcluster import ControlPlane
 from capmaas.operator.kubehttp import KubeHttp, KubeHttpError
+from capmaas_dev import crdgen
+from capmaas_dev.devcluster import ControlPlane
 
 pytestmark = pytest.mark.k8s
 

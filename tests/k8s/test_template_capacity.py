@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from capmaas.api import crdgen
 from capmaas.api.v1beta1 import API_VERSION
-from capmaas.demo.stack import OperatorProcess
-from capmaas.devcluster.process import free_port
+from capmaas_dev import crdgen
+from capmaas_dev.demo.stack import OperatorProcess
+from capmaas_dev.devcluster.process import free_port
 
 pytestmark = pytest.mark.k8s
 

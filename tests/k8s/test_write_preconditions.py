@@ -14,13 +14,13 @@ from typing import Any
 import kubernetes
 import pytest
 
-from capmaas.api import crdgen
-from capmaas.devcluster import ControlPlane
 from capmaas.operator.kube import KubeAdapter, Store
 from capmaas.operator.kubehttp import KubeHttp
 from capmaas.reconcilers.errors import ConflictError
 from capmaas.reconcilers.keys import ALLOCATING, ANNOTATION_PREFIX, FAILURES
 from capmaas.reconcilers.scope import MachineScope
+from capmaas_dev import crdgen
+from capmaas_dev.devcluster import ControlPlane
 
 pytestmark = pytest.mark.k8s
 

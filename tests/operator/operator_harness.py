@@ -23,9 +23,9 @@ import yaml
 from kube_reader import UNRESOLVED, KubeReader, reader
 from zygote import ZYGOTE, Child
 
-from capmaas import demo
-from capmaas.devcluster import ControlPlane
-from capmaas.simulator import Faults, Inventory, Simulator, Timings, serve
+from capmaas_dev import demo
+from capmaas_dev.devcluster import ControlPlane
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPMAAS = str(Path(sys.executable).parent / "capmaas")

@@ -37,8 +37,9 @@ import pytest
 from operator_harness import Harness
 from zygote import Child
 
-from capmaas import demo, maas
-from capmaas.simulator import Faults, Inventory, NodeStatus, Simulator, Timings
+from capmaas import maas
+from capmaas_dev import demo
+from capmaas_dev.simulator import Faults, Inventory, NodeStatus, Simulator, Timings
 
 pytestmark = pytest.mark.k8s
 

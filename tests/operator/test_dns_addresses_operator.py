@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from operator_harness import Harness
 
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 pytestmark = pytest.mark.k8s
 

@@ -32,7 +32,7 @@ from test_chaos import HELD, RETURNING, WRITE_OPS, Tripwire, create_wave, descri
 from test_leader_election import became_leader, leader_elect, leases, replicas
 
 from capmaas import maas
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 pytestmark = pytest.mark.k8s
 

@@ -29,9 +29,9 @@ import pytest
 import yaml
 from operator_harness import Harness
 
-from capmaas import demo
 from capmaas.api import conditions as C
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev import demo
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 pytestmark = pytest.mark.k8s
 

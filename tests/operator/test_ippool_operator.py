@@ -19,9 +19,9 @@ import pytest
 from kube_reader import reader
 from operator_harness import ROOT, Harness, Operator
 
-from capmaas import demo
-from capmaas.devcluster import ControlPlane, apply_capi_crds
-from capmaas.simulator import Faults, Inventory, Simulator, Timings, serve
+from capmaas_dev import demo
+from capmaas_dev.devcluster import ControlPlane, apply_capi_crds
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings, serve
 
 pytestmark = pytest.mark.k8s
 

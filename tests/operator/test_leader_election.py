@@ -23,8 +23,8 @@ import pytest
 from operator_harness import Harness, Operator
 from test_chaos import create_wave, describe, held, leaks, maasmachines
 
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
-from capmaas.simulator.faults import WriteFault
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator.faults import WriteFault
 
 pytestmark = pytest.mark.k8s
 

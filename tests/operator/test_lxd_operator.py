@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from operator_harness import Harness
 
-from capmaas import demo, maas
+from capmaas import maas
 from capmaas.api import conditions as C
 from capmaas.reconcilers.lxd_placer import vm_hostname
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev import demo
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 pytestmark = pytest.mark.k8s
 

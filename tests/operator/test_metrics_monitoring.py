@@ -16,10 +16,11 @@ import yaml
 from operator_harness import Harness
 from prometheus_client.parser import text_string_to_metric_families
 
-from capmaas import demo, maas
+from capmaas import maas
 from capmaas.operator.cachemetrics import CacheCollector
 from capmaas.operator.kube import Store
 from capmaas.operator.metrics import machine_phase
+from capmaas_dev import demo
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "deploy" / "monitoring"

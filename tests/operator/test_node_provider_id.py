@@ -15,7 +15,7 @@ import yaml
 from operator_harness import Harness
 
 from capmaas.api import conditions as C
-from capmaas.devcluster.workload import kubeconfig_secret
+from capmaas_dev.devcluster.workload import kubeconfig_secret
 
 pytestmark = pytest.mark.k8s
 

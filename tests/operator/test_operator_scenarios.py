@@ -12,10 +12,10 @@ import pytest
 import yaml
 from operator_harness import Harness
 
-from capmaas import demo
 from capmaas.api import conditions as C
-from capmaas.devcluster.workload import kubeconfig_secret
-from capmaas.simulator import Faults, Timings
+from capmaas_dev import demo
+from capmaas_dev.devcluster.workload import kubeconfig_secret
+from capmaas_dev.simulator import Faults, Timings
 
 pytestmark = pytest.mark.k8s
 

@@ -11,7 +11,7 @@ import pytest
 from operator_harness import Harness
 
 from capmaas.api import conditions as C
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 pytestmark = pytest.mark.k8s
 

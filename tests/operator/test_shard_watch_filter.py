@@ -14,8 +14,8 @@ import pytest
 from operator_harness import Harness
 from prometheus_client.parser import text_string_to_metric_families
 
-from capmaas import demo
-from capmaas.devcluster.tools import kubectl_path
+from capmaas_dev import demo
+from capmaas_dev.devcluster.tools import kubectl_path
 
 pytestmark = pytest.mark.k8s
 

@@ -15,10 +15,11 @@ import httpx
 import pytest
 from operator_harness import Harness
 
-from capmaas import demo, maas
+from capmaas import maas
 from capmaas.api import conditions as C
-from capmaas.demo import manifests
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev import demo
+from capmaas_dev.demo import manifests
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 pytestmark = pytest.mark.k8s
 

@@ -1,5 +1,5 @@
 """The operator as users run it: ``helm install`` of the chart with the image ``make image`` built, on a real
-one-node cluster (``capmaas.devcluster.node``: kube-apiserver, kube-controller-manager, kube-scheduler,
+one-node cluster (``capmaas_dev.devcluster.node``: kube-apiserver, kube-controller-manager, kube-scheduler,
 containerd, kubelet), against the MAAS simulator.
 
 What only this proves: the image starts as uid 65532 on a read-only root filesystem, the chart's probes and
@@ -28,19 +28,19 @@ from typing import Any
 
 import pytest
 
-from capmaas.demo.capi import Capi, MachineSpec
-from capmaas.demo.kube import MAASCLUSTERS, MAASMACHINES, Kube
-from capmaas.demo.simthread import SimulatorThread
-from capmaas.devcluster import MissingToolError, apply_capi_crds, find_binary
-from capmaas.devcluster.node import NODE_IP, Node
-from capmaas.simulator import Inventory, Timings
+from capmaas_dev.demo.capi import Capi, MachineSpec
+from capmaas_dev.demo.kube import MAASCLUSTERS, MAASMACHINES, Kube
+from capmaas_dev.demo.simthread import SimulatorThread
+from capmaas_dev.devcluster import MissingToolError, apply_capi_crds, find_binary
+from capmaas_dev.devcluster.node import NODE_IP, Node
+from capmaas_dev.simulator import SAMPLE_INVENTORY, Inventory, Timings
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "charts" / "capmaas"
 IMAGE_DIR = REPO / "build" / "image"
-INVENTORY = REPO / "examples" / "inventory-sample.yaml"
+INVENTORY = SAMPLE_INVENTORY
 RELEASE, NAMESPACE = "capmaas", "capmaas-system"
 IMAGE_REPO = "localhost/capmaas"
 TIMINGS = Timings(deploy=10.0, release=1.0)

@@ -4,8 +4,8 @@ MaasCluster and machines to Ready on the MAAS simulator, the lot deleted and eve
 
 The previous release is found by its commit in ``releases.toml`` (a tracked file: a clone may come without
 tags), never by a tag alone; its sources are ``git archive`` of that commit and it is built by its own
-release tooling (``python -m capmaas.release VERSION --no-reproducibility-check`` with that tree's code), as
-it was when it was cut. Its ``dist/`` is kept under ``$CAPMAAS_CACHE/releases/<version>-<commit>`` (checked
+release tooling (``python -m capmaas_dev.release VERSION --no-reproducibility-check`` with that tree's code),
+as it was when it was cut. Its ``dist/`` is kept under ``$CAPMAAS_CACHE/releases/<version>-<commit>`` (checked
 against its ``SHA256SUMS`` when reused): a release is built once and then only installed, as users get it.
 """
 
@@ -33,17 +33,18 @@ import pytest
 import yaml
 
 from capmaas import __version__
-from capmaas.clusterctl_repo import PACKAGE_VERSION_RE
-from capmaas.demo.capi import Capi, MachineSpec
-from capmaas.demo.kube import MAASCLUSTERS, MAASMACHINES, Kube
-from capmaas.demo.simthread import SimulatorThread
-from capmaas.devcluster import MissingToolError, find_binary
-from capmaas.devcluster.tools import cache_dir
-from capmaas.release.build import Options, Release
-from capmaas.release.verify import Names, Report, verify
+from capmaas_dev.clusterctl_repo import PACKAGE_VERSION_RE
+from capmaas_dev.demo.capi import Capi, MachineSpec
+from capmaas_dev.demo.kube import MAASCLUSTERS, MAASMACHINES, Kube
+from capmaas_dev.demo.simthread import SimulatorThread
+from capmaas_dev.devcluster import MissingToolError, find_binary
+from capmaas_dev.devcluster.tools import cache_dir
+from capmaas_dev.release.build import Options, Release
+from capmaas_dev.release.verify import Names, Report, verify
+from capmaas_dev.simulator import SAMPLE_INVENTORY
 
 REPO = Path(__file__).resolve().parents[2]
-INVENTORY = REPO / "examples" / "inventory-sample.yaml"
+INVENTORY = SAMPLE_INVENTORY  # the simulator's sample (package data)
 RELEASES = REPO / "releases.toml"
 CAPI_PROVIDERS = "cluster-api,bootstrap-kubeadm,control-plane-kubeadm"
 #: The release this checkout builds: the package version's release (main carries ``X.Y.Z.devN``).
@@ -196,10 +197,16 @@ def _build_previous(past: PastRelease, scratch: Path, cached: Path) -> Built:
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
             tar.extractall(src, filter="tar")
         epoch = _git("log", "-1", "--format=%ct", past.commit).stdout.strip()
-        env = {**os.environ, "PYTHONPATH": str(src / "src"), "SOURCE_DATE_EPOCH": epoch}
+        # That tree's release tooling, wherever its layout put it: capmaas_dev.release under tools/src since
+        # the tools left the product's package, a package of src/ before.
+        bases = [p for p in (src / "tools" / "src", src / "src") if p.is_dir()]
+        main = next(m for base in bases for m in sorted(base.glob("*/release/__main__.py")))
+        module = f"{main.parents[1].name}.release"
+        path = os.pathsep.join(map(str, bases))
+        env = {**os.environ, "PYTHONPATH": path, "SOURCE_DATE_EPOCH": epoch}
         partial = cached / "dist.partial"
         shutil.rmtree(partial, ignore_errors=True)
-        out = run([sys.executable, "-m", "capmaas.release", past.version, "--out", str(partial),
+        out = run([sys.executable, "-m", module, past.version, "--out", str(partial),
                    "--no-reproducibility-check"], cwd=src, env=env, timeout=1800)  # fmt: skip
         print(out[-1500:])
         partial.rename(dist)
@@ -267,7 +274,7 @@ class InstalledProcess:
     def start(
         cls, kubectl: Callable[..., str], admin: Path, wheel: Path, scratch: Path, *, namespace: str, pod: str
     ) -> InstalledProcess:
-        from capmaas.devcluster.process import free_port
+        from capmaas_dev.devcluster.process import free_port
 
         scratch.mkdir(parents=True)
         deploy = json.loads(kubectl("get", "deployment", "-n", namespace, "capmaas", "-o", "json"))
@@ -319,7 +326,7 @@ class InstalledProcess:
 
 @contextmanager
 def simulator(host: str = "127.0.0.1") -> Iterator[SimulatorThread]:
-    from capmaas.simulator import Inventory, Timings
+    from capmaas_dev.simulator import Inventory, Timings
 
     sim = SimulatorThread(Inventory.from_yaml(INVENTORY), Timings(deploy=2.0, release=0.5), host=host).start()
     try:
@@ -339,7 +346,8 @@ SPECS = (
 @dataclass
 class Workload:
     """A MaasCluster and its machines driven through an installed operator, CAPI played by
-    :class:`capmaas.demo.capi.Capi`. ``alive`` fails the test when the operator died; ``logs`` is its log."""
+    :class:`capmaas_dev.demo.capi.Capi`. ``alive`` fails the test when the operator died; ``logs`` is its
+    log."""
 
     kube: Kube
     sim: SimulatorThread

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from browser_support import Page, browser, serve
 
-from capmaas.api import conditions, crdgen
-from capmaas.release import docref
+from capmaas.api import conditions
+from capmaas_dev import crdgen
+from capmaas_dev.release import docref
 
 REPO = Path(__file__).resolve().parents[2]
 MKDOCS = Path(sys.executable).parent / "mkdocs"
@@ -33,7 +34,7 @@ def _build(root: Path, site: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_generated_reference_pages_are_current() -> None:
-    assert docref.main(["--check"]) == 0, "run `python -m capmaas.release.docref` and commit"
+    assert docref.main(["--check"]) == 0, "run `python -m capmaas_dev.release.docref` and commit"
 
 
 def test_the_references_cover_every_field_and_reason() -> None:

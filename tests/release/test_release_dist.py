@@ -11,11 +11,11 @@ where the volume mounts them), the Python code from the release's wheel (``PYTHO
 imported from the zip), authenticated as the installed ServiceAccount (a token from the TokenRequest API,
 so the components' RBAC is what it has). Only the ports and the bind address are changed (this shares the
 loopback with other tests). CAPI core is installed by clusterctl too, but with no pods its admission
-webhooks would refuse every CAPI object: they are removed and ``capmaas.demo.capi.Capi`` plays the CAPI
+webhooks would refuse every CAPI object: they are removed and ``capmaas_dev.demo.capi.Capi`` plays the CAPI
 controllers, as in ``tests/pod``. The image's own start-up is proven by ``tests/pod`` on a real node.
 
 Needs buildah and the base image (``make image``), helm, clusterctl and the CAPI module cache
-(``make controlplane``), and the ``dev`` extra. Several minutes: two image builds.
+(``make controlplane``), and the ``release`` extra of capmaas-dev. Several minutes: two image builds.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from release_support import (
     tool,
 )
 
-from capmaas import clusterctl_repo
-from capmaas.demo.kube import Kube
-from capmaas.devcluster import MissingToolError
-from capmaas.release.verify import Names, VerifyError, verify
+from capmaas_dev import clusterctl_repo
+from capmaas_dev.demo.kube import Kube
+from capmaas_dev.devcluster import MissingToolError
+from capmaas_dev.release.verify import Names, VerifyError, verify
 
 # The session's release build (conftest): two image builds, about 3 minutes on a quiet box, more under load.
 pytestmark = [pytest.mark.k8s, pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -61,7 +61,7 @@ def _docs(path: Path) -> list[dict[str, Any]]:
 def test_every_artifact_is_there_and_they_agree(built: Built) -> None:
     dist = built.dist
     assert sorted(p.name for p in dist.iterdir()) == sorted(NAMES.all())
-    # The digest, read here from the archive's index (not through capmaas.release.oci).
+    # The digest, read here from the archive's index (not through capmaas_dev.release.oci).
     with tarfile.open(dist / NAMES.image) as tar:
         f = tar.extractfile("index.json")
         assert f is not None
@@ -130,7 +130,7 @@ def test_a_tampered_release_is_refused(built: Built, tmp_path: Path) -> None:
     shutil.copy2(built.dist / "metadata.yaml", copy / "metadata.yaml")
     components = copy / "infrastructure-components.yaml"
     components.write_text(components.read_text().replace(f"@{built.report.digest}", ""))
-    from capmaas.release.verify import write_sums
+    from capmaas_dev.release.verify import write_sums
 
     write_sums(copy)
     with pytest.raises(VerifyError, match=r"infrastructure-components\.yaml runs"):
@@ -139,8 +139,8 @@ def test_a_tampered_release_is_refused(built: Built, tmp_path: Path) -> None:
 
 # -- install from the release -------------------------------------------------------------------------------
 def test_clusterctl_init_from_the_release_reconciles_on_the_simulator(built: Built, tmp_path: Path) -> None:
-    from capmaas.devcluster import ControlPlane, run_kubectl
-    from capmaas.devcluster.capi import apply_objects, build_capi_repository, cert_manager_api_standin
+    from capmaas_dev.devcluster import ControlPlane, run_kubectl
+    from capmaas_dev.devcluster.capi import apply_objects, build_capi_repository, cert_manager_api_standin
 
     clusterctl = tool("clusterctl")
     # The local repository as a user lays out a GitHub release's assets: <provider>/<version>/<asset>.
@@ -211,8 +211,8 @@ def test_helm_install_of_the_packaged_chart_on_a_node(built: Built) -> None:
     image imported from the release's archive: the Pod runs the pinned image and reconciles a MaasCluster and
     three machines on the simulator, then deletes and releases them. ``pullPolicy=Never`` (the only value
     set besides the credentials) makes a digest the node cannot resolve fail at once instead of pulling."""
-    from capmaas.devcluster import apply_capi_crds
-    from capmaas.devcluster.node import NODE_IP, Node
+    from capmaas_dev.devcluster import apply_capi_crds
+    from capmaas_dev.devcluster.node import NODE_IP, Node
 
     helm = tool("helm")
     try:

@@ -50,12 +50,11 @@ from release_support import (
     tool,
 )
 
-from capmaas import clusterctl_repo
-from capmaas.api import crdgen
-from capmaas.demo.capi import MachineSpec
-from capmaas.demo.kube import MAASCLUSTERS, MAASMACHINES, Kube
-from capmaas.demo.simthread import SimulatorThread
-from capmaas.devcluster import MissingToolError
+from capmaas_dev import clusterctl_repo, crdgen
+from capmaas_dev.demo.capi import MachineSpec
+from capmaas_dev.demo.kube import MAASCLUSTERS, MAASMACHINES, Kube
+from capmaas_dev.demo.simthread import SimulatorThread
+from capmaas_dev.devcluster import MissingToolError
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -203,8 +202,8 @@ class Upgrade:
 def test_helm_upgrade_from_the_previous_release_keeps_every_machine(
     previous: Built, built: Built, tmp_path: Path
 ) -> None:
-    from capmaas.devcluster import apply_capi_crds
-    from capmaas.devcluster.node import NODE_IP, Node
+    from capmaas_dev.devcluster import apply_capi_crds
+    from capmaas_dev.devcluster.node import NODE_IP, Node
 
     helm = tool("helm")
     scratch = tmp_path
@@ -313,8 +312,8 @@ def test_clusterctl_upgrade_apply_from_the_previous_release_keeps_every_machine(
 ) -> None:
     from release_support import InstalledProcess
 
-    from capmaas.devcluster import ControlPlane, run_kubectl
-    from capmaas.devcluster.capi import apply_objects, build_capi_repository, cert_manager_api_standin
+    from capmaas_dev.devcluster import ControlPlane, run_kubectl
+    from capmaas_dev.devcluster.capi import apply_objects, build_capi_repository, cert_manager_api_standin
 
     clusterctl = tool("clusterctl")
     # One local repository with both releases' assets, laid out as GitHub releases are: <provider>/<tag>/.

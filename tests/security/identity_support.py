@@ -12,9 +12,10 @@ from typing import Any
 from operator_harness import Harness
 from security_support import Tenant
 
-from capmaas import demo, maas
-from capmaas.simulator import Faults, Inventory, NodeStatus, Simulator, Timings
-from capmaas.simulator.serve import serve
+from capmaas import maas
+from capmaas_dev import demo
+from capmaas_dev.simulator import Faults, Inventory, NodeStatus, Simulator, Timings
+from capmaas_dev.simulator.serve import serve
 
 ASGI = Callable[
     [dict[str, Any], Callable[[], Awaitable[dict[str, Any]]], Callable[[Any], Awaitable[None]]], Any

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from kube_reader import reader
 
-from capmaas.devcluster import ControlPlane, find_binary
+from capmaas_dev.devcluster import ControlPlane, find_binary
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "charts" / "capmaas"
 

@@ -14,8 +14,8 @@ from typing import Any
 from operator_harness import Harness
 from security_support import Tenant
 
-from capmaas import demo
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev import demo
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 FILTER_KEY = "capmaas-test-tenancy"
 

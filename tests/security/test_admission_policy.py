@@ -23,7 +23,8 @@ from security_support import (
     wait_policy_active,
 )
 
-from capmaas import demo, maas
+from capmaas import maas
+from capmaas_dev import demo
 
 pytestmark = pytest.mark.k8s
 

@@ -26,8 +26,8 @@ import yaml
 from operator_harness import Harness
 from security_support import Tenant, grant_tenant
 
-from capmaas import demo
 from capmaas.api import conditions as C
+from capmaas_dev import demo
 
 pytestmark = pytest.mark.k8s
 

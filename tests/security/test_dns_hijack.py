@@ -27,9 +27,9 @@ from security_support import (
     wait_policy_active,
 )
 
-from capmaas import demo
 from capmaas.api import conditions as C
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, DNS_RECORD
+from capmaas_dev import demo
 
 pytestmark = pytest.mark.k8s
 

@@ -18,7 +18,7 @@ from operator_harness import Harness
 from security_support import Installed, Tenant
 from tenancy_support import condition_as, labelled, start_operator, tenant_cluster
 
-from capmaas import demo
+from capmaas_dev import demo
 
 pytestmark = pytest.mark.k8s
 

@@ -23,9 +23,10 @@ from operator_harness import Harness
 from security_support import Installed, Tenant
 from tenancy_support import condition_as, get_as, labelled, start_operator, tenant_cluster
 
-from capmaas import demo, maas
+from capmaas import maas
 from capmaas.reconcilers.cluster import dns_name
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, DNS_RECORD
+from capmaas_dev import demo
 
 pytestmark = pytest.mark.k8s
 

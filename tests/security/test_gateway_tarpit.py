@@ -18,7 +18,7 @@ from security_support import Tarpit
 from capmaas import maas
 from capmaas.gateway import MaasConnections, MachinePoller
 from capmaas.reconcilers.ports import MaasCredentials
-from capmaas.simulator import Inventory, Simulator, serve
+from capmaas_dev.simulator import Inventory, Simulator, serve
 
 KEYS = ["t1aaaaaaaaaaaaaaaa:t1bbbbbbbbbbbbbbbb:t1cccccccccccccccccccccccccccc", "t2:t2:t2", "t3:t3:t3"]
 TARPIT_DEADLINE = 3.0  # seconds the client gives one tarpit request (its only attempt)

@@ -44,10 +44,10 @@ from identity_support import (
 from operator_harness import Harness
 from security_support import Installed, Tenant, wait_policy_active
 
-from capmaas import demo
 from capmaas.api import conditions as C
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, DNS_RECORD, IDENTITY
-from capmaas.simulator import NodeStatus
+from capmaas_dev import demo
+from capmaas_dev.simulator import NodeStatus
 
 pytestmark = pytest.mark.k8s
 

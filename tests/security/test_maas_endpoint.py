@@ -20,9 +20,9 @@ import pytest
 from operator_harness import Harness
 from security_support import Hostile, Recorder, Tenant, peak_rss_mib
 
-from capmaas import demo
 from capmaas.api import conditions as C
-from capmaas.devcluster.pki import make_serving_pki
+from capmaas_dev import demo
+from capmaas_dev.devcluster.pki import make_serving_pki
 
 pytestmark = pytest.mark.k8s
 

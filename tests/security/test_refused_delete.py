@@ -18,8 +18,8 @@ from identity_support import condition, get, provision, tenant_machine
 from operator_harness import Harness
 from security_support import Installed, Tenant
 
-from capmaas import demo
 from capmaas.api import conditions as C
+from capmaas_dev import demo
 
 
 @pytest.fixture

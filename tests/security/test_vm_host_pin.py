@@ -23,8 +23,8 @@ from tenancy_support import (
     tenant_machine,
 )
 
-from capmaas import demo
-from capmaas.simulator import Simulator
+from capmaas_dev import demo
+from capmaas_dev.simulator import Simulator
 
 pytestmark = pytest.mark.k8s
 

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from capmaas import __version__, clusterctl_repo
-from capmaas.release import debsbom, docref, oci
-from capmaas.release.build import (
+from capmaas import __version__
+from capmaas_dev import clusterctl_repo
+from capmaas_dev.release import debsbom, docref, oci
+from capmaas_dev.release.build import (
     ReleaseError,
     check_version,
     package_version,
@@ -27,7 +28,7 @@ from capmaas.release.build import (
     source_files,
     stage,
 )
-from capmaas.release.verify import _validate_cyclonedx
+from capmaas_dev.release.verify import _validate_cyclonedx
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -4,5 +4,5 @@
   ``MaasClusterTemplate`` and their spec/status parts. Parse with ``Model.from_body(body)``,
   serialise with ``.to_k8s()``.
 - ``capmaas.api.conditions``: condition types and reasons.
-- ``capmaas.api.crdgen``: ``capmaas crds`` (models -> ``crds/*.yaml``).
+- ``capmaas_dev.crdgen``: ``capmaas crds`` (models -> ``crds/*.yaml``).
 """

@@ -1,7 +1,7 @@
 """The Kubernetes-flavoured pydantic base that every capmaas API model derives from.
 
 Why a base of our own: the same classes are both the source of the CRD OpenAPI schemas
-(``capmaas.api.crdgen``) and what the operator parses object bodies into and builds status patches from.
+(``capmaas_dev.crdgen``) and what the operator parses object bodies into and builds status patches from.
 That only works if field names on the wire are the Kubernetes ones (camelCase, with the Go provider's
 spellings such as ``minCPU`` and ``systemID``), Python code can use snake_case, and unknown fields from a
 newer CRD version never break parsing.

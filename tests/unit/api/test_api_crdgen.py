@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from capmaas.api import crdgen
 from capmaas.cli import main
+from capmaas_dev import crdgen
 
 REPO = Path(__file__).resolve().parents[3]
 CRDS = REPO / "crds"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from capmaas.api import crdgen
+from capmaas_dev import crdgen
 
 CRDS = {kind.kind: crdgen.crd(kind) for kind in crdgen.KINDS}
 

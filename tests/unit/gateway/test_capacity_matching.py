@@ -16,7 +16,7 @@ from capmaas import maas
 from capmaas.api.v1beta1 import MaasMachineSpec
 from capmaas.gateway import matching
 from capmaas.reconcilers import facts
-from capmaas.simulator import Faults, Inventory, Simulator
+from capmaas_dev.simulator import Faults, Inventory, Simulator
 
 ENDPOINT = "http://maas.test/MAAS"
 API = ENDPOINT + "/api/2.0/"

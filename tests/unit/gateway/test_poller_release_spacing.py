@@ -11,7 +11,7 @@ import httpx
 
 from capmaas import maas
 from capmaas.gateway.poller import FRESH_BATCH, RELEASE_SLOWDOWN, MachinePoller
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 ENDPOINT = "http://maas.test/MAAS"
 FAST, IDLE = 1.0, 30.0

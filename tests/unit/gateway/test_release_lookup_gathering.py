@@ -14,7 +14,7 @@ import httpx
 
 from capmaas import maas
 from capmaas.gateway.release_lookup import CHUNK, GATHER, QUIET, ReleaseLookups
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 ENDPOINT = "http://maas.test/MAAS"
 N = 14

@@ -16,7 +16,7 @@ from capmaas.api import conditions as C
 from capmaas.api.v1beta1 import MaasMachineSpec
 from capmaas.gateway import MachinePoller
 from capmaas.operator import capacity
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 ENDPOINT = "http://maas.test/MAAS"
 RESOURCES = {"10de": "nvidia.com/gpu", "1002": "amd.com/gpu"}

@@ -135,7 +135,7 @@ async def test_verification_is_on_by_default(caplog: pytest.LogCaptureFixture) -
 def test_importing_the_client_pulls_in_no_kubernetes_or_simulator() -> None:
     code = (
         "import sys, capmaas.maas; print(sorted(m for m in sys.modules"
-        " if m.split('.')[0] in {'kopf', 'kubernetes'} or m.startswith('capmaas.simulator')))"
+        " if m.split('.')[0] in {'kopf', 'kubernetes'} or m.startswith('capmaas_dev.simulator')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -25,7 +25,7 @@ from capmaas.maas import (
     NodeStatus,
     NotFoundError,
 )
-from capmaas.simulator import Inventory, Simulator
+from capmaas_dev.simulator import Inventory, Simulator
 
 ALICE = "alice00000000000000:alicetoken00000000:alicesecret000000000000000000000"
 INVENTORY: dict[str, Any] = {

@@ -21,7 +21,7 @@ from capmaas.maas import (
     ReservedIpAddress,
     ServiceUnavailableError,
 )
-from capmaas.simulator import Inventory, Simulator
+from capmaas_dev.simulator import Inventory, Simulator
 
 ALICE = "alice00000000000000:alicetoken00000000:alicesecret000000000000000000000"
 MAC1, MAC2 = "52:54:00:00:00:01", "52:54:00:00:00:02"

@@ -284,7 +284,7 @@ async def test_bare_timeout_is_the_timeout_error() -> None:
 async def test_dropped_connection_from_the_in_process_simulator_is_a_transport_error() -> None:
     # The real thing rather than a scripted raise: the simulator behind httpx.ASGITransport, dropping every
     # connection half-way through the answer.
-    from capmaas.simulator import Faults, Inventory, Simulator
+    from capmaas_dev.simulator import Faults, Inventory, Simulator
 
     sim = Simulator(Inventory.generate(machines=2, zones=1, seed=1), faults=Faults(drop_rate=1.0))
     async with MaasClient(

@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from capmaas import maas
-from capmaas.devcluster.pki import make_serving_pki
 from capmaas.maas import errors as maas_errors
-from capmaas.simulator import Faults, Inventory, Simulator, Timings, serve
+from capmaas_dev.devcluster.pki import make_serving_pki
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings, serve
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 OK = (

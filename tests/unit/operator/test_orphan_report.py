@@ -14,7 +14,7 @@ from capmaas import maas
 from capmaas.operator.kube import Store
 from capmaas.operator.orphans import OrphanReport
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, DNS_RECORD
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 
 class _Session:

@@ -19,7 +19,7 @@ from capmaas.operator.workers import Workers
 from capmaas.reconcilers.keys import AGENT_NAME, ANNOTATION_PREFIX, DELETE_FOR_MOVE_ANNOTATION
 from capmaas.reconcilers.ports import Body
 from capmaas.reconcilers.scope import Requeue
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 
 def body(name: str, **spec: Any) -> dict[str, Any]:

@@ -19,10 +19,10 @@ import uvicorn
 import yaml
 
 from capmaas import cli, preflight
-from capmaas.demo.simthread import SimulatorThread
-from capmaas.devcluster.pki import make_serving_pki
-from capmaas.simulator import Inventory, Simulator, Timings
-from capmaas.simulator.inventory import generate_data
+from capmaas_dev.demo.simthread import SimulatorThread
+from capmaas_dev.devcluster.pki import make_serving_pki
+from capmaas_dev.simulator import Inventory, Simulator, Timings
+from capmaas_dev.simulator.inventory import generate_data
 
 BAD_KEY = "aaaaaaaaaaaaaaaaaa:bbbbbbbbbbbbbbbbbb:cccccccccccccccccccccccccccccccc"
 

@@ -13,14 +13,15 @@ import httpx
 import pytest
 from fakes import FakeKube
 
-from capmaas import demo, maas
+from capmaas import maas
 from capmaas.gateway import MaasConnections
 from capmaas.reconcilers.cluster import ClusterReconciler
 from capmaas.reconcilers.machine import MachineReconciler, MachineSettings
 from capmaas.reconcilers.ports import MaasCredentials, NamespaceAllowList
 from capmaas.reconcilers.scope import Requeue
 from capmaas.reconcilers.tenancy import Tenancy
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev import demo
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 ENDPOINT = "http://maas.test/MAAS"
 #: The env's MAAS client: one attempt per call, the client's default timeout.

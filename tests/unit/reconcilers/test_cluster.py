@@ -6,10 +6,10 @@ from typing import Any
 
 from reconciler_env import Env
 
-from capmaas import demo
 from capmaas.api import conditions as C
 from capmaas.reconcilers.cluster import DELETE_RECHECK_SECONDS
 from capmaas.reconcilers.keys import CLUSTER_FINALIZER as FINALIZER
+from capmaas_dev import demo
 
 
 def dns(env: Env) -> dict[str, list[str]]:

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from reconciler_env import ENDPOINT, Env, make_env
 
-from capmaas import demo
 from capmaas.api import conditions as C
 from capmaas.reconcilers.cluster import ClusterReconciler, dns_name, legacy_dns_name
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, DELETE_FOR_MOVE_ANNOTATION, DNS_RECORD
 from capmaas.reconcilers.tenancy import Tenancy
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev import demo
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 RECORD = ANNOTATION_PREFIX + DNS_RECORD
 PXE, API = "10.40.0.0/24", "10.50.0.0/24"

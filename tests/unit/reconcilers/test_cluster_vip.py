@@ -12,12 +12,12 @@ import pytest
 from reconciler_env import Env
 from test_cluster_dns import add_cluster, cond, delete, reconcile, records, running_cp
 
-from capmaas import demo
 from capmaas.api import conditions as C
 from capmaas.maas import MaasClient
 from capmaas.reconcilers.cluster import dns_name
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, CUSTOM_DNS_ANNOTATION, DNS_PENDING, VIP
+from capmaas_dev import demo
 
 VIP_ANNOTATION = ANNOTATION_PREFIX + VIP
 ADDRESS = "10.0.200.1"  # in the generated inventory's 10.0.0.0/16, used by no machine

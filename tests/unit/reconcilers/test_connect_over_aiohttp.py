@@ -15,7 +15,7 @@ from capmaas.gateway import MaasConnections
 from capmaas.reconcilers.credentials import connect
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.ports import MaasCredentials
-from capmaas.simulator import Simulator, serve
+from capmaas_dev.simulator import Simulator, serve
 
 
 def client(c: MaasCredentials, **kwargs: Any) -> maas.MaasClient:

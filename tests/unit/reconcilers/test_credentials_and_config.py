@@ -8,12 +8,12 @@ import pytest
 from fakes import ALLOWED, FakeKube
 from reconciler_env import Env
 
-from capmaas import demo
 from capmaas.api import conditions as C
 from capmaas.config import load_config
 from capmaas.reconcilers.credentials import connect, resolve_credentials
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.ports import MaasCredentials
+from capmaas_dev import demo
 
 
 def mc(identity: str | None = "creds") -> dict[str, object]:
@@ -135,7 +135,7 @@ def test_config_defaults_without_anything(monkeypatch: pytest.MonkeyPatch) -> No
 async def test_tls_failure_is_reported_as_unreachable_with_the_endpoint(env: Env) -> None:
     from capmaas import maas
     from capmaas.gateway import MaasConnections
-    from capmaas.simulator import serve
+    from capmaas_dev.simulator import serve
 
     conns = MaasConnections(
         client_factory=lambda c: maas.MaasClient(c.endpoint, api_key=c.api_key, max_retries=0, timeout=5),

@@ -13,7 +13,6 @@ from fakes import FakeKube
 from reconciler_env import Env
 from test_credentials_and_config import mc
 
-from capmaas import demo
 from capmaas.api import conditions as C
 from capmaas.gateway import MaasConnections
 from capmaas.maas import MaasClient
@@ -26,6 +25,7 @@ from capmaas.reconcilers.credentials import (
 )
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.ports import MaasCredentials, NamespaceAllowList
+from capmaas_dev import demo
 
 KEY = "a:b:c"
 

@@ -12,7 +12,7 @@ import pytest
 from reconciler_env import Env, make_env
 
 from capmaas.api import conditions as C
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 
 def ready(b: dict[str, Any]) -> bool:

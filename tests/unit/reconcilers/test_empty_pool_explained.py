@@ -16,7 +16,7 @@ from capmaas.api import conditions as C
 from capmaas.api.v1beta1 import MaasMachineSpec
 from capmaas.gateway import matching
 from capmaas.reconcilers.errors import TransientError
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 INVENTORY: dict[str, Any] = {
     "pools": [{"name": "gold"}],

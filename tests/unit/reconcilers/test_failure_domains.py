@@ -9,7 +9,7 @@ from typing import Any
 from reconciler_env import Env, make_env
 
 from capmaas.api import conditions as C
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 
 def cond(body: dict[str, Any], type_: str) -> dict[str, Any]:

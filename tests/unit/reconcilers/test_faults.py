@@ -8,7 +8,7 @@ import pytest
 from reconciler_env import IN_DOUBT, make_env
 
 from capmaas.reconcilers.machine import MachineSettings
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 
 def ready(b: dict[str, Any]) -> bool:

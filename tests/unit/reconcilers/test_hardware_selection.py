@@ -18,7 +18,7 @@ from capmaas import maas
 from capmaas.api import conditions as C
 from capmaas.api.v1beta1 import MaasMachineSpec, MaasMachineTemplate
 from capmaas.reconcilers import facts
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 GPU = {
     "vendor_id": "10de",

@@ -16,7 +16,7 @@ from fakes import FakeKube
 from reconciler_env import CLIENT_RETRY, CLIENT_TIMEOUT, Env
 from test_lxd_lifecycle import add_lxd, lxd_sim
 
-from capmaas import demo, maas
+from capmaas import maas
 from capmaas.api import conditions as C
 from capmaas.gateway import MaasConnections
 from capmaas.reconcilers.cluster import ClusterReconciler
@@ -28,7 +28,8 @@ from capmaas.reconcilers.keys import (
 )
 from capmaas.reconcilers.machine import MachineReconciler
 from capmaas.reconcilers.ports import MaasCredentials, NamespaceAllowList, identity_fingerprint
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev import demo
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 SHARED = "http://shared.test/MAAS"
 LIST = ("GET", "/MAAS/api/2.0/machines/", None)  # a machines list (the lookups by agent name)

@@ -21,7 +21,7 @@ from capmaas.gateway import MaasConnections
 from capmaas.reconcilers import ippool
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.ports import Body, EventType, MaasCredentials, NamespaceAllowList
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 SHARED = "http://shared.test/MAAS"
 OWN = "http://own.test/MAAS"

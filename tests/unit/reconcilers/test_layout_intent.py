@@ -17,8 +17,8 @@ from reconciler_env import Env, make_env
 from capmaas.api import conditions as C
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, LAYOUT_MADE
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
-from capmaas.simulator.models import NodeStatus
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator.models import NodeStatus
 
 INVENTORY: dict[str, Any] = {
     "fabrics": [{"name": "fabric-0", "vlans": [{"vid": 0}, {"vid": 40, "name": "storage"}]}],

@@ -31,7 +31,7 @@ from capmaas.reconcilers.keys import ALLOCATING, ANNOTATION_PREFIX
 from capmaas.reconcilers.machine import MachineReconciler, MachineSettings
 from capmaas.reconcilers.ports import MaasCredentials
 from capmaas.reconcilers.scope import Requeue
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 #: The client's deadline per attempt; the late commit lands well after it.
 TIMEOUT = 0.3

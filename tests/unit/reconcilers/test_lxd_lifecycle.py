@@ -15,7 +15,7 @@ from capmaas.reconcilers.errors import TerminalError, TransientError
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, COMPOSING
 from capmaas.reconcilers.keys import MACHINE_FINALIZER as FINALIZER
 from capmaas.reconcilers.lxd_placer import vm_hostname
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 
 def inventory(hosts_per_zone: int = 2, cores: int = 8, memory: int = 16384, disk: str = "200G") -> Inventory:

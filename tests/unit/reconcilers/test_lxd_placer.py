@@ -11,7 +11,7 @@ from capmaas import maas, placement
 from capmaas.api.v1beta1 import LXDNetwork, MaasMachineSpec
 from capmaas.reconcilers import lxd_placer
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 
 def vm_host(**over: object) -> maas.VmHost:

@@ -22,7 +22,7 @@ from capmaas.api import conditions as C
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, ZONE_SOURCE
 from capmaas.reconcilers.scope import Requeue
-from capmaas.simulator import NodeStatus
+from capmaas_dev.simulator import NodeStatus
 
 #: Status fields that describe the VM held (the poller's view and our compose).
 HELD_FIELDS = ("machineState", "machinePowered", "hostname", "failureDomain", "lxdHost", "vmResourceUsage")

@@ -19,7 +19,7 @@ from reconciler_env import Env, make_env
 from test_lxd_lifecycle import add_lxd, lxd_sim
 
 from capmaas.reconcilers.keys import AGENT_NAME, ANNOTATION_PREFIX
-from capmaas.simulator import Simulator
+from capmaas_dev.simulator import Simulator
 
 
 def ready(b: dict[str, Any]) -> bool:

@@ -14,8 +14,9 @@ import httpx
 from reconciler_env import ENDPOINT, Env, make_env
 from test_lxd_lifecycle import add_lxd, lxd_sim
 
-from capmaas import demo, maas
+from capmaas import maas
 from capmaas.reconcilers.keys import AGENT_NAME, ALLOCATING, ANNOTATION_PREFIX, MACHINE_FINALIZER
+from capmaas_dev import demo
 
 
 def ready(b: dict[str, Any]) -> bool:

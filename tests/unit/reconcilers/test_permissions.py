@@ -17,8 +17,8 @@ import pytest
 from reconciler_env import Env, make_env
 from test_lxd_lifecycle import add_lxd, lxd_sim
 
-from capmaas import demo
 from capmaas.api import conditions as C
+from capmaas_dev import demo
 
 
 @pytest.fixture

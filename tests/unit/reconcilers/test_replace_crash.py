@@ -13,7 +13,7 @@ from reconciler_env import Env, make_env
 
 from capmaas.reconcilers.keys import MACHINE_FINALIZER as FINALIZER
 from capmaas.reconcilers.ports import Body, ObjectPlural
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
 
 
 class BrokenOnce(Faults):

@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 from reconciler_env import ENDPOINT, Env
 
-from capmaas import demo, maas
+from capmaas import maas
 from capmaas.reconcilers.keys import AGENT_NAME, ANNOTATION_PREFIX, MACHINE_FINALIZER
+from capmaas_dev import demo
 
 N = 20
 

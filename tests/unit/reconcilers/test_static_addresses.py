@@ -21,8 +21,8 @@ from capmaas import maas
 from capmaas.api import conditions as C
 from capmaas.reconcilers import addresses
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, PINNED
-from capmaas.simulator import Faults, Inventory, Simulator, Timings
-from capmaas.simulator.models import NodeStatus
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
+from capmaas_dev.simulator.models import NodeStatus
 
 POOL = {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasIPPool", "name": "workers"}
 

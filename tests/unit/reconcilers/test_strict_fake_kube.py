@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from fakes import FakeKube, StrictFieldError
 
-from capmaas import demo
 from capmaas.reconcilers.ports import MAASMACHINE
 from capmaas.reconcilers.scope import MachineScope
+from capmaas_dev import demo
 
 
 def scope() -> tuple[FakeKube, MachineScope]:

@@ -11,7 +11,6 @@ import pytest
 from reconciler_env import Env, make_env
 from test_lxd_lifecycle import add_lxd, cond, inventory, lxd_sim, ready
 
-from capmaas import demo
 from capmaas.api import conditions as C
 from capmaas.reconcilers.cluster import ClusterReconciler, dns_name, is_managed_name, legacy_dns_name
 from capmaas.reconcilers.errors import TerminalError, TransientError
@@ -23,6 +22,7 @@ from capmaas.reconcilers.tenancy import (
     host_usable,
     namespace_tag,
 )
+from capmaas_dev import demo
 
 TAG_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")  # MAAS's tag-name rule (shared reference, §5 Tags)
 

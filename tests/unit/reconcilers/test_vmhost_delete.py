@@ -14,10 +14,10 @@ from typing import Any
 from reconciler_env import Env, make_env
 from test_lxd_lifecycle import add_lxd, delete_all, inventory, lxd_sim
 
-from capmaas import demo
 from capmaas.api import conditions as C
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.keys import MACHINE_FINALIZER
+from capmaas_dev import demo
 
 
 def ready(b: dict[str, Any]) -> bool:

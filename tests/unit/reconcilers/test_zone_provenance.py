@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 from reconciler_env import Env, make_env
 
-from capmaas import demo, maas
+from capmaas import maas
 from capmaas.api import conditions as C
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.keys import ALLOCATE_AFTER, ANNOTATION_PREFIX, ZONE_SOURCE
 from capmaas.reconcilers.scope import Requeue
 from capmaas.reconcilers.spread import Asking
-from capmaas.simulator import NodeStatus, Simulator
+from capmaas_dev import demo
+from capmaas_dev.simulator import NodeStatus, Simulator
 
 ALLOCATE = ("POST", "/MAAS/api/2.0/machines/", "allocate")
 

@@ -6,7 +6,7 @@ import httpx
 import pytest
 from simtools import ADMIN_KEY, ALICE_KEY, client, hmac_client, lxd_sim, sample_sim
 
-from capmaas.simulator import Simulator
+from capmaas_dev.simulator import Simulator
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -5,18 +5,16 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Generator
-from pathlib import Path
 
 import httpx
 
-from capmaas.simulator import Inventory, Simulator
+from capmaas_dev.simulator import LXD_INVENTORY, SAMPLE_INVENTORY, Inventory, Simulator
 
 ADMIN_KEY = "adminconsumer00000:admintoken00000000:adminsecret000000000000000000000"
 ALICE_KEY = "alice00000000000000:alicetoken00000000:alicesecret000000000000000000000"
 BOB_KEY = "bob000000000000000:bobtoken0000000000:bobsecret00000000000000000000000"
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-SAMPLE = EXAMPLES / "inventory-sample.yaml"
-LXD = EXAMPLES / "inventory-lxd.yaml"
+SAMPLE = SAMPLE_INVENTORY
+LXD = LXD_INVENTORY
 BASE = "http://maas.test/MAAS/api/2.0/"
 _nonces = itertools.count(1)
 

@@ -25,7 +25,7 @@ import httpx
 import pytest
 from simtools import BASE, OAuth
 
-from capmaas.simulator import Inventory, Simulator, Timings
+from capmaas_dev.simulator import Inventory, Simulator, Timings
 
 REPO = Path(__file__).resolve().parents[3]
 ANSWERS = REPO.parent / "shared" / "reference" / "maas-3.7.3-answers"

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from simtools import ADMIN_KEY, ALICE_KEY, client, oauth_header
 
-from capmaas.simulator import Simulator
+from capmaas_dev.simulator import Simulator
 
 
 async def test_valid_plaintext_signature_authenticates(anon: httpx.AsyncClient) -> None:
@@ -188,7 +188,7 @@ async def test_add_user_and_login_view(sim: Simulator, anon: httpx.AsyncClient) 
 
 async def test_nonces_are_pruned_after_the_window() -> None:
     now = [1_000_000.0]
-    from capmaas.simulator.auth import Authenticator
+    from capmaas_dev.simulator.auth import Authenticator
 
     auth = Authenticator(clock=lambda: now[0])
     user = auth.add_user("u", api_key=ALICE_KEY)

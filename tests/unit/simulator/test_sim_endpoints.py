@@ -9,7 +9,7 @@ import struct
 import httpx
 from simtools import ALICE_KEY, client, sid
 
-from capmaas.simulator import Simulator
+from capmaas_dev.simulator import Simulator
 
 AUTH_METHODS = ("plaintext", "hmac")  # every admin/alice/ladmin test runs with both signatures
 
@@ -223,7 +223,7 @@ def _bson(data: bytes) -> dict[str, bytes | None]:
 
 
 async def test_details_is_bson(sim: Simulator, admin: httpx.AsyncClient) -> None:
-    from capmaas.simulator.nodes import bson_document
+    from capmaas_dev.simulator.nodes import bson_document
 
     r = await admin.get(f"machines/{sid(sim, 'cp-1')}/", params={"op": "details"})
     assert (r.status_code, r.headers["content-type"]) == (200, "application/bson")
@@ -235,7 +235,7 @@ async def test_details_is_bson(sim: Simulator, admin: httpx.AsyncClient) -> None
 
 # -- fabrics, VLANs, spaces -------------------------------------------------------------------------------
 async def test_fabrics_vlans_spaces(lsim: Simulator, ladmin: httpx.AsyncClient) -> None:
-    from capmaas.simulator.models import Subnet
+    from capmaas_dev.simulator.models import Subnet
 
     lsim.state.subnets[9] = Subnet(9, "storage", "10.30.0.0/24", vid=30, space="storage")
     fabrics = (await ladmin.get("fabrics/")).json()

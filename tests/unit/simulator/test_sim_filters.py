@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from capmaas.simulator import Simulator
-from capmaas.simulator.models import Subnet
+from capmaas_dev.simulator import Simulator
+from capmaas_dev.simulator.models import Subnet
 
 AUTH_METHODS = ("plaintext", "hmac")  # every admin/alice/ladmin test runs with both signatures
 

@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from simtools import SAMPLE, multipart
 
-from capmaas.simulator import Inventory, InventoryError, Simulator
-from capmaas.simulator.forms import FormData, FormError, parse_body, parse_bool
-from capmaas.simulator.inventory import parse_memory, parse_size
+from capmaas_dev.simulator import Inventory, InventoryError, Simulator
+from capmaas_dev.simulator.forms import FormData, FormError, parse_body, parse_bool
+from capmaas_dev.simulator.inventory import parse_memory, parse_size
 
 
 def test_urlencoded_repeated_keys_in_order() -> None:

@@ -16,8 +16,8 @@ import httpx
 import pytest
 from simtools import ADMIN_KEY, ALICE_KEY, BASE, HmacOAuth, client, hmac_client, multipart
 
-from capmaas.simulator import Simulator
-from capmaas.simulator.auth import SignedRequest, split_header
+from capmaas_dev.simulator import Simulator
+from capmaas_dev.simulator.auth import SignedRequest, split_header
 
 CONSUMER, TOKEN, SECRET = ADMIN_KEY.split(":")
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from simtools import ADMIN_KEY, ALICE_KEY, BOB_KEY, client, sid
 
-from capmaas.simulator import Inventory, InventoryError, Simulator
+from capmaas_dev.simulator import Inventory, InventoryError, Simulator
 
 MAC = {n: f"52:54:00:00:00:0{n}" for n in range(1, 7)}
 INVENTORY: dict[str, Any] = {

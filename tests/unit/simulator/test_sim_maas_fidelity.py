@@ -13,9 +13,9 @@ import httpx
 import pytest
 from simtools import ADMIN_KEY, OAuth, client
 
-from capmaas.simulator import Faults, Inventory, Simulator, Timings, serve
-from capmaas.simulator.faults import WriteFault
-from capmaas.simulator.serve import add_arguments, build
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings, serve
+from capmaas_dev.simulator.faults import WriteFault
+from capmaas_dev.simulator.serve import add_arguments, build
 
 SUBNET = {"cidr": "192.0.2.0/24", "name": "testnet1"}
 

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from simtools import ALICE_KEY, client, multipart
 
-from capmaas.simulator import NodeStatus, Simulator
+from capmaas_dev.simulator import NodeStatus, Simulator
 
 AUTH_METHODS = ("plaintext", "hmac")  # every admin/alice/ladmin test runs with both signatures
 

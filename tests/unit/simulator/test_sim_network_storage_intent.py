@@ -12,7 +12,7 @@ import httpx
 import pytest
 from simtools import ADMIN_KEY, ALICE_KEY, BOB_KEY, client, sid
 
-from capmaas.simulator import Inventory, Simulator
+from capmaas_dev.simulator import Inventory, Simulator
 
 INVENTORY: dict[str, Any] = {
     "fabrics": [

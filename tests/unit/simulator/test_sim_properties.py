@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from simtools import ALICE_KEY, client, lxd_sim, sample_sim
 
-from capmaas.simulator import Inventory, NodeStatus, Simulator
-from capmaas.simulator.models import TRANSITIONS
+from capmaas_dev.simulator import Inventory, NodeStatus, Simulator
+from capmaas_dev.simulator.models import TRANSITIONS
 
 OPS = [
     "allocate",

@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from capmaas.simulator import Simulator
+from capmaas_dev.simulator import Simulator
 
 AUTH_METHODS = ("plaintext", "hmac")  # every admin/alice/ladmin test runs with both signatures
 
@@ -298,8 +298,8 @@ async def test_debug_endpoint_counters_and_invariants(sim: Simulator, admin: htt
 def test_check_invariants_detects_corruption(corrupt: str, needle: str) -> None:
     from simtools import lxd_sim
 
-    from capmaas.simulator import NodeStatus
-    from capmaas.simulator.models import StoragePool
+    from capmaas_dev.simulator import NodeStatus
+    from capmaas_dev.simulator.models import StoragePool
 
     sim = lxd_sim()
     state = sim.state

@@ -16,10 +16,10 @@ import httpx
 import pytest
 from simtools import ADMIN_KEY, SAMPLE, OAuth, client, sample_sim
 
-from capmaas.simulator import ConnectionDropped, Faults, Inventory, NodeStatus, Simulator, Timings, serve
-from capmaas.simulator.serve import add_arguments, build, main, parse_generate
+from capmaas_dev.simulator import ConnectionDropped, Faults, Inventory, NodeStatus, Simulator, Timings, serve
+from capmaas_dev.simulator.serve import add_arguments, build, main, parse_generate
 
-serve_mod = importlib.import_module("capmaas.simulator.serve")
+serve_mod = importlib.import_module("capmaas_dev.simulator.serve")
 
 
 class FakeClock:
@@ -297,7 +297,7 @@ def test_capmaas_simulate_subprocess_over_loopback() -> None:
 
 
 def test_bench_runs_and_prints_its_figures(capsys: pytest.CaptureFixture[str]) -> None:
-    from capmaas.simulator import bench
+    from capmaas_dev.simulator import bench
 
     assert bench.main(sizes=(60,), rounds=6) == 0
     out = capsys.readouterr().out

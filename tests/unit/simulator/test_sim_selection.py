@@ -13,8 +13,8 @@ import httpx
 import pytest
 from simtools import ADMIN_KEY, client
 
-from capmaas.simulator import Inventory, Simulator
-from capmaas.simulator.inventory import InventoryError
+from capmaas_dev.simulator import Inventory, Simulator
+from capmaas_dev.simulator.inventory import InventoryError
 
 NVIDIA_A6000 = {
     "vendor_id": "10de",

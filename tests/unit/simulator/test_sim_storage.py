@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from capmaas.simulator import Simulator
+from capmaas_dev.simulator import Simulator
 
 BLOCK_DEVICE_FIELDS = {  # M api/blockdevices.py DISPLAYED_BLOCKDEVICE_FIELDS, plus resource_uri
     "system_id",

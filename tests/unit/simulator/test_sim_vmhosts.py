@@ -6,7 +6,7 @@ import httpx
 import pytest
 from simtools import ADMIN_KEY, ALICE_KEY, client, lxd_sim
 
-from capmaas.simulator import Inventory, Simulator, Timings
+from capmaas_dev.simulator import Inventory, Simulator, Timings
 
 AUTH_METHODS = ("plaintext", "hmac")  # every admin/alice/ladmin test runs with both signatures
 
@@ -212,7 +212,11 @@ async def test_vm_host_ops(ladmin: httpx.AsyncClient) -> None:
         "project": "default",
     }
     r = await ladmin.post("vm-hosts/1/", params={"op": "add_tag"}, data={"tag": "gold"})
-    assert r.json()["tags"] == ["lxd", "capmaas-shared", "gold"]  # examples/inventory-lxd.yaml's, + gold
+    assert r.json()["tags"] == [
+        "lxd",
+        "capmaas-shared",
+        "gold",
+    ]  # tools/src/capmaas_dev/simulator/inventories/lxd.yaml's, + gold
     r = await ladmin.post("vm-hosts/1/", params={"op": "remove_tag"}, data={"tag": "lxd"})
     assert r.json()["tags"] == ["capmaas-shared", "gold"]
     r = await ladmin.post("vm-hosts/1/", params={"op": "add_tag"}, data={"tag": "a,b"})

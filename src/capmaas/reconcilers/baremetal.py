@@ -55,7 +55,7 @@ from capmaas.api.v1beta1 import (
 )
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import addresses, facts, layout, vmhost
-from capmaas.reconcilers.credentials import maas_failure
+from capmaas.reconcilers.credentials import maas_step
 from capmaas.reconcilers.errors import TerminalError, TransientError
 from capmaas.reconcilers.keys import (
     AGENT_NAME,
@@ -73,7 +73,7 @@ from capmaas.reconcilers.keys import (
     ZONE_SOURCE,
     provider_id,
 )
-from capmaas.reconcilers.lifecycle import SHARED_STATES, Lifecycle
+from capmaas.reconcilers.lifecycle import Lifecycle
 from capmaas.reconcilers.ports import MaasPort
 from capmaas.reconcilers.scope import MachineScope, Requeue, wire_name
 from capmaas.reconcilers.spread import Asking, ZoneSpread
@@ -82,11 +82,6 @@ _FAILURE_DOMAIN = wire_name(MaasMachineSpec, "failure_domain")  # read off sibli
 #: MAAS power type of composed LXD VMs: a bare-metal allocate never takes one (they are Ready between
 #: commissioning and their own allocate).
 LXD_POWER_TYPE = "lxd"
-RELEASED = frozenset({maas.NodeStatus.READY, maas.NodeStatus.NEW, maas.NodeStatus.BROKEN})
-IN_PROGRESS = frozenset({maas.NodeStatus.RELEASING, maas.NodeStatus.DISK_ERASING})
-_NOT_OURS = frozenset(
-    {maas.NodeStatus.READY, maas.NodeStatus.NEW, maas.NodeStatus.RELEASING, maas.NodeStatus.DISK_ERASING}
-)
 
 
 def agent_name(scope: MachineScope) -> str:
@@ -178,10 +173,8 @@ class BareMetal:
         life = self.life
         agent = agent_name(scope)
         if marked := scope.annotation(ALLOCATING):
-            try:
+            with maas_step("looking up an earlier allocation"):
                 found = await port.find_by_agent(agent)
-            except maas_errors.MaasError as exc:
-                raise maas_failure(exc, None, "looking up an earlier allocation") from exc
             if found:
                 return await self._adopt(scope, port, found)
             left = self._in_doubt(marked)
@@ -202,49 +195,50 @@ class BareMetal:
         scope.set_annotation(AGENT_NAME, agent)  # same patch: survives a move with the allocate in doubt
         await scope.flush()
         started = life.clock()
-        try:
-            if source == ZONE_FROM_OPERATOR:
-                m, constraints = await self.spread.allocate(
-                    port,
-                    self._asking(scope, port, constraints),
-                    constraints,
-                    agent_name=agent,
-                    comment=f"capmaas {scope.key}",
-                )
-            else:
-                m = await port.allocate(constraints, agent_name=agent, comment=f"capmaas {scope.key}")
-        except maas_errors.NoMachineAvailableError as exc:
-            scope.set_annotation(ALLOCATING, None)
-            failures = int(scope.annotation(FAILURES) or 0) + 1
-            scope.set_annotation(FAILURES, str(failures))
-            # Every pass until then ends before MAAS (see _backing_off): a wake-up from a CAPI Machine or
-            # MaasCluster update within the backoff sends no allocate.
-            delay = life.backoff(failures - 1)
-            # With the spec's generation: a spec edit (smaller sizes, another pool) ends the backoff at once.
-            scope.set_annotation(ALLOCATE_AFTER, f"{life.clock() + delay:.3f}@{scope.generation}")
-            msg = self._no_machine(constraints, source, facts.maas_text(exc.body))
-            if (which := port.explain_empty(scope.want, constraints.zone)) is not None:
-                msg = f"{msg}; {which}"
-            if failures == 1:  # one Event per streak; the condition stays current
-                scope.event("Warning", C.NO_MACHINE_AVAILABLE_REASON, msg)
-            raise TransientError(C.NO_MACHINE_AVAILABLE_REASON, msg, delay=delay) from exc
-        except maas_errors.BadRequestError as exc:
-            # MAAS's form refused a constraint (unknown tag or architecture, a malformed devices/interfaces/
-            # storage value): nothing was allocated. Its own words name the field; retried with the backoff
-            # of an empty pool, as an admin may add the tag or import the architecture's image.
-            scope.set_annotation(ALLOCATING, None)
-            failures = int(scope.annotation(FAILURES) or 0) + 1
-            scope.set_annotation(FAILURES, str(failures))
-            delay = life.backoff(failures - 1)
-            scope.set_annotation(ALLOCATE_AFTER, f"{life.clock() + delay:.3f}@{scope.generation}")
-            said = facts.maas_text(exc.body, 400)
-            msg = f"MAAS refused the allocate constraints ({facts.describe(constraints)}): {said}"
-            if failures == 1:
-                scope.event("Warning", C.CONSTRAINTS_REFUSED_REASON, msg)
-            raise TransientError(C.CONSTRAINTS_REFUSED_REASON, msg, delay=delay) from exc
-        except maas_errors.MaasError as exc:
-            # The allocate may or may not have happened: keep the annotation, so the next pass looks first.
-            raise maas_failure(exc, None, "allocating") from exc
+        # An allocate that may or may not have happened keeps the annotation: the next pass looks first.
+        with maas_step("allocating"):
+            try:
+                if source == ZONE_FROM_OPERATOR:
+                    m, constraints = await self.spread.allocate(
+                        port,
+                        self._asking(scope, port, constraints),
+                        constraints,
+                        agent_name=agent,
+                        comment=f"capmaas {scope.key}",
+                    )
+                else:
+                    m = await port.allocate(constraints, agent_name=agent, comment=f"capmaas {scope.key}")
+            except maas_errors.NoMachineAvailableError as exc:
+                scope.set_annotation(ALLOCATING, None)
+                failures = int(scope.annotation(FAILURES) or 0) + 1
+                scope.set_annotation(FAILURES, str(failures))
+                # Every pass until then ends before MAAS (see _backing_off): a wake-up from a CAPI Machine or
+                # MaasCluster update within the backoff sends no allocate.
+                delay = life.backoff(failures - 1)
+                # With the spec's generation: a spec edit (smaller sizes, another pool) ends the backoff at
+                # once.
+                scope.set_annotation(ALLOCATE_AFTER, f"{life.clock() + delay:.3f}@{scope.generation}")
+                msg = self._no_machine(constraints, source, facts.maas_text(exc.body))
+                if (which := port.explain_empty(scope.want, constraints.zone)) is not None:
+                    msg = f"{msg}; {which}"
+                if failures == 1:  # one Event per streak; the condition stays current
+                    scope.event("Warning", C.NO_MACHINE_AVAILABLE_REASON, msg)
+                raise TransientError(C.NO_MACHINE_AVAILABLE_REASON, msg, delay=delay) from exc
+            except maas_errors.BadRequestError as exc:
+                # MAAS's form refused a constraint (unknown tag or architecture, a malformed devices/
+                # interfaces/storage value): nothing was allocated. Its own words name the field; retried
+                # with the backoff of an empty pool, as an admin may add the tag or import the architecture's
+                # image.
+                scope.set_annotation(ALLOCATING, None)
+                failures = int(scope.annotation(FAILURES) or 0) + 1
+                scope.set_annotation(FAILURES, str(failures))
+                delay = life.backoff(failures - 1)
+                scope.set_annotation(ALLOCATE_AFTER, f"{life.clock() + delay:.3f}@{scope.generation}")
+                said = facts.maas_text(exc.body, 400)
+                msg = f"MAAS refused the allocate constraints ({facts.describe(constraints)}): {said}"
+                if failures == 1:
+                    scope.event("Warning", C.CONSTRAINTS_REFUSED_REASON, msg)
+                raise TransientError(C.CONSTRAINTS_REFUSED_REASON, msg, delay=delay) from exc
         life.recorder.allocation_duration(life.clock() - started)
         scope.set_status(attempts=attempts + 1)
         self._record(scope, m, source)
@@ -287,21 +281,20 @@ class BareMetal:
         """Release machines held under our agent name that the MaasMachine does not record (a second allocate
         after a lost answer), with a Warning Event each."""
         for x in extra:
-            if x.status in RELEASED or x.status in IN_PROGRESS:
+            if x.status.released or x.status.releasing:
                 continue
-            try:
-                await port.release(
-                    x.system_id,
-                    erase=bool(opts.erase),
-                    secure_erase=bool(opts.secure_erase),
-                    quick_erase=bool(opts.quick_erase),
-                    comment=f"capmaas {scope.key}: second machine under one agent name",
-                    scripts=opts.scripts or (),
-                )
-            except maas_errors.NotFoundError:
-                continue
-            except maas_errors.MaasError as exc:
-                raise maas_failure(exc, None, f"releasing extra machine {x.system_id}") from exc
+            with maas_step(f"releasing extra machine {x.system_id}"):
+                try:
+                    await port.release(
+                        x.system_id,
+                        erase=bool(opts.erase),
+                        secure_erase=bool(opts.secure_erase),
+                        quick_erase=bool(opts.quick_erase),
+                        comment=f"capmaas {scope.key}: second machine under one agent name",
+                        scripts=opts.scripts or (),
+                    )
+                except maas_errors.NotFoundError:
+                    continue
             scope.event(
                 "Warning",
                 "ExtraMachineReleased",
@@ -311,10 +304,8 @@ class BareMetal:
 
     async def _held(self, scope: MachineScope, port: MaasPort, doing: str) -> Sequence[maas.Machine]:
         """The machines MAAS shows held under this object's agent name (the ownership test)."""
-        try:
+        with maas_step(doing):
             return await port.find_by_agent(agent_name(scope))
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, doing) from exc
 
     async def _holds(self, scope: MachineScope, port: MaasPort, sid: str) -> bool:
         return sid in {m.system_id for m in await self._held(scope, port, f"checking who holds {sid}")}
@@ -432,7 +423,7 @@ class BareMetal:
         scope.set_status(provisioning_mode=self.mode)
         if m.status == S.ALLOCATED and (scope.want.addresses or layout.wanted(scope)):
             return await self._prepare(scope, port, m)
-        if m.status in SHARED_STATES:
+        if m.status.deploy_path:  # the shared lifecycle's
             return None
         if m.status == S.FAILED_DEPLOYMENT:
             why = m.error_description or "Failed deployment"
@@ -440,7 +431,7 @@ class BareMetal:
         if m.status == S.BROKEN:
             why = m.error_description or "Broken"
             return await self.give_back(scope, port, m.system_id, C.MACHINE_BROKEN_REASON, why)
-        if m.status in _NOT_OURS or m.owner is None:
+        if m.status.let_go or m.owner is None:
             # Released behind our back: it is no longer ours. Allocate another.
             return await self.give_back(
                 scope, port, m.system_id, C.MACHINE_NOT_FOUND_REASON, "released in MAAS"
@@ -503,22 +494,23 @@ class BareMetal:
             # No memory skips the lookup before a release or mark-broken: not held for us, nothing sent.
             held = False
             scope.event("Warning", "MachineNotOurs", f"MAAS machine {sid} is not held for us; nothing sent")
-        try:
-            await addresses.unpin(scope, port, m if held else None)  # MAAS left clean for the next user
-            if not held:
-                await layout.undo(scope, port, None)
-            elif broken:
-                # mark_broken releases it *and* keeps it out of the pool, so it is not handed to us again;
-                # a Broken server's interfaces may be edited (not a Deploying/Failed one's): undo after.
-                await port.mark_broken(sid, comment=f"capmaas {scope.key}: {reason}: {why}")
-                await self._undo_or_say(scope, port, m)
-            else:
-                await self._undo_or_say(scope, port, m)
-                await port.release(sid, erase=False, secure_erase=False, quick_erase=False, comment=reason)
-        except maas_errors.NotFoundError:
-            pass
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"releasing failed machine {sid}") from exc
+        with maas_step(f"releasing failed machine {sid}"):
+            try:
+                await addresses.unpin(scope, port, m if held else None)  # MAAS left clean for the next user
+                if not held:
+                    await layout.undo(scope, port, None)
+                elif broken:
+                    # mark_broken releases it *and* keeps it out of the pool, so it is not handed to us again;
+                    # a Broken server's interfaces may be edited (not a Deploying/Failed one's): undo after.
+                    await port.mark_broken(sid, comment=f"capmaas {scope.key}: {reason}: {why}")
+                    await self._undo_or_say(scope, port, m)
+                else:
+                    await self._undo_or_say(scope, port, m)
+                    await port.release(
+                        sid, erase=False, secure_erase=False, quick_erase=False, comment=reason
+                    )
+            except maas_errors.NotFoundError:
+                pass
         self._forget(scope, port, sid)
         if attempts >= self.life.settings.max_deploy_attempts:
             await scope.flush()
@@ -547,23 +539,22 @@ class BareMetal:
         next pass finds it held and Allocated, undoes the layout and releases it again. If another user got
         it first, say so: its bonds and VLANs stay (MAAS offers no other way)."""
         left = layout.made_names(scope)
-        try:
-            await port.allocate(
-                maas.AllocateConstraints(system_id=sid, not_pod_type=(LXD_POWER_TYPE,)),
-                agent_name=agent_name(scope),
-                comment=f"capmaas {scope.key}: removing {', '.join(left)}",
-            )
-        except (maas_errors.NoMachineAvailableError, maas_errors.ConflictError) as exc:
-            port.unwatch(sid)
-            scope.set_annotation(LAYOUT_MADE, None)
-            scope.event(
-                "Warning",
-                "LayoutLeftOnServer",
-                f"MAAS machine {sid} was taken before capmaas could remove {', '.join(left)} ({exc})",
-            )
-            return self.life.finished(scope)
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"taking {sid} back to remove its layout") from exc
+        with maas_step(f"taking {sid} back to remove its layout"):
+            try:
+                await port.allocate(
+                    maas.AllocateConstraints(system_id=sid, not_pod_type=(LXD_POWER_TYPE,)),
+                    agent_name=agent_name(scope),
+                    comment=f"capmaas {scope.key}: removing {', '.join(left)}",
+                )
+            except (maas_errors.NoMachineAvailableError, maas_errors.ConflictError) as exc:
+                port.unwatch(sid)
+                scope.set_annotation(LAYOUT_MADE, None)
+                scope.event(
+                    "Warning",
+                    "LayoutLeftOnServer",
+                    f"MAAS machine {sid} was taken before capmaas could remove {', '.join(left)} ({exc})",
+                )
+                return self.life.finished(scope)
         scope.set_deletion(C.RELEASING_REASON, f"{sid}: taken back to remove {', '.join(left)}")
         return Requeue(0.0)
 
@@ -583,10 +574,8 @@ class BareMetal:
     async def _still_ours(self, scope: MachineScope, port: MaasPort, sid: str) -> maas.Machine | None:
         """After an interrupted replacement: the machine if MAAS still holds it under our agent name, else
         None (given back already, and maybe someone else's by now: not to be touched)."""
-        try:
+        with maas_step("checking an interrupted replacement"):
             found = await port.find_by_agent(agent_name(scope))
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, "checking an interrupted replacement") from exc
         return next((m for m in found if m.system_id == sid), None)
 
     # --- delete ------------------------------------------------------------------------------------------
@@ -616,12 +605,12 @@ class BareMetal:
             return Requeue()
         if m is not None and m.status == maas.NodeStatus.READY and scope.annotation(LAYOUT_MADE):
             return await self._clean_after_release(scope, port, sid)
-        if m is None or m.status in RELEASED or (m.owner is None and m.status not in IN_PROGRESS):
+        if m is None or m.status.released or (m.owner is None and not m.status.releasing):
             port.unwatch(sid)
             scope.event("Normal", "MachineReleased", f"MAAS machine {sid} released")
             return self.life.finished(scope)
         scope.set_status(machine_state=m.status_name or m.status.name)
-        if m.status in IN_PROGRESS:
+        if m.status.releasing:
             scope.set_deletion(C.RELEASING_REASON, f"{sid}: {m.status_name}")
             return Requeue()
         if (hosting := await vmhost.clear_for_release(scope, port, m, agent_name(scope))) is not None:
@@ -629,10 +618,9 @@ class BareMetal:
         opts = scope.want.release_options or ReleaseOptions()
         # The ownership test, once, right before the only MAAS write of a deletion: spec.systemID is just a
         # field of an object someone created; MAAS must show the machine held under this object's agent name.
-        try:  # shared with the other deletions under way (one list call for many)
+        # Shared with the other deletions under way (one list call for many).
+        with maas_step(f"checking who holds {sid}"):
             held = await port.find_for_release(agent_name(scope), sid)
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"checking who holds {sid}") from exc
         if sid not in {m.system_id for m in held}:
             port.unwatch(sid)
             scope.event(
@@ -648,35 +636,35 @@ class BareMetal:
         await addresses.unpin(scope, port, m)  # proven ours above: its pins go before the release
         # The bonds and VLANs capmaas made, now if MAAS allows (not while Deployed: then after the release).
         await layout.undo(scope, port, m)
-        try:
-            await port.release(
-                sid,
-                erase=bool(opts.erase),
-                secure_erase=bool(opts.secure_erase),
-                quick_erase=bool(opts.quick_erase),
-                comment=f"capmaas {scope.key} deleted",
-                scripts=opts.scripts or (),
-                force=bool(opts.force),
-            )
-        except maas_errors.NotFoundError:
-            return self.life.finished(scope)
-        except maas_errors.ConflictError as exc:
-            scope.set_deletion(C.RELEASING_REASON, f"{sid}: release refused: {exc}")
-            return Requeue(30.0)
-        except maas_errors.BadRequestError as exc:
-            if exc.field_errors and exc.hosted_vm_hosts is None:
-                # The release form itself (spec.releaseOptions): a person must fix it; the machine stays held.
-                msg = (
-                    f"MAAS refused to release {sid} with spec.releaseOptions: "
-                    f"{facts.refusal_text(exc.field_errors)}; the machine stays held until they are fixed"
+        with maas_step(f"releasing {sid}"):
+            try:
+                await port.release(
+                    sid,
+                    erase=bool(opts.erase),
+                    secure_erase=bool(opts.secure_erase),
+                    quick_erase=bool(opts.quick_erase),
+                    comment=f"capmaas {scope.key} deleted",
+                    scripts=opts.scripts or (),
+                    force=bool(opts.force),
                 )
-                if scope.condition_reason(C.READY_CONDITION) != C.RELEASE_REFUSED_REASON:
-                    scope.event("Warning", C.RELEASE_REFUSED_REASON, msg)
-                scope.set_deletion(C.RELEASE_REFUSED_REASON, msg)
-                return Requeue(RELEASE_REFUSED_RETRY)
-            raise maas_failure(exc, None, f"releasing {sid}") from exc
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"releasing {sid}") from exc
+            except maas_errors.NotFoundError:
+                return self.life.finished(scope)
+            except maas_errors.ConflictError as exc:
+                scope.set_deletion(C.RELEASING_REASON, f"{sid}: release refused: {exc}")
+                return Requeue(30.0)
+            except maas_errors.BadRequestError as exc:
+                if exc.field_errors and exc.hosted_vm_hosts is None:
+                    # The release form itself (spec.releaseOptions): a person must fix it; the machine stays
+                    # held.
+                    msg = (
+                        f"MAAS refused to release {sid} with spec.releaseOptions: "
+                        f"{facts.refusal_text(exc.field_errors)}; the machine stays held until they are fixed"
+                    )
+                    if scope.condition_reason(C.READY_CONDITION) != C.RELEASE_REFUSED_REASON:
+                        scope.event("Warning", C.RELEASE_REFUSED_REASON, msg)
+                    scope.set_deletion(C.RELEASE_REFUSED_REASON, msg)
+                    return Requeue(RELEASE_REFUSED_RETRY)
+                raise
         # No Event for the request itself: the condition says it, and MachineReleased follows when MAAS
         # confirms (one Event fewer per machine lifecycle).
         scope.set_deletion(C.RELEASING_REASON, f"{sid}: release requested")

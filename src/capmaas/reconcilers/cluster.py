@@ -48,7 +48,13 @@ from capmaas.api.v1beta1 import (
 )
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import facts, identity
-from capmaas.reconcilers.credentials import connect_ref, effective_ref, maas_failure, transport_security
+from capmaas.reconcilers.credentials import (
+    connect_ref,
+    effective_ref,
+    maas_failure,
+    maas_step,
+    transport_security,
+)
 from capmaas.reconcilers.errors import ReconcileError, TransientError
 from capmaas.reconcilers.handoff import Handoff
 from capmaas.reconcilers.keys import (
@@ -75,7 +81,6 @@ from capmaas.reconcilers.tenancy import Tenancy
 
 DEFAULT_API_PORT = 6443
 RUNNING_STATES = frozenset({"Deployed", "Deploying"})
-RUNNING_MAAS_STATES = frozenset({maas.NodeStatus.DEPLOYED, maas.NodeStatus.DEPLOYING})
 #: Seconds between looks (at the watch cache, no API call) of a deleting MaasCluster for its MaasMachines.
 DELETE_RECHECK_SECONDS = 5.0
 
@@ -223,7 +228,7 @@ def control_plane(
         m = snapshot(str(sid))
         interfaces: list[ps.InterfaceAddresses] | None = None
         if m is not None:
-            running = m.status in RUNNING_MAAS_STATES and m.power_state != maas.PowerState.OFF
+            running = m.status.running and m.power_state != maas.PowerState.OFF
             addresses = _addresses(facts.addresses(m))
             interfaces = [
                 ps.InterfaceAddresses(i.name, i.tags, tuple(a.ip_address for a in i.links if a.ip_address))
@@ -357,11 +362,9 @@ class ClusterReconciler:
         reason = C.FAILURE_DOMAINS_FROM_SPEC_REASON
         message = ", ".join(names)
         if not names:
-            try:
+            with maas_step("listing zones"):
                 zones = await port.zones()
                 used = set(await port.zones_in_use())
-            except maas_errors.MaasError as exc:
-                raise maas_failure(exc, None, "listing zones") from exc
             reason = C.FAILURE_DOMAINS_FROM_MAAS_REASON
             names = [z for z in zones if z in used]
             empty = [z for z in zones if z not in used]
@@ -686,7 +689,7 @@ class ClusterReconciler:
         port = await self._connect(scope, effective_ref(scope.body))
         if port is None:  # the record came from another identity: forgotten, nothing sent
             return
-        try:
+        with maas_step(f"deleting DNS record {fqdn}"):
             record = await port.dns_find(fqdn)
             if record is not None and (adopt or (owned is not None and record.id == owned.id)):
                 await port.dns_delete(record.id)
@@ -703,5 +706,3 @@ class ClusterReconciler:
                     f"{fqdn} (MAAS id {record.id}) is not the record capmaas created; left alone",
                 )
             self._dns.pop(scope.uid, None)
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"deleting DNS record {fqdn}") from exc

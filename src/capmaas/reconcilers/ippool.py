@@ -40,8 +40,7 @@ from capmaas import maas
 from capmaas.api import conditions as C
 from capmaas.api.ip_pools import InvalidPoolAddresses, PoolAddresses, parse_pool
 from capmaas.api.v1beta1 import GROUP, MaasIPPoolSpec
-from capmaas.maas import errors as maas_errors
-from capmaas.reconcilers.credentials import DEFAULT_REF, SECRET_REF_PREFIX, connect_ref, maas_failure
+from capmaas.reconcilers.credentials import DEFAULT_REF, SECRET_REF_PREFIX, connect_ref, maas_step
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.handoff import cluster_paused
 from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL, PAUSED_ANNOTATION
@@ -469,11 +468,9 @@ class PoolReconciler:
     async def _check(
         self, port: MaasPort, spec: MaasIPPoolSpec, parsed: PoolAddresses, generation: int, name: str
     ) -> MaasFacts:
-        try:
+        with maas_step(f"checking MaasIPPool {name}"):
             subnets = await port.subnets()
             ranges = await port.ip_ranges()
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"checking MaasIPPool {name}") from exc
         problem, subnet, warning = check_against_maas(spec, parsed, subnets, ranges)
         gateway = spec.gateway or (subnet.gateway_ip if subnet is not None else None) or None
         prefix = (

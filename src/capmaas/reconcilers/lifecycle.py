@@ -21,7 +21,7 @@ from capmaas import backoff, maas
 from capmaas.api import conditions as C
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import facts, identity, vmhost
-from capmaas.reconcilers.credentials import maas_failure
+from capmaas.reconcilers.credentials import maas_step
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.keys import (
     CONTROL_PLANE_LABEL,
@@ -34,8 +34,6 @@ from capmaas.reconcilers.ports import KubePort, MaasPort, NodePatchResult, Recor
 from capmaas.reconcilers.scope import MachineScope, Requeue
 from capmaas.reconcilers.tenancy import Tenancy
 
-#: MAAS states the shared lifecycle handles; a provisioner's ``follow`` handles the others first.
-SHARED_STATES = frozenset({maas.NodeStatus.ALLOCATED, maas.NodeStatus.DEPLOYING, maas.NodeStatus.DEPLOYED})
 #: Deploy form errors about the machine, not our request ("Node must be configured to use a network"): that
 #: machine is marked broken and another one tried. Any other field names our request (image, kernel, user
 #: data): no machine would take it.
@@ -279,22 +277,21 @@ class Lifecycle:
         spec = scope.want
         if not await self.confirm(p, scope, port, m.system_id, "deploying it"):
             return Requeue(0.0)
-        try:
-            new = await port.deploy(
-                m.system_id,
-                user_data=data["value"],
-                distro_series=facts.distro_series(spec.image),
-                hwe_kernel=spec.hwe_kernel,
-                ephemeral_deploy=bool(spec.deploy_in_memory),
-                comment=f"capmaas {scope.key}",
-                register_vmhost=facts.registers_vm_host(spec, scope.maascluster),
-            )
-        except maas_errors.ConflictError as exc:
-            raise TransientError(C.MACHINE_DEPLOYING_REASON, f"deploy refused: {exc}", delay=5) from exc
-        except maas_errors.BadRequestError as exc:
-            return await self.refused(p, scope, port, m.system_id, exc)
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"deploying {p.describe(m.system_id)}") from exc
+        with maas_step(f"deploying {p.describe(m.system_id)}"):
+            try:
+                new = await port.deploy(
+                    m.system_id,
+                    user_data=data["value"],
+                    distro_series=facts.distro_series(spec.image),
+                    hwe_kernel=spec.hwe_kernel,
+                    ephemeral_deploy=bool(spec.deploy_in_memory),
+                    comment=f"capmaas {scope.key}",
+                    register_vmhost=facts.registers_vm_host(spec, scope.maascluster),
+                )
+            except maas_errors.ConflictError as exc:
+                raise TransientError(C.MACHINE_DEPLOYING_REASON, f"deploy refused: {exc}", delay=5) from exc
+            except maas_errors.BadRequestError as exc:
+                return await self.refused(p, scope, port, m.system_id, exc)
         if not scope.deploy_stamped:
             scope.set_annotation(DEPLOY_STARTED, str(self.clock()))
         scope.set_annotation(FAILURES, None)
@@ -345,12 +342,10 @@ class Lifecycle:
             if self.clock() - last >= self.settings.power_on_retry:
                 if not await self.confirm(p, scope, port, m.system_id, "powering it on"):
                     return Requeue(0.0)
-                try:
+                with maas_step("powering on"):
                     await port.power_on(
                         m.system_id, comment=f"capmaas {scope.key}: powered off while deployed"
                     )
-                except maas_errors.MaasError as exc:
-                    raise maas_failure(exc, None, "powering on") from exc
                 self._power_on_sent[m.system_id] = self.clock()
                 scope.event("Warning", "MachinePoweredOff", f"{msg}; power on requested")
             return Requeue(self.settings.power_on_retry)

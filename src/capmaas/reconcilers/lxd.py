@@ -33,7 +33,7 @@ from capmaas.api import conditions as C
 from capmaas.api.v1beta1 import PROVISIONING_MODE_LXD, VMResourceUsage
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import facts, identity
-from capmaas.reconcilers.credentials import maas_failure
+from capmaas.reconcilers.credentials import maas_step
 from capmaas.reconcilers.errors import TerminalError, TransientError
 from capmaas.reconcilers.keys import (
     AGENT_NAME,
@@ -69,15 +69,6 @@ MAX_COMPOSE_TRIES = 3
 MAX_NO_FIT_DELAY = 30.0
 #: Seconds after a delete before asking MAAS again if the VM still shows up.
 DECOMPOSE_RECHECK = 30.0
-_CREATING = frozenset({maas.NodeStatus.NEW, maas.NodeStatus.COMMISSIONING, maas.NodeStatus.TESTING})
-_FAILED = frozenset(
-    {
-        maas.NodeStatus.FAILED_COMMISSIONING,
-        maas.NodeStatus.FAILED_TESTING,
-        maas.NodeStatus.FAILED_DEPLOYMENT,
-        maas.NodeStatus.BROKEN,
-    }
-)
 
 
 def _project(scope: MachineScope) -> str:
@@ -193,10 +184,8 @@ class Lxd:
 
     async def _adopt(self, scope: MachineScope, port: MaasPort, hostname: str) -> str | None:
         """The VM an earlier pass composed under our hostname, recorded as ours; None when there is none."""
-        try:
+        with maas_step(f"looking up VM {hostname}"):
             found = await port.find_by_hostname(hostname)
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"looking up VM {hostname}") from exc
         if not found:
             return None
         m = found[0]
@@ -223,14 +212,13 @@ class Lxd:
         self.placer.book(endpoint).composed(scope.uid, at=self.placer.clock())
 
     async def _listing(self, scope: MachineScope, port: MaasPort, fresh: bool) -> Listing:
-        try:
-            return await self.placer.listing(port.endpoint, port, fresh=fresh)
-        except maas_errors.GoneError as exc:
-            err = _gone_error(exc, port.endpoint)
-            scope.set_condition(C.LXD_HOST_SELECTED_CONDITION, False, err.reason, err.message)
-            raise err from exc
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, "listing VM hosts") from exc
+        with maas_step("listing VM hosts"):
+            try:
+                return await self.placer.listing(port.endpoint, port, fresh=fresh)
+            except maas_errors.GoneError as exc:
+                err = _gone_error(exc, port.endpoint)
+                scope.set_condition(C.LXD_HOST_SELECTED_CONDITION, False, err.reason, err.message)
+                raise err from exc
 
     async def _place_and_compose(self, scope: MachineScope, port: MaasPort) -> str:
         hostname = vm_hostname(scope.name, scope.uid)
@@ -347,35 +335,34 @@ class Lxd:
             zone=host.zone.id if host.zone else None,
             pool=host.pool.id if host.pool else None,
         )
-        try:
-            composed = await port.compose(p.host_id, request)
-        except (maas_errors.ServiceUnavailableError, maas_errors.NotFoundError) as exc:
-            book.release(scope.uid)
-            gone = isinstance(exc, maas_errors.NotFoundError)
-            refused[p.host_id] = "the host is gone" if gone else _short(exc)
-            scope.set_annotation(COMPOSING, None)
-            scope.event(
-                "Warning", "VMComposeRefused", f"{p.host_name}: {refused[p.host_id]}; trying another host"
-            )
-            return None
-        except maas_errors.GoneError as exc:
-            book.release(scope.uid)
-            scope.set_annotation(COMPOSING, None)
-            raise _gone_error(exc, port.endpoint) from exc
-        except maas_errors.BadRequestError as exc:
-            if "hostname" in exc.field_errors or "already exists" in exc.body:
-                adopted = await self._adopt(scope, port, hostname)
-                if adopted:
-                    return adopted
-            book.release(scope.uid)
-            scope.set_annotation(COMPOSING, None)
-            message = f"MAAS refused to compose on {p.host_name}: {_short(exc)}"
-            scope.set_condition(C.LXD_VM_CREATED_CONDITION, False, C.VM_COMPOSE_FAILED_REASON, message)
-            raise TerminalError(C.VM_COMPOSE_FAILED_REASON, message) from exc
-        except maas_errors.MaasError as exc:
-            # It may have happened: keep the annotation (the next pass looks the hostname up) and the
-            # reservation.
-            raise maas_failure(exc, None, f"composing on {p.host_name}") from exc
+        # A compose that may have happened keeps the annotation (the next pass looks the hostname up) and
+        # the reservation.
+        with maas_step(f"composing on {p.host_name}"):
+            try:
+                composed = await port.compose(p.host_id, request)
+            except (maas_errors.ServiceUnavailableError, maas_errors.NotFoundError) as exc:
+                book.release(scope.uid)
+                gone = isinstance(exc, maas_errors.NotFoundError)
+                refused[p.host_id] = "the host is gone" if gone else _short(exc)
+                scope.set_annotation(COMPOSING, None)
+                scope.event(
+                    "Warning", "VMComposeRefused", f"{p.host_name}: {refused[p.host_id]}; trying another host"
+                )
+                return None
+            except maas_errors.GoneError as exc:
+                book.release(scope.uid)
+                scope.set_annotation(COMPOSING, None)
+                raise _gone_error(exc, port.endpoint) from exc
+            except maas_errors.BadRequestError as exc:
+                if "hostname" in exc.field_errors or "already exists" in exc.body:
+                    adopted = await self._adopt(scope, port, hostname)
+                    if adopted:
+                        return adopted
+                book.release(scope.uid)
+                scope.set_annotation(COMPOSING, None)
+                message = f"MAAS refused to compose on {p.host_name}: {_short(exc)}"
+                scope.set_condition(C.LXD_VM_CREATED_CONDITION, False, C.VM_COMPOSE_FAILED_REASON, message)
+                raise TerminalError(C.VM_COMPOSE_FAILED_REASON, message) from exc
         scope.set_status(attempts=scope.attempts + 1)
         self._record(scope, port.endpoint, composed.system_id, zone=p.zone, host=p.host_name)
         scope.set_status(
@@ -409,10 +396,10 @@ class Lxd:
                     allocated_disk=round(m.storage / 1000),
                 )
             )
-        if m.status in _CREATING:
+        if m.status.commissioning:
             _creating(scope, f"{m.system_id}: {m.status_name or m.status.name}")
             return Requeue()
-        if m.status in _FAILED:
+        if m.status.failed:
             why = m.error_description or m.status_name or m.status.name
             return await self._start_over(scope, port, m.system_id, C.DEPLOYMENT_FAILED_REASON, why=why)
         scope.set_condition(
@@ -441,10 +428,8 @@ class Lxd:
             return True
         recorded = scope.annotation(AGENT_NAME)
         for agent in dict.fromkeys(a for a in (scope.uid, recorded) if a):
-            try:
+            with maas_step("checking who holds the VM"):
                 mine = {x.system_id for x in await port.find_by_agent(agent)}
-            except maas_errors.MaasError as exc:
-                raise maas_failure(exc, None, "checking who holds the VM") from exc
             if m.system_id in mine:
                 self.placer.allocated.add((port.identity, scope.uid, m.system_id))
                 scope.set_annotation(AGENT_NAME, agent)
@@ -459,34 +444,31 @@ class Lxd:
         decompose, and when nothing in this process proved ``sid`` ours through the current identity."""
         recorded = scope.annotation(AGENT_NAME)
         for agent in dict.fromkeys(a for a in (scope.uid, recorded) if a):
-            try:
+            with maas_step(f"checking who holds VM {sid}"):
                 held = {x.system_id for x in await port.find_by_agent(agent)}
-            except maas_errors.MaasError as exc:
-                raise maas_failure(exc, None, f"checking who holds VM {sid}") from exc
             if sid in held:
                 return True
-        try:
+        with maas_step(f"checking who composed VM {sid}"):
             composed = await port.find_by_hostname(vm_hostname(scope.name, scope.uid))
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"checking who composed VM {sid}") from exc
         return any(x.system_id == sid and x.owner is None for x in composed)
 
     async def _allocate(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue:
         """Take the commissioned VM by system ID under our UID, ours like an allocated bare-metal machine."""
-        try:
-            new = await port.allocate(
-                maas.AllocateConstraints(system_id=m.system_id),
-                agent_name=scope.uid,
-                comment=f"capmaas {scope.key}",
-            )
-        except maas_errors.ConflictError as exc:
-            if await self._ours(scope, port, m):
-                return Requeue(0.0)
-            raise TransientError(
-                C.MACHINE_ALLOCATED_REASON, f"{m.system_id}: allocate refused ({exc}); retrying", delay=5.0
-            ) from exc
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"allocating VM {m.system_id}") from exc
+        with maas_step(f"allocating VM {m.system_id}"):
+            try:
+                new = await port.allocate(
+                    maas.AllocateConstraints(system_id=m.system_id),
+                    agent_name=scope.uid,
+                    comment=f"capmaas {scope.key}",
+                )
+            except maas_errors.ConflictError as exc:
+                if await self._ours(scope, port, m):
+                    return Requeue(0.0)
+                raise TransientError(
+                    C.MACHINE_ALLOCATED_REASON,
+                    f"{m.system_id}: allocate refused ({exc}); retrying",
+                    delay=5.0,
+                ) from exc
         self.placer.allocated.add((port.identity, scope.uid, new.system_id))
         scope.set_annotation(AGENT_NAME, scope.uid)
         self.life.proved(scope, port, new.system_id)
@@ -509,10 +491,8 @@ class Lxd:
             own = False  # no memory skips the lookup before a decompose: not ours, nothing sent
             scope.event("Warning", "VMNotOurs", f"VM {sid} is not held for this MaasMachine; not decomposed")
         if own:
-            try:
+            with maas_step(f"decomposing failed VM {sid}"):
                 await port.delete_machine(sid)
-            except maas_errors.MaasError as exc:
-                raise maas_failure(exc, None, f"decomposing failed VM {sid}") from exc
             self.placer.invalidate(port.endpoint)
         port.unwatch(sid)
         self.life.verified.pop(scope.uid, None)  # a spec naming it again is checked again
@@ -555,10 +535,8 @@ class Lxd:
                     "forgetting it, nothing deleted",
                 )
                 return self.life.finished(scope)
-            try:
+            with maas_step(f"decomposing VM {sid}"):
                 known = await port.delete_machine(sid)
-            except maas_errors.MaasError as exc:
-                raise maas_failure(exc, None, f"decomposing VM {sid}") from exc
             self.placer.invalidate(port.endpoint)
             if not known:
                 port.unwatch(sid)

@@ -47,10 +47,10 @@ from collections.abc import Sequence
 
 from capmaas import maas, placement
 from capmaas.api import conditions as C
+from capmaas.api.related import SiblingMaasMachine
 from capmaas.api.v1beta1 import (
     PROVISIONING_MODE_BARE_METAL,
     MaasClusterStatus,
-    MaasMachineSpec,
     ReleaseOptions,
 )
 from capmaas.maas import errors as maas_errors
@@ -75,10 +75,9 @@ from capmaas.reconcilers.keys import (
 )
 from capmaas.reconcilers.lifecycle import Lifecycle
 from capmaas.reconcilers.ports import MaasPort
-from capmaas.reconcilers.scope import MachineScope, Requeue, wire_name
+from capmaas.reconcilers.scope import MachineScope, Requeue
 from capmaas.reconcilers.spread import Asking, ZoneSpread
 
-_FAILURE_DOMAIN = wire_name(MaasMachineSpec, "failure_domain")  # read off sibling bodies (cache, not parsed)
 #: MAAS power type of composed LXD VMs: a bare-metal allocate never takes one (they are Ready between
 #: commissioning and their own allocate).
 LXD_POWER_TYPE = "lxd"
@@ -357,8 +356,8 @@ class BareMetal:
         unless the first allocation recorded that neither was given (what they hold now is what we got)."""
         if scope.annotation(ZONE_SOURCE) in (ZONE_FROM_OPERATOR, ZONE_FROM_MAAS):
             return None
-        machine_spec = (scope.machine or {}).get("spec") or {}  # the CAPI Machine's
-        return scope.want.failure_domain or machine_spec.get("failureDomain") or None
+        machine_zone = scope.machine.spec.failure_domain if scope.machine else None  # the CAPI Machine's
+        return scope.want.failure_domain or machine_zone or None
 
     def _domains(self, scope: MachineScope) -> list[str]:
         """The cluster's failure domains (the MaasCluster's status)."""
@@ -397,9 +396,10 @@ class BareMetal:
         asking = self._asking(scope, port, asked)
         wet = [d for d in domains if not self.spread.is_dry(asking, d)]
         counts: dict[str, int] = {}
-        for sibling in self.life.kube.list_maasmachines(scope.namespace, scope.cluster_name or ""):
-            uid = str(sibling.get("metadata", {}).get("uid", ""))
-            z = (sibling.get("spec") or {}).get(_FAILURE_DOMAIN) or self.spread.chosen_zone(uid)
+        siblings = self.life.kube.list_maasmachines(scope.namespace, scope.cluster_name or "")
+        for sibling in SiblingMaasMachine.all(siblings):
+            uid = sibling.metadata.uid
+            z = sibling.spec.failure_domain or self.spread.chosen_zone(uid)
             if z and uid != scope.uid:
                 counts[z] = counts.get(z, 0) + 1
         zone = placement.choose_zone(counts, wet or domains, machine=scope.name)

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from capmaas import maas
 from capmaas.api import conditions as C
 from capmaas.api import preferred_subnets as ps
+from capmaas.api.related import CapiCluster, SiblingMaasMachine
 from capmaas.api.v1beta1 import (
     APIEndpoint,
     ClusterNetworkStatus,
@@ -91,7 +92,7 @@ class ClusterScope(ObjectScope):
     spec_type = MaasClusterSpec
     status_type = MaasClusterStatus
 
-    cluster: Body | None = None
+    cluster: CapiCluster | None = None
     #: Why the MaasCluster is not ready yet, as (reason, message); Ready says it until it is ready.
     blocked: tuple[str, str] | None = None
 
@@ -217,15 +218,14 @@ def control_plane(
     off: MAAS never queries a manual-power machine)."""
     preferred = preferred or ps.PreferredSubnets((), "none")
     count, ips, outside, unknown = 0, set(), [], []
-    for mm in kube.list_maasmachines(namespace, cluster_name):
-        meta = mm.get("metadata") or {}
-        if CONTROL_PLANE_LABEL not in (meta.get("labels") or {}) or meta.get("deletionTimestamp"):
+    for mm in SiblingMaasMachine.all(kube.list_maasmachines(namespace, cluster_name)):
+        if CONTROL_PLANE_LABEL not in mm.metadata.labels or mm.metadata.deletion_timestamp:
             continue
         count += 1
-        sid = (mm.get("spec") or {}).get("systemID")
+        sid = mm.spec.system_id
         if not sid:
             continue
-        m = snapshot(str(sid))
+        m = snapshot(sid)
         interfaces: list[ps.InterfaceAddresses] | None = None
         if m is not None:
             running = m.status.running and m.power_state != maas.PowerState.OFF
@@ -235,20 +235,18 @@ def control_plane(
                 for i in m.interface_set
             ]
         else:
-            status = mm.get("status") or {}
-            running = (
-                status.get("machineState") in RUNNING_STATES and status.get("machinePowered") is not False
-            )
-            addresses = _addresses(status.get("addresses"))
+            status = mm.status
+            running = status.machine_state in RUNNING_STATES and status.machine_powered is not False
+            addresses = _addresses(status.addresses)
         if not running:
             continue
         ip = ps.pick_address(addresses, preferred, interfaces)
         if ip is not None:
             ips.add(ip)
         elif interfaces is None and preferred.needs_interfaces:
-            unknown.append(str(meta.get("name")))  # no MAAS view of its interfaces yet (status only)
+            unknown.append(mm.metadata.name)  # no MAAS view of its interfaces yet (status only)
         elif any(a.type in ("InternalIP", "ExternalIP") for a in addresses):
-            outside.append(str(meta.get("name")))
+            outside.append(mm.metadata.name)
     return ControlPlane(count, frozenset(ips), tuple(sorted(outside)), tuple(sorted(unknown)))
 
 
@@ -294,7 +292,7 @@ class ClusterReconciler:
         if ref is None:
             self._wait(scope, C.WAITING_FOR_CLUSTER_OWNER_REASON, "waiting for Cluster API to set the owner")
             return False
-        scope.cluster = await self.owners.get(scope, "clusters", str(ref.get("name")))
+        scope.cluster = CapiCluster.view(await self.owners.get(scope, "clusters", str(ref.get("name"))))
         if scope.cluster is None:
             self._wait(scope, C.WAITING_FOR_CLUSTER_OWNER_REASON, f"Cluster {ref.get('name')} not found yet")
             return False
@@ -380,8 +378,8 @@ class ClusterReconciler:
         cep = scope.want.control_plane_endpoint
         host = cep.host if cep else ""
         domain = scope.want.dns_domain or ""
-        network = (scope.cluster.get("spec") or {}).get("clusterNetwork") or {}  # the CAPI Cluster's
-        api_port = int((cep.port if cep else None) or network.get("apiServerPort") or DEFAULT_API_PORT)
+        network = scope.cluster.spec.cluster_network  # the CAPI Cluster's
+        api_port = int((cep.port if cep else None) or network.api_server_port or DEFAULT_API_PORT)
         custom = CUSTOM_DNS_ANNOTATION in scope.annotations or (
             host and not is_managed_name(host, scope.cluster_name, domain)
         )

@@ -39,6 +39,7 @@ from pydantic import ValidationError
 from capmaas import maas
 from capmaas.api import conditions as C
 from capmaas.api.ip_pools import InvalidPoolAddresses, PoolAddresses, parse_pool
+from capmaas.api.related import CapiCluster
 from capmaas.api.v1beta1 import GROUP, MaasIPPoolSpec
 from capmaas.reconcilers.credentials import DEFAULT_REF, SECRET_REF_PREFIX, connect_ref, maas_step
 from capmaas.reconcilers.errors import TransientError
@@ -127,7 +128,7 @@ def paused(obj: Body | None) -> bool:
     """``cluster.x-k8s.io/paused`` on the object, or (a Cluster) ``spec.paused``."""
     if obj is None:
         return False
-    return PAUSED_ANNOTATION in (_meta(obj).get("annotations") or {}) or cluster_paused(obj)
+    return PAUSED_ANNOTATION in (_meta(obj).get("annotations") or {}) or cluster_paused(CapiCluster.view(obj))
 
 
 def condition(obj: Body | None, type_: str) -> Mapping[str, Any] | None:

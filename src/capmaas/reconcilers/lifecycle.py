@@ -262,7 +262,7 @@ class Lifecycle:
     async def deploy(self, p: Provisioner, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue:
         """Deploy ``m`` with the Machine's bootstrap data (read fresh, once)."""
         assert scope.machine is not None
-        secret_name = facts.bootstrap_secret(scope.machine)
+        secret_name = scope.machine.bootstrap_secret
         if not secret_name:
             scope.wait(C.WAITING_FOR_BOOTSTRAP_DATA_REASON, "Machine.spec.bootstrap.dataSecretName not set")
             return Requeue()

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from capmaas import maas, placement
 from capmaas.api import conditions as C
+from capmaas.api.related import SiblingMaasMachine
 from capmaas.api.v1beta1 import PROVISIONING_MODE_LXD, VMResourceUsage
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import facts, identity
@@ -202,7 +203,7 @@ class Lxd:
         placement chose it). ``spec.failureDomain`` then holds the VM's zone whoever chose it, and CAPI may
         copy it to the Machine, so neither tells a replacement whether the user asked for it."""
         if not scope.annotation(ZONE_SOURCE):
-            given = user_zone(scope.body, scope.want, scope.machine)
+            given = user_zone(scope.meta, scope.want, scope.machine)
             scope.set_annotation(ZONE_SOURCE, ZONE_FROM_USER if given else ZONE_FROM_OPERATOR)
         scope.set_spec(system_id=sid, provider_id=self.provider_id(zone, sid), failure_domain=zone)
         scope.set_annotation(COMPOSING, None)
@@ -232,13 +233,15 @@ class Lxd:
                 C.RETRIES_EXHAUSTED_REASON, f"{attempts} VMs tried; delete the Machine to try again"
             )
         book = self.placer.book(port.endpoint)
-        request = vm_request(scope.body, scope.want, scope.machine, f"{scope.namespace}/{scope.cluster_name}")
+        request = vm_request(scope.meta, scope.want, scope.machine, f"{scope.namespace}/{scope.cluster_name}")
         refused: dict[int, str] = {}
         fresh = False
         for _ in range(MAX_COMPOSE_TRIES):
             listing = await self._listing(scope, port, fresh)
             self._check_pin(scope, listing, request.pinned_host)
-            siblings = self.life.kube.list_maasmachines(scope.namespace, scope.cluster_name or "")
+            siblings = SiblingMaasMachine.all(
+                self.life.kube.list_maasmachines(scope.namespace, scope.cluster_name or "")
+            )
             existing = existing_placements(siblings, scope.uid, listing, ANNOTATION_PREFIX)
             usable = tenant_candidates(listing, scope.namespace)  # only this namespace's and shared hosts
             candidates = [c for c in usable if c.id not in refused]
@@ -281,7 +284,7 @@ class Lxd:
         self, scope: MachineScope, result: placement.NoFit, listing: Listing, refused: dict[int, str]
     ) -> TransientError:
         parts = [result.message]
-        zone = user_zone(scope.body, scope.want, scope.machine)
+        zone = user_zone(scope.meta, scope.want, scope.machine)
         if zone:  # the user's or CAPI's zone: a host elsewhere is no way out, so say what this zone lacks
             inside = placement.summarize(r for r in result.reasons if r.zone == zone)
             parts = [

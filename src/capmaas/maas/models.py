@@ -12,6 +12,7 @@ MAAS's form fields, with repeated keys for lists.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,7 @@ __all__ = [
     "BootResource",
     "ComposeRequest",
     "ComposedMachine",
+    "DeployRequest",
     "DnsResource",
     "Domain",
     "Fabric",
@@ -593,6 +595,23 @@ class _Request(pydantic.BaseModel):
         fields: FormFields = [(k, str(v)) for k in scalars if (v := getattr(self, k)) is not None]
         fields += [(k, v) for k in lists for v in getattr(self, k)]
         return fields
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DeployRequest:
+    """What ``machines/{id}/?op=deploy`` sends; unset fields send nothing (MAAS applies its defaults).
+
+    A dataclass, not a validated model: ``user_data`` must already be bytes (the client base64-encodes it
+    and refuses text, so nobody double-encodes by mistake)."""
+
+    user_data: bytes | None = None
+    distro_series: str | None = None  # ``os/series`` (``ubuntu/jammy``) or a bare series
+    hwe_kernel: str | None = None
+    ephemeral_deploy: bool = False
+    install_kvm: bool = False
+    register_vmhost: bool = False
+    enable_hw_sync: bool = False
+    comment: str | None = None
 
 
 class AllocateConstraints(_Request):

@@ -43,7 +43,7 @@ many, exact whenever a shared answer could mislead).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from capmaas import maas, placement
 from capmaas.api import conditions as C
@@ -73,8 +73,9 @@ from capmaas.reconcilers.keys import (
     ZONE_SOURCE,
     provider_id,
 )
-from capmaas.reconcilers.lifecycle import Lifecycle
-from capmaas.reconcilers.ports import MaasPort
+from capmaas.reconcilers.lifecycle import Finished, MachineSettings
+from capmaas.reconcilers.ownership import Ownership
+from capmaas.reconcilers.ports import KubePort, MaasPort, Recorder
 from capmaas.reconcilers.scope import MachineScope, Requeue
 from capmaas.reconcilers.spread import Asking, ZoneSpread
 
@@ -102,12 +103,25 @@ class BareMetal:
 
     mode = PROVISIONING_MODE_BARE_METAL
     kept = "MAAS machine"
+    tried = "MAAS machines"
+    another = "allocating another"
+    not_ours_reason = "MachineNotOurs"
 
-    def __init__(self, life: Lifecycle) -> None:
-        self.life = life
-        self.spread = ZoneSpread(life.clock)
-        #: (MaasMachine UID, system ID) pairs MAAS has shown held under the object's agent name (or that this
-        #: process allocated): checked once per process, before any deploy, release or mark-broken.
+    def __init__(
+        self,
+        kube: KubePort,
+        ownership: Ownership,
+        *,
+        settings: MachineSettings,
+        recorder: Recorder,
+        clock: Callable[[], float],
+    ) -> None:
+        self.kube = kube
+        self.ownership = ownership
+        self.settings = settings
+        self.recorder = recorder
+        self.clock = clock
+        self.spread = ZoneSpread(clock)
 
     def provider_id(self, zone: str, system_id: str) -> str:
         return provider_id(BARE_METAL_SCHEME, zone, system_id)
@@ -129,13 +143,13 @@ class BareMetal:
         sid = scope.want.system_id
         if sid and scope.annotation(REPLACING) == sid:  # a replacement of sid was under way
             if await self._still_ours(scope, port, sid) is None:
-                self._forget(scope, port, sid)
+                self.ownership.forget(self, scope, port, sid)
                 msg = f"{sid} was given back before the last pass ended; allocating another"
                 scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.MACHINE_NOT_FOUND_REASON, msg)
                 await scope.flush()
                 return Requeue(0.0)
             scope.set_annotation(REPLACING, None)  # still ours: decide again below
-            self.life.proved(scope, port, sid)
+            self.ownership.proved(scope, port, sid)
         if not sid:
             waiting = self._backing_off(scope)
             if waiting is not None:
@@ -143,7 +157,7 @@ class BareMetal:
             if scope.want.addresses and not scope.annotation(ALLOCATING):
                 # Nothing is allocated in MAAS until every address is known (an allocate in doubt is
                 # looked up first, whatever the addresses).
-                known = await addresses.wanted(scope, self.life.kube)
+                known = await addresses.wanted(scope, self.kube)
                 if isinstance(known, str):
                     scope.wait(C.WAITING_FOR_IP_ADDRESS_REASON, known)
                     return Requeue(ADDRESS_WAIT)
@@ -151,25 +165,19 @@ class BareMetal:
             if isinstance(got, Requeue):
                 return got
             sid = got
-            self.life.proved(scope, port, sid)  # the allocate (or adopt) answer under our agent name
-        elif not self.life.knows(scope, port, sid):
+            self.ownership.proved(scope, port, sid)  # the allocate (or adopt) answer under our agent name
+        else:
             # spec.systemID is just a field someone wrote: before the lifecycle deploys, releases or marks
             # it broken, MAAS must show it held under this object's agent name (through this identity).
-            if not await self._holds(scope, port, sid):
-                self._forget(scope, port, sid)
-                msg = f"MAAS machine {sid} is not held under this MaasMachine's agent name; forgot it"
-                scope.event("Warning", "MachineNotOurs", f"{msg}, nothing sent to it")
-                scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.MACHINE_NOT_FOUND_REASON, msg)
-                await scope.flush()
+            msg = f"MAAS machine {sid} is not held under this MaasMachine's agent name; forgot it"
+            if not await self.ownership.check(self, scope, port, sid, msg):
                 return Requeue(0.0)
-            self.life.proved(scope, port, sid)
         return str(sid)
 
     async def owns(self, scope: MachineScope, port: MaasPort, system_id: str) -> bool:
         return await self._holds(scope, port, system_id)
 
     async def _allocate(self, scope: MachineScope, port: MaasPort) -> str | Requeue:
-        life = self.life
         agent = agent_name(scope)
         if marked := scope.annotation(ALLOCATING):
             with maas_step("looking up an earlier allocation"):
@@ -183,17 +191,17 @@ class BareMetal:
                     f"yet; it may still take effect, so no other machine is allocated for {int(left) + 1}s"
                 )
                 scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.ALLOCATION_IN_DOUBT_REASON, msg)
-                return Requeue(min(left, life.settings.retry_base))
+                return Requeue(min(left, self.settings.retry_base))
         attempts = scope.attempts
-        if attempts >= life.settings.max_deploy_attempts:
+        if attempts >= self.settings.max_deploy_attempts:
             raise TerminalError(
-                C.RETRIES_EXHAUSTED_REASON, f"{attempts} MAAS machines tried; delete the Machine to try again"
+                C.RETRIES_EXHAUSTED_REASON, f"{attempts} {self.tried} tried; delete the Machine to try again"
             )
         constraints, source = self._constraints(scope, port)
-        scope.set_annotation(ALLOCATING, str(int(life.clock())))
+        scope.set_annotation(ALLOCATING, str(int(self.clock())))
         scope.set_annotation(AGENT_NAME, agent)  # same patch: survives a move with the allocate in doubt
         await scope.flush()
-        started = life.clock()
+        started = self.clock()
         # An allocate that may or may not have happened keeps the annotation: the next pass looks first.
         with maas_step("allocating"):
             try:
@@ -213,10 +221,10 @@ class BareMetal:
                 scope.set_annotation(FAILURES, str(failures))
                 # Every pass until then ends before MAAS (see _backing_off): a wake-up from a CAPI Machine or
                 # MaasCluster update within the backoff sends no allocate.
-                delay = life.backoff(failures - 1)
+                delay = self.settings.backoff(failures - 1)
                 # With the spec's generation: a spec edit (smaller sizes, another pool) ends the backoff at
                 # once.
-                scope.set_annotation(ALLOCATE_AFTER, f"{life.clock() + delay:.3f}@{scope.generation}")
+                scope.set_annotation(ALLOCATE_AFTER, f"{self.clock() + delay:.3f}@{scope.generation}")
                 msg = self._no_machine(constraints, source, facts.maas_text(exc.body))
                 if (which := port.explain_empty(scope.want, constraints.zone)) is not None:
                     msg = f"{msg}; {which}"
@@ -231,20 +239,20 @@ class BareMetal:
                 scope.set_annotation(ALLOCATING, None)
                 failures = int(scope.annotation(FAILURES) or 0) + 1
                 scope.set_annotation(FAILURES, str(failures))
-                delay = life.backoff(failures - 1)
-                scope.set_annotation(ALLOCATE_AFTER, f"{life.clock() + delay:.3f}@{scope.generation}")
+                delay = self.settings.backoff(failures - 1)
+                scope.set_annotation(ALLOCATE_AFTER, f"{self.clock() + delay:.3f}@{scope.generation}")
                 said = facts.maas_text(exc.body, 400)
                 msg = f"MAAS refused the allocate constraints ({facts.describe(constraints)}): {said}"
                 if failures == 1:
                     scope.event("Warning", C.CONSTRAINTS_REFUSED_REASON, msg)
                 raise TransientError(C.CONSTRAINTS_REFUSED_REASON, msg, delay=delay) from exc
-        life.recorder.allocation_duration(life.clock() - started)
+        self.recorder.allocation_duration(self.clock() - started)
         scope.set_status(attempts=attempts + 1)
         self._record(scope, m, source)
         if m.status == maas.NodeStatus.ALLOCATED:
             # The deploy follows in this pass: stamping it now saves a metadata patch per machine (the deploy
             # timeout then also counts the few milliseconds of the deploy request).
-            scope.set_annotation(DEPLOY_STARTED, str(life.clock()))
+            scope.set_annotation(DEPLOY_STARTED, str(self.clock()))
             scope.deploy_stamped = True
         scope.event(
             "Normal", "MachineAllocated", f"allocated MAAS machine {m.system_id} in zone {m.zone.name}"
@@ -259,8 +267,8 @@ class BareMetal:
             sent = float(marked)
         except ValueError:
             return 0.0
-        window = self.life.settings.allocate_in_doubt
-        return min(window, max(0.0, sent + window - self.life.clock()))  # a mark from the future: one window
+        window = self.settings.allocate_in_doubt
+        return min(window, max(0.0, sent + window - self.clock()))  # a mark from the future: one window
 
     async def _adopt(self, scope: MachineScope, port: MaasPort, found: Sequence[maas.Machine]) -> str:
         """Adopt what an earlier allocate (whose answer was lost) left under our agent name. A lost answer
@@ -269,7 +277,7 @@ class BareMetal:
         keep, *extra = sorted(found, key=lambda m: m.system_id)
         await self._release_extra(scope, port, extra, ReleaseOptions())
         scope.event("Normal", "MachineAdopted", f"adopted MAAS machine {keep.system_id} allocated earlier")
-        self.life.recorder.machine_adopted()
+        self.recorder.machine_adopted()
         self._record(scope, keep)
         await scope.flush()
         return keep.system_id
@@ -299,7 +307,7 @@ class BareMetal:
                 "ExtraMachineReleased",
                 f"MAAS machine {x.system_id} was also held under this MaasMachine's agent name; released it",
             )
-            self.life.recorder.extra_machine_released()
+            self.recorder.extra_machine_released()
 
     async def _held(self, scope: MachineScope, port: MaasPort, doing: str) -> Sequence[maas.Machine]:
         """The machines MAAS shows held under this object's agent name (the ownership test)."""
@@ -335,7 +343,7 @@ class BareMetal:
             due = float(due_text or 0.0)
         except ValueError:
             return None
-        left = due - self.life.clock()
+        left = due - self.clock()
         return Requeue(left) if left > 0 else None
 
     def _no_machine(self, asked: maas.AllocateConstraints, source: str, said: str) -> str:
@@ -396,7 +404,7 @@ class BareMetal:
         asking = self._asking(scope, port, asked)
         wet = [d for d in domains if not self.spread.is_dry(asking, d)]
         counts: dict[str, int] = {}
-        siblings = self.life.kube.list_maasmachines(scope.namespace, scope.cluster_name or "")
+        siblings = self.kube.list_maasmachines(scope.namespace, scope.cluster_name or "")
         for sibling in SiblingMaasMachine.all(siblings):
             uid = sibling.metadata.uid
             z = sibling.spec.failure_domain or self.spread.chosen_zone(uid)
@@ -444,12 +452,12 @@ class BareMetal:
         refuses gives the server back (not broken), claims kept, the next one after a backoff."""
         known: list[addresses.Wanted] = []
         if scope.want.addresses:
-            got = await addresses.wanted(scope, self.life.kube)
+            got = await addresses.wanted(scope, self.kube)
             if isinstance(got, str):  # a claim lost its address after the allocation: hold the server, wait
                 scope.wait(C.WAITING_FOR_IP_ADDRESS_REASON, got)
                 return Requeue(ADDRESS_WAIT)
             known = got
-        if not await self.life.confirm(self, scope, port, m.system_id, "preparing it"):
+        if not await self.ownership.confirm(self, scope, port, m.system_id, "preparing it"):
             return Requeue(0.0)
         if layout.wanted(scope):
             try:
@@ -467,9 +475,9 @@ class BareMetal:
         refusals = int(scope.annotation(PREPARE_REFUSALS) or 0) + 1
         scope.set_status(attempts=max(0, scope.attempts - 1))
         await self.give_back(scope, port, sid, reason, why)
-        delay = self.life.backoff(refusals - 1)
+        delay = self.settings.backoff(refusals - 1)
         scope.set_annotation(PREPARE_REFUSALS, str(refusals))
-        scope.set_annotation(ALLOCATE_AFTER, f"{self.life.clock() + delay:.3f}@{scope.generation}")
+        scope.set_annotation(ALLOCATE_AFTER, f"{self.clock() + delay:.3f}@{scope.generation}")
         msg = f"{why}; released {sid} (not marked broken), the claims kept; next server in {int(delay) + 1}s"
         scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, reason, msg)
         await scope.flush()
@@ -511,15 +519,9 @@ class BareMetal:
                     )
             except maas_errors.NotFoundError:
                 pass
-        self._forget(scope, port, sid)
-        if attempts >= self.life.settings.max_deploy_attempts:
-            await scope.flush()
-            raise TerminalError(C.RETRIES_EXHAUSTED_REASON, f"{attempts} MAAS machines tried; last: {why}")
-        scope.set_condition(
-            C.MACHINE_PROVISIONED_CONDITION, False, reason, f"{sid}: {why}; allocating another"
-        )
-        await scope.flush()
-        return Requeue(0.0)
+        self.ownership.forget(self, scope, port, sid)
+        limit = self.settings.max_deploy_attempts
+        return await self.ownership.gave_back(self, scope, sid, reason, why, attempts=attempts, limit=limit)
 
     async def _undo_or_say(self, scope: MachineScope, port: MaasPort, m: maas.Machine | None) -> None:
         """Undo the layout on ``m`` now; when MAAS allows no interface edit in its state, say what is left."""
@@ -554,18 +556,13 @@ class BareMetal:
                     "LayoutLeftOnServer",
                     f"MAAS machine {sid} was taken before capmaas could remove {', '.join(left)} ({exc})",
                 )
-                return self.life.finished(scope)
+                return Finished()
         scope.set_deletion(C.RELEASING_REASON, f"{sid}: taken back to remove {', '.join(left)}")
         return Requeue(0.0)
 
-    def _forget(self, scope: MachineScope, port: MaasPort, sid: str) -> None:
-        """Drop ``sid`` from the MaasMachine (written with the next flush) and from the poller. Status follows
-        the machine held: none until the next one is seen (its state, power, host name and zone fill in then),
-        not the one given back."""
-        port.unwatch(sid)
-        self.life.verified.pop(scope.uid, None)  # a spec naming it again is checked again
-        scope.set_spec(system_id=None, provider_id=None)
-        scope.set_annotation(DEPLOY_STARTED, None)
+    def forgotten(self, scope: MachineScope) -> None:
+        """Status follows the machine held: none until the next one is seen (its state, power, host name and
+        zone fill in then), not the one given back; a replacement under way is over."""
         scope.set_annotation(REPLACING, None)
         scope.set_status(machine_state=None, machine_powered=None, hostname=None, failure_domain=None)
         if not scope.ready:
@@ -590,13 +587,13 @@ class BareMetal:
             scope.set_annotation(ALLOCATING, None)
             await scope.flush()
         if not sid:
-            return self.life.finished(scope)
+            return Finished()
         if scope.annotation(REPLACING) == sid:
             if await self._still_ours(scope, port, sid) is None:
                 port.unwatch(
                     sid
                 )  # given back before the last pass ended (maybe someone else's now): not ours
-                return self.life.finished(scope)
+                return Finished()
             scope.set_annotation(REPLACING, None)
         port.watch(sid, scope.key)
         m = port.snapshot(sid)
@@ -608,7 +605,7 @@ class BareMetal:
         if m is None or m.status.released or (m.owner is None and not m.status.releasing):
             port.unwatch(sid)
             scope.event("Normal", "MachineReleased", f"MAAS machine {sid} released")
-            return self.life.finished(scope)
+            return Finished()
         scope.set_status(machine_state=m.status_name or m.status.name)
         if m.status.releasing:
             scope.set_deletion(C.RELEASING_REASON, f"{sid}: {m.status_name}")
@@ -629,7 +626,7 @@ class BareMetal:
                 f"MAAS machine {sid} is not held under this MaasMachine's agent name; "
                 "forgetting it, nothing released",
             )
-            return self.life.finished(scope)
+            return Finished()
         if opts.force and (hosting := await vmhost.vms_hosted(scope, port, sid)) is not None:
             return hosting  # force would have MAAS remove VM hosts that still carry someone's VMs
         await self._release_extra(scope, port, [m for m in held if m.system_id != sid], opts)
@@ -648,7 +645,7 @@ class BareMetal:
                     force=bool(opts.force),
                 )
             except maas_errors.NotFoundError:
-                return self.life.finished(scope)
+                return Finished()
             except maas_errors.ConflictError as exc:
                 scope.set_deletion(C.RELEASING_REASON, f"{sid}: release refused: {exc}")
                 return Requeue(30.0)

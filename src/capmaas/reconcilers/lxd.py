@@ -28,6 +28,8 @@ reservation of a machine deleted mid-placement is dropped first, so its capacity
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from capmaas import maas, placement
 from capmaas.api import conditions as C
 from capmaas.api.related import SiblingMaasMachine
@@ -49,7 +51,7 @@ from capmaas.reconcilers.keys import (
     ZONE_SOURCE,
     provider_id,
 )
-from capmaas.reconcilers.lifecycle import Lifecycle
+from capmaas.reconcilers.lifecycle import Finished, MachineSettings
 from capmaas.reconcilers.lxd_placer import (
     Listing,
     LxdPlacer,
@@ -61,7 +63,8 @@ from capmaas.reconcilers.lxd_placer import (
     vm_hostname,
     vm_request,
 )
-from capmaas.reconcilers.ports import MaasPort
+from capmaas.reconcilers.ownership import Ownership
+from capmaas.reconcilers.ports import KubePort, MaasPort
 from capmaas.reconcilers.scope import MachineScope, Requeue
 
 #: Hosts tried per pass when MAAS refuses composes (over-commit 503, host gone).
@@ -99,7 +102,7 @@ def _short(exc: maas_errors.MaasError) -> str:
     return str(exc)  # no answer: the client's own message, which never carries a body
 
 
-def _forget_status(scope: MachineScope) -> None:
+def _forgotten(scope: MachineScope) -> None:
     """Status follows the VM held: none until the next one is seen (its state, power, host name, zone, VM
     host and size fill in then), not the one given back."""
     scope.set_status(
@@ -123,12 +126,23 @@ class Lxd:
 
     mode = PROVISIONING_MODE_LXD
     kept = "VM"
+    tried = "VMs"
+    another = "composing another"
+    not_ours_reason = "VMNotOurs"
 
-    def __init__(self, life: Lifecycle) -> None:
-        self.life = life
+    def __init__(
+        self,
+        kube: KubePort,
+        ownership: Ownership,
+        *,
+        settings: MachineSettings,
+        clock: Callable[[], float],
+    ) -> None:
+        self.kube = kube
+        self.ownership = ownership
+        self.settings = settings
+        self.clock = clock
         self.placer = LxdPlacer()  # reservation book + shared VM-host listing per endpoint
-        #: (MaasMachine UID, system ID) pairs that passed the ownership test (:meth:`_owns`) or were composed
-        #: by this process: checked once per process, before any allocate, deploy or decompose.
 
     def provider_id(self, zone: str, system_id: str) -> str:
         return provider_id(LXD_SCHEME, zone, system_id)
@@ -138,6 +152,9 @@ class Lxd:
 
     def refusal(self, exc: maas_errors.MaasError) -> str:
         return _short(exc)
+
+    def forgotten(self, scope: MachineScope) -> None:
+        _forgotten(scope)
 
     def deploying(self, scope: MachineScope, system_id: str) -> None:
         scope.set_condition(
@@ -155,33 +172,22 @@ class Lxd:
         sid = scope.want.system_id
         if not sid:
             sid = await self._place_and_compose(scope, port)
-        elif self.life.knows(scope, port, sid):
-            pass
-        elif await self._owns(scope, port, sid):
-            self.life.proved(scope, port, sid)
         else:
             # spec.systemID is just a field someone wrote: never allocate, deploy or decompose someone's VM.
-            port.unwatch(sid)
-            scope.set_spec(system_id=None, provider_id=None)
-            _forget_status(scope)
             msg = (
                 f"VM {sid} is neither held under this MaasMachine's agent name nor composed for it; forgot it"
             )
-            scope.event("Warning", "VMNotOurs", f"{msg}, nothing sent to it")
-            scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.MACHINE_NOT_FOUND_REASON, msg)
-            await scope.flush()
-            return Requeue(0.0)
+            if not await self.ownership.check(self, scope, port, sid, msg):
+                return Requeue(0.0)
         # Composed by this pass, or proven: the VM named for this object (ours until someone allocates it).
-        self.life.verified[scope.uid] = (port.identity, str(sid))
-        return str(sid)
+        self.ownership.remember(scope, port, sid)
+        return sid
 
     async def owns(self, scope: MachineScope, port: MaasPort, system_id: str) -> bool:
         return await self._owns(scope, port, system_id)
 
     def _no_fit_delay(self, uid: str) -> float:
-        n = self.placer.waits.get(uid, 0) + 1
-        self.placer.waits[uid] = n
-        return self.life.backoff(n - 1, cap=MAX_NO_FIT_DELAY)
+        return self.settings.backoff(self.placer.no_fit(uid) - 1, cap=MAX_NO_FIT_DELAY)
 
     async def _adopt(self, scope: MachineScope, port: MaasPort, hostname: str) -> str | None:
         """The VM an earlier pass composed under our hostname, recorded as ours; None when there is none."""
@@ -210,7 +216,7 @@ class Lxd:
         scope.set_annotation(DEPLOY_STARTED, None)
         if host:
             scope.set_status(lxd_host=host)
-        self.placer.book(endpoint).composed(scope.uid, at=self.placer.clock())
+        self.placer.composed(endpoint, scope.uid)
 
     async def _listing(self, scope: MachineScope, port: MaasPort, fresh: bool) -> Listing:
         with maas_step("listing VM hosts"):
@@ -228,9 +234,9 @@ class Lxd:
             if adopted:
                 return adopted
         attempts = scope.attempts
-        if attempts >= self.life.settings.max_deploy_attempts:
+        if attempts >= self.settings.max_deploy_attempts:
             raise TerminalError(
-                C.RETRIES_EXHAUSTED_REASON, f"{attempts} VMs tried; delete the Machine to try again"
+                C.RETRIES_EXHAUSTED_REASON, f"{attempts} {self.tried} tried; delete the Machine to try again"
             )
         book = self.placer.book(port.endpoint)
         request = vm_request(scope.meta, scope.want, scope.machine, f"{scope.namespace}/{scope.cluster_name}")
@@ -239,9 +245,8 @@ class Lxd:
         for _ in range(MAX_COMPOSE_TRIES):
             listing = await self._listing(scope, port, fresh)
             self._check_pin(scope, listing, request.pinned_host)
-            siblings = SiblingMaasMachine.all(
-                self.life.kube.list_maasmachines(scope.namespace, scope.cluster_name or "")
-            )
+            cluster = scope.cluster_name or ""
+            siblings = SiblingMaasMachine.all(self.kube.list_maasmachines(scope.namespace, cluster))
             existing = existing_placements(siblings, scope.uid, listing, ANNOTATION_PREFIX)
             usable = tenant_candidates(listing, scope.namespace)  # only this namespace's and shared hosts
             candidates = [c for c in usable if c.id not in refused]
@@ -249,7 +254,7 @@ class Lxd:
             result = book.place(request, candidates, existing, snapshot_at=listing.fetched_at)
             if isinstance(result, placement.NoFit):
                 raise self._no_fit(scope, result, listing, refused)
-            self.placer.waits.pop(scope.uid, None)
+            self.placer.placed(scope.uid)
             sid = await self._compose(
                 scope, port, listing=listing, p=result, hostname=hostname, refused=refused
             )
@@ -387,8 +392,11 @@ class Lxd:
         _creating(scope, f"{system_id}: composed, waiting for MAAS to report it")
         return Requeue()
 
-    async def follow(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue | None:
-        """Commissioning and failures are the VM's own; Ready → allocate it; then the shared lifecycle."""
+    async def follow(
+        self, scope: MachineScope, port: MaasPort, m: maas.Machine
+    ) -> Requeue | maas.Machine | None:
+        """Commissioning and failures are the VM's own; Ready → allocate it (the shared lifecycle deploys the
+        allocated VM in the same pass); then the shared lifecycle."""
         if m.pod is not None:
             scope.set_status(lxd_host=m.pod.name)
         if m.cpu_count:
@@ -425,7 +433,7 @@ class Lxd:
         """Whether the allocated VM is held under our UID, or under the agent name recorded when it was
         allocated (a moved MaasMachine has a new UID); checked once per process, then remembered. Recording
         the agent name found also covers objects allocated before the annotation existed, ahead of a move."""
-        if (port.identity, scope.uid, m.system_id) in self.placer.allocated and identity.is_bound_to(
+        if self.placer.is_allocated_to(port.identity, scope.uid, m.system_id) and identity.is_bound_to(
             scope, port
         ):
             return True
@@ -434,9 +442,9 @@ class Lxd:
             with maas_step("checking who holds the VM"):
                 mine = {x.system_id for x in await port.find_by_agent(agent)}
             if m.system_id in mine:
-                self.placer.allocated.add((port.identity, scope.uid, m.system_id))
+                self.placer.allocated_to(port.identity, scope.uid, m.system_id)
                 scope.set_annotation(AGENT_NAME, agent)
-                self.life.proved(scope, port, m.system_id)
+                self.ownership.proved(scope, port, m.system_id)
                 return True
         return False
 
@@ -455,7 +463,7 @@ class Lxd:
             composed = await port.find_by_hostname(vm_hostname(scope.name, scope.uid))
         return any(x.system_id == sid and x.owner is None for x in composed)
 
-    async def _allocate(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue:
+    async def _allocate(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue | maas.Machine:
         """Take the commissioned VM by system ID under our UID, ours like an allocated bare-metal machine."""
         with maas_step(f"allocating VM {m.system_id}"):
             try:
@@ -472,11 +480,11 @@ class Lxd:
                     f"{m.system_id}: allocate refused ({exc}); retrying",
                     delay=5.0,
                 ) from exc
-        self.placer.allocated.add((port.identity, scope.uid, new.system_id))
+        self.placer.allocated_to(port.identity, scope.uid, new.system_id)
         scope.set_annotation(AGENT_NAME, scope.uid)
-        self.life.proved(scope, port, new.system_id)
+        self.ownership.proved(scope, port, new.system_id)
         scope.event("Normal", "VMAllocated", f"VM {new.system_id} allocated")
-        return await self.life.deploy(self, scope, port, new)
+        return new  # the shared lifecycle deploys it in this pass
 
     # --- giving back -------------------------------------------------------------------------------------
     async def give_back(
@@ -497,29 +505,18 @@ class Lxd:
             with maas_step(f"decomposing failed VM {sid}"):
                 await port.delete_machine(sid)
             self.placer.invalidate(port.endpoint)
-        port.unwatch(sid)
-        self.life.verified.pop(scope.uid, None)  # a spec naming it again is checked again
-        self.placer.book(port.endpoint).release(scope.uid)
-        scope.set_spec(system_id=None, provider_id=None)
-        scope.set_annotation(DEPLOY_STARTED, None)
+        self.placer.release(port.endpoint, scope.uid)
+        self.ownership.forget(self, scope, port, sid)
         scope.set_annotation(HOST_ID_ANNOTATION, None)
         scope.set_annotation(AGENT_NAME, None)
-        _forget_status(scope)
         scope.set_condition(C.LXD_VM_CREATED_CONDITION, False, reason, f"{sid}: {why}")
-        if attempts >= self.life.settings.max_deploy_attempts:
-            await scope.flush()
-            raise TerminalError(C.RETRIES_EXHAUSTED_REASON, f"{attempts} VMs tried; last: {why}")
-        scope.set_condition(
-            C.MACHINE_PROVISIONED_CONDITION, False, reason, f"{sid}: {why}; composing another"
-        )
-        await scope.flush()
-        return Requeue(0.0)
+        limit = self.settings.max_deploy_attempts
+        return await self.ownership.gave_back(self, scope, sid, reason, why, attempts=attempts, limit=limit)
 
     # --- delete ------------------------------------------------------------------------------------------
     async def delete(self, scope: MachineScope, port: MaasPort) -> Requeue:
         """Delete the VM in MAAS (decompose), wait until MAAS no longer lists it, then finish."""
-        self.placer.book(port.endpoint).release(scope.uid)
-        self.placer.waits.pop(scope.uid, None)
+        self.placer.forget(scope.uid, port.endpoint)
         sid = scope.want.system_id
         if not sid and scope.annotation(COMPOSING):
             sid = await self._adopt(scope, port, vm_hostname(scope.name, scope.uid))
@@ -528,7 +525,7 @@ class Lxd:
         if not sid:
             return self._deleted(scope, port, None)
         requested = scope.annotation(DECOMPOSING)
-        if requested is None or self.life.clock() - float(requested) > DECOMPOSE_RECHECK:
+        if requested is None or self.clock() - float(requested) > DECOMPOSE_RECHECK:
             if not await self._owns(scope, port, sid):
                 port.unwatch(sid)
                 scope.event(
@@ -537,14 +534,14 @@ class Lxd:
                     f"VM {sid} is neither held under this MaasMachine's agent name nor composed for it; "
                     "forgetting it, nothing deleted",
                 )
-                return self.life.finished(scope)
+                return Finished()
             with maas_step(f"decomposing VM {sid}"):
                 known = await port.delete_machine(sid)
             self.placer.invalidate(port.endpoint)
             if not known:
                 port.unwatch(sid)
                 return self._deleted(scope, port, sid)
-            scope.set_annotation(DECOMPOSING, str(self.life.clock()))
+            scope.set_annotation(DECOMPOSING, str(self.clock()))
             scope.event("Normal", "VMDecomposing", f"deleting VM {sid} from its VM host")
             await scope.flush()
         port.watch(sid, scope.key)
@@ -557,5 +554,5 @@ class Lxd:
     def _deleted(self, scope: MachineScope, port: MaasPort, sid: str | None) -> Requeue:
         if sid:
             scope.event("Normal", "VMDecomposed", f"VM {sid} deleted; its resources are back on the host")
-            self.placer.allocated.discard((port.identity, scope.uid, sid))
-        return self.life.finished(scope)
+            self.placer.not_allocated(port.identity, scope.uid, sid)
+        return Finished()

@@ -174,11 +174,41 @@ class LxdPlacer:
     def book(self, endpoint: str) -> placement.ReservationBook:
         return self.state(endpoint).book
 
-    def forget(self, uid: str) -> None:
-        """A MaasMachine deleted without a MAAS session (it held nothing there): drop what it reserved."""
-        for st in self._endpoints.values():
+    def forget(self, uid: str, endpoint: str | None = None) -> None:
+        """A MaasMachine deleted (at ``endpoint``; None: wherever, it had no MAAS session): drop what it
+        reserved and its retry count."""
+        states = self._endpoints.values() if endpoint is None else (self.state(endpoint),)
+        for st in states:
             st.book.release(uid)
         self.waits.pop(uid, None)
+
+    def release(self, endpoint: str, uid: str) -> None:
+        """Drop ``uid``'s reservation at ``endpoint`` (its VM was given back)."""
+        self.book(endpoint).release(uid)
+
+    def composed(self, endpoint: str, uid: str) -> None:
+        """``uid``'s VM exists in MAAS now: its reservation is settled by the next listing."""
+        self.book(endpoint).composed(uid, at=self.clock())
+
+    def no_fit(self, uid: str) -> int:
+        """One more pass in which nothing fitted ``uid``; how many in a row (for the backoff)."""
+        self.waits[uid] = n = self.waits.get(uid, 0) + 1
+        return n
+
+    def placed(self, uid: str) -> None:
+        """``uid`` was placed: its run of passes without a fit is over."""
+        self.waits.pop(uid, None)
+
+    def allocated_to(self, identity: str, uid: str, sid: str) -> None:
+        """MAAS showed VM ``sid`` allocated to ``uid`` through ``identity``."""
+        self.allocated.add((identity, uid, sid))
+
+    def is_allocated_to(self, identity: str, uid: str, sid: str) -> bool:
+        return (identity, uid, sid) in self.allocated
+
+    def not_allocated(self, identity: str, uid: str, sid: str) -> None:
+        """VM ``sid`` is deleted: nothing to remember of it."""
+        self.allocated.discard((identity, uid, sid))
 
     def invalidate(self, endpoint: str) -> None:
         """Forget the listing (a compose was refused, a host vanished): the next placement fetches anew."""

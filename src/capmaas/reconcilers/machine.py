@@ -59,11 +59,11 @@ class MachineReconciler:
         self.connector = connector
         self.default_credentials = default_credentials
         self.settings = settings or MachineSettings()
-        self.life = Lifecycle(
-            kube, settings=self.settings, recorder=recorder or NullRecorder(), clock=clock, tenancy=tenancy
-        )
-        self.bare_metal = BareMetal(self.life)
-        self.lxd = Lxd(self.life)
+        recorder = recorder or NullRecorder()
+        self.life = Lifecycle(kube, settings=self.settings, recorder=recorder, clock=clock, tenancy=tenancy)
+        ownership = self.life.ownership
+        self.bare_metal = BareMetal(kube, ownership, settings=self.settings, recorder=recorder, clock=clock)
+        self.lxd = Lxd(kube, ownership, settings=self.settings, clock=clock)
         self.provisioners: Mapping[str, Provisioner] = {p.mode: p for p in (self.bare_metal, self.lxd)}
         self.owners = Owners(kube)
         self.handoff = Handoff()
@@ -195,7 +195,7 @@ class MachineReconciler:
         elif (port := await self.session(scope)) is None:
             done = self.life.finished(scope)  # references of another identity, forgotten: nothing of ours
         else:
-            done = await p.delete(scope, port)
+            done = await self.life.delete(p, scope, port)
         if MACHINE_FINALIZER not in scope.finalizers:  # released: the addresses go back to their pools
             await addresses.drop_claims(scope, self.kube)
         return done

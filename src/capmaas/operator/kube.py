@@ -148,6 +148,38 @@ def object_key(plural: str, namespace: str, name: str) -> str:
     return f"{plural}/{namespace}/{name}"
 
 
+def kube_failure(doing: str, exc: KubeHttpError) -> TransientError:
+    """A Kubernetes API error as a retryable outcome that says what was being done."""
+    detail = f"HTTP {exc.status}: {exc}" if exc.status else str(exc)
+    return TransientError("KubernetesError", f"{doing}: {detail}")
+
+
+async def create_cached(
+    http: KubeHttp, store: Store, api: str, plural: str, namespace: str, *, body: Mapping[str, Any]
+) -> Body | None:
+    """Create ``body`` and cache the answer; None when the object exists already (409)."""
+    try:
+        new = await http.create_object(api, plural, namespace, body)
+    except KubeHttpError as exc:
+        if exc.status == 409:
+            return None
+        name = (body.get("metadata") or {}).get("name")
+        raise kube_failure(f"creating {plural}/{name}", exc) from exc
+    store.put(plural, new)
+    return new
+
+
+async def delete_if_present(http: KubeHttp, api: str, plural: str, namespace: str, name: str) -> bool:
+    """Delete the object; False when it was gone already (404)."""
+    try:
+        await http.delete_object(api, plural, namespace, name)
+    except KubeHttpError as exc:
+        if exc.status == 404:
+            return False
+        raise kube_failure(f"deleting {plural}/{name}", exc) from exc
+    return True
+
+
 class Store:
     """Latest known version of each watched object, keyed ``plural/namespace/name``."""
 
@@ -387,27 +419,14 @@ class KubeAdapter:
         return self.store.find(IP_ADDRESSES, namespace, name)
 
     async def create_ip_claim(self, namespace: str, body: Mapping[str, Any]) -> Body | None:
-        try:
-            new = await self._http.create_object(IPAM_API, IP_CLAIMS, namespace, body)
-        except KubeHttpError as exc:
-            if exc.status == 409:
-                return None
-            name = (body.get("metadata") or {}).get("name")
-            detail = f"HTTP {exc.status}" if exc.status else str(exc)
-            raise TransientError("KubernetesError", f"creating IPAddressClaim {name}: {detail}") from exc
-        self.writes += 1
-        self.store.put(IP_CLAIMS, new)
+        new = await create_cached(self._http, self.store, IPAM_API, IP_CLAIMS, namespace, body=body)
+        if new is not None:
+            self.writes += 1
         return new
 
     async def delete_ip_claim(self, namespace: str, name: str) -> None:
-        try:
-            await self._http.delete_object(IPAM_API, IP_CLAIMS, namespace, name)
-        except KubeHttpError as exc:
-            if exc.status == 404:
-                return
-            detail = f"HTTP {exc.status}" if exc.status else str(exc)
-            raise TransientError("KubernetesError", f"deleting IPAddressClaim {name}: {detail}") from exc
-        self.writes += 1
+        if await delete_if_present(self._http, IPAM_API, IP_CLAIMS, namespace, name):
+            self.writes += 1
 
     # --- secrets -----------------------------------------------------------------------------------------
     async def read_secret_fresh(

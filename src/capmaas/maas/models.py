@@ -67,6 +67,17 @@ class _Model(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(frozen=True, extra="ignore")
 
 
+class _OneOf:
+    """A :class:`NodeStatus` predicate: the state is one of these (by name); declared in the enum with
+    ``enum.nonmember``."""
+
+    def __init__(self, *names: str) -> None:
+        self.names = frozenset(names)
+
+    def __get__(self, state: NodeStatus, owner: type | None = None) -> bool:
+        return state.name in self.names
+
+
 class NodeStatus(enum.IntEnum):
     """MAAS ``NODE_STATUS`` codes (``maascommon/enums/node.py``); ``.name`` is MAAS's constant name.
 
@@ -110,73 +121,33 @@ class NodeStatus(enum.IntEnum):
         return None
 
     # The groupings callers decide by, named once here (a set spelled out in each caller drifted apart).
-    @property
-    def held(self) -> bool:
-        """A MAAS user holds the machine: allocated to one, on its way to Deployed or failed there."""
-        return self in _HELD
-
-    @property
-    def let_go(self) -> bool:
-        """No user holds the machine, or none will once MAAS is done releasing it."""
-        return self in _LET_GO
-
-    @property
-    def releasing(self) -> bool:
-        """MAAS is releasing the machine (and may be erasing its disks): it comes back by itself."""
-        return self in _RELEASING
-
-    @property
-    def released(self) -> bool:
-        """Back in MAAS's hands: in the pool (New, Ready) or kept out of it (Broken)."""
-        return self in _RELEASED
-
-    @property
-    def deploy_path(self) -> bool:
-        """Allocated, Deploying or Deployed: the states every provisioning mode takes the same way."""
-        return self in _DEPLOY_PATH
-
-    @property
-    def running(self) -> bool:
-        """Deploying or Deployed: the machine runs (or boots into) its workload."""
-        return self in _RUNNING
-
-    @property
-    def commissioning(self) -> bool:
-        """New, Commissioning or Testing: a machine (a composed VM) MAAS is still bringing in."""
-        return self in _COMMISSIONING
-
-    @property
-    def failed(self) -> bool:
-        """Failed to commission, test or deploy, or Broken: the machine needs someone before it is usable."""
-        return self in _FAILED
-
-    @property
-    def transitional(self) -> bool:
-        """MAAS changes the machine by itself soon (deploying, releasing, commissioning, testing)."""
-        return self in _TRANSITIONAL
-
-    @property
-    def interfaces_editable(self) -> bool:
-        """MAAS lets an admin edit the machine's interfaces (``api/interfaces.py``)."""
-        return self in _INTERFACES_EDITABLE
+    #: A MAAS user holds the machine: allocated to one, on its way to Deployed or failed there.
+    held = enum.nonmember(_OneOf("ALLOCATED", "DEPLOYING", "DEPLOYED", "FAILED_DEPLOYMENT", "BROKEN"))
+    #: No user holds the machine, or none will once MAAS is done releasing it.
+    let_go = enum.nonmember(_OneOf("NEW", "READY", "RELEASING", "DISK_ERASING"))
+    #: MAAS is releasing the machine (and may be erasing its disks): it comes back by itself.
+    releasing = enum.nonmember(_OneOf("RELEASING", "DISK_ERASING"))
+    #: Back in MAAS's hands: in the pool (New, Ready) or kept out of it (Broken).
+    released = enum.nonmember(_OneOf("READY", "NEW", "BROKEN"))
+    #: Allocated, Deploying or Deployed: the states every provisioning mode takes the same way.
+    deploy_path = enum.nonmember(_OneOf("ALLOCATED", "DEPLOYING", "DEPLOYED"))
+    #: Deploying or Deployed: the machine runs (or boots into) its workload.
+    running = enum.nonmember(_OneOf("DEPLOYED", "DEPLOYING"))
+    #: New, Commissioning or Testing: a machine (a composed VM) MAAS is still bringing in.
+    commissioning = enum.nonmember(_OneOf("NEW", "COMMISSIONING", "TESTING"))
+    #: Failed to commission, test or deploy, or Broken: the machine needs someone before it is usable.
+    failed = enum.nonmember(_OneOf("FAILED_COMMISSIONING", "FAILED_TESTING", "FAILED_DEPLOYMENT", "BROKEN"))
+    #: MAAS changes the machine by itself soon (deploying, releasing, commissioning, testing).
+    transitional = enum.nonmember(
+        _OneOf("DEPLOYING", "RELEASING", "DISK_ERASING", "COMMISSIONING", "TESTING")
+    )
+    #: MAAS lets an admin edit the machine's interfaces (``api/interfaces.py``).
+    interfaces_editable = enum.nonmember(_OneOf("NEW", "READY", "ALLOCATED", "BROKEN", "FAILED_TESTING"))
 
     @classmethod
     def where(cls, predicate: Callable[[NodeStatus], bool]) -> tuple[NodeStatus, ...]:
         """The states for which ``predicate`` holds (e.g. a list call's ``status=`` filter)."""
         return tuple(s for s in cls if predicate(s))
-
-
-_S = NodeStatus
-_HELD = frozenset({_S.ALLOCATED, _S.DEPLOYING, _S.DEPLOYED, _S.FAILED_DEPLOYMENT, _S.BROKEN})
-_LET_GO = frozenset({_S.NEW, _S.READY, _S.RELEASING, _S.DISK_ERASING})
-_RELEASING = frozenset({_S.RELEASING, _S.DISK_ERASING})
-_RELEASED = frozenset({_S.READY, _S.NEW, _S.BROKEN})
-_DEPLOY_PATH = frozenset({_S.ALLOCATED, _S.DEPLOYING, _S.DEPLOYED})
-_RUNNING = frozenset({_S.DEPLOYED, _S.DEPLOYING})
-_COMMISSIONING = frozenset({_S.NEW, _S.COMMISSIONING, _S.TESTING})
-_FAILED = frozenset({_S.FAILED_COMMISSIONING, _S.FAILED_TESTING, _S.FAILED_DEPLOYMENT, _S.BROKEN})
-_TRANSITIONAL = frozenset({_S.DEPLOYING, _S.RELEASING, _S.DISK_ERASING, _S.COMMISSIONING, _S.TESTING})
-_INTERFACES_EDITABLE = frozenset({_S.NEW, _S.READY, _S.ALLOCATED, _S.BROKEN, _S.FAILED_TESTING})
 
 
 class PowerState(enum.StrEnum):

@@ -41,18 +41,10 @@ class FencedKubeHttp(KubeHttp):
         super().__init__(cfg, connections=connections, field_validation=field_validation)
         self._fence = fence
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Mapping[str, Any] | None = None,
-        content_type: str | None = None,
-        priority: int = 1,
-    ) -> dict[str, Any]:
+    async def request(self, method: str, path: str, **options: Any) -> dict[str, Any]:
         if method != "GET" and not self._fence():
             raise KubeHttpError(0, f"{method} {path}: not sent, this process is not the leader")
-        return await super().request(method, path, body=body, content_type=content_type, priority=priority)
+        return await super().request(method, path, **options)
 
 
 class FencedTransport(httpx.AsyncBaseTransport):

@@ -117,15 +117,18 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         rt.metrics.outside_filter.labels(plural).inc()
         return True
 
+    async def arrived(plural: ObjectPlural, type: str | None, body: kopf.Body) -> str | None:
+        """The loop key of an event of one of ours; None when it is not this shard's to handle."""
+        if outside(plural, type, body) or (type == DELETED and await handed_off(plural, body)):
+            return None
+        return object_key(plural, *_meta(body))
+
     @kopf.on.event(INFRA, MAASMACHINES, registry=registry)
     async def maasmachine_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-        if outside(MAASMACHINES, type, body):
+        if (key := await arrived(MAASMACHINES, type, body)) is None:
             return
         ns, name = _meta(body)
-        key = object_key(MAASMACHINES, ns, name)
         meta = body.get("metadata", {})
-        if type == DELETED and await handed_off(MAASMACHINES, body):
-            return
         if type == DELETED or (meta.get("deletionTimestamp") and not meta.get("finalizers")):
             moved = moved_out(body)
             rt.leaks.deleted(body, moved=moved)  # first: its loop's end stops the poll the audit needs
@@ -144,12 +147,9 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
 
     @kopf.on.event(INFRA, MAASCLUSTERS, registry=registry)
     async def maascluster_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-        if outside(MAASCLUSTERS, type, body):
+        if (key := await arrived(MAASCLUSTERS, type, body)) is None:
             return
         ns, name = _meta(body)
-        key = object_key(MAASCLUSTERS, ns, name)
-        if type == DELETED and await handed_off(MAASCLUSTERS, body):
-            return
         if type == DELETED:
             if moved_out(body):
                 rt.orphans.handed_on(body)

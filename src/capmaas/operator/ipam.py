@@ -174,16 +174,8 @@ def build_ipam(
         return run
 
     def workers(plural: str, reconcile: Reconcile) -> Workers:
-        return Workers(
-            plural,
-            gated(reconcile),
-            store,
-            active=active,
-            resync=config.kube.resync_interval,
-            backoff_base=config.machine.retry_base_delay,
-            backoff_max=config.machine.retry_max_delay,
-            outcome=outcome,
-            lag=lag,
+        return Workers.configured(
+            plural, gated(reconcile), store, config, active=active, outcome=outcome, lag=lag
         )
 
     return Ipam(

@@ -22,9 +22,8 @@ INFRA: Final = "infrastructure.cluster.x-k8s.io"
 CAPI: Final = "cluster.x-k8s.io"
 MAASMACHINES: Final = "maasmachines"
 MAASCLUSTERS: Final = "maasclusters"
-MACHINES: Final = "machines"
-CLUSTERS: Final = "clusters"
-DELETED: Final = "DELETED"
+MACHINES, CLUSTERS = "machines", "clusters"  # CAPI's
+DELETED = "DELETED"
 
 
 def plural_of(key: str) -> str:

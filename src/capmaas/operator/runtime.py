@@ -218,18 +218,10 @@ def build_runtime(
         return first
 
     def workers(plural: str, reconcile: Reconcile, **extra: Any) -> Workers:
-        return Workers(
-            plural,
-            logged(reconcile),
-            store,
-            active=active,
-            resync=config.kube.resync_interval,
-            backoff_base=ms.retry_base_delay,
-            backoff_max=ms.retry_max_delay,
-            outcome=metrics.outcome,
-            lag=metrics.lag,
+        return Workers.configured(
+            plural, logged(reconcile), store, config, active=active, outcome=metrics.outcome, lag=metrics.lag,
             **extra,
-        )
+        )  # fmt: skip
 
     machines = workers("maasmachines", machine_rec.reconcile, on_exit=connections.forget_key)
     clusters = workers("maasclusters", cluster_rec.reconcile)

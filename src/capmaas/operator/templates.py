@@ -61,7 +61,7 @@ DEPLOYMENT_NAME_LABEL = "cluster.x-k8s.io/deployment-name"
 
 
 class Wiring(Protocol):
-    """What the loop needs of the operator's runtime (``capmaas.operator.app.Runtime`` has it)."""
+    """What the loop needs of the operator's runtime (``capmaas.operator.runtime.Runtime`` has it)."""
 
     config: OperatorConfig
     store: Store

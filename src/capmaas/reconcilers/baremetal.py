@@ -43,7 +43,8 @@ many, exact whenever a shared answer could mislead).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Sequence
 
 from capmaas import maas, placement
 from capmaas.api import conditions as C
@@ -73,9 +74,8 @@ from capmaas.reconcilers.keys import (
     ZONE_SOURCE,
     provider_id,
 )
-from capmaas.reconcilers.lifecycle import Finished, MachineSettings
-from capmaas.reconcilers.ownership import Ownership
-from capmaas.reconcilers.ports import KubePort, MaasPort, Recorder
+from capmaas.reconcilers.lifecycle import Finished, Strategy
+from capmaas.reconcilers.ports import MaasPort
 from capmaas.reconcilers.scope import MachineScope, Requeue
 from capmaas.reconcilers.spread import Asking, ZoneSpread
 
@@ -98,7 +98,7 @@ RELEASE_REFUSED_RETRY = 60.0
 ADDRESS_WAIT = 60.0
 
 
-class BareMetal:
+class BareMetal(Strategy):
     """The :class:`~capmaas.reconcilers.lifecycle.Provisioner` of whole MAAS machines."""
 
     mode = PROVISIONING_MODE_BARE_METAL
@@ -107,21 +107,10 @@ class BareMetal:
     another = "allocating another"
     not_ours_reason = "MachineNotOurs"
 
-    def __init__(
-        self,
-        kube: KubePort,
-        ownership: Ownership,
-        *,
-        settings: MachineSettings,
-        recorder: Recorder,
-        clock: Callable[[], float],
-    ) -> None:
-        self.kube = kube
-        self.ownership = ownership
-        self.settings = settings
-        self.recorder = recorder
-        self.clock = clock
-        self.spread = ZoneSpread(clock)
+    @functools.cached_property
+    def spread(self) -> ZoneSpread:
+        """The zone spread of this process's allocations (soft memory of dry zones and choices)."""
+        return ZoneSpread(self.clock)
 
     def provider_id(self, zone: str, system_id: str) -> str:
         return provider_id(BARE_METAL_SCHEME, zone, system_id)
@@ -216,15 +205,7 @@ class BareMetal:
                 else:
                     m = await port.allocate(constraints, agent_name=agent, comment=f"capmaas {scope.key}")
             except maas_errors.NoMachineAvailableError as exc:
-                scope.set_annotation(ALLOCATING, None)
-                failures = int(scope.annotation(FAILURES) or 0) + 1
-                scope.set_annotation(FAILURES, str(failures))
-                # Every pass until then ends before MAAS (see _backing_off): a wake-up from a CAPI Machine or
-                # MaasCluster update within the backoff sends no allocate.
-                delay = self.settings.backoff(failures - 1)
-                # With the spec's generation: a spec edit (smaller sizes, another pool) ends the backoff at
-                # once.
-                scope.set_annotation(ALLOCATE_AFTER, f"{self.clock() + delay:.3f}@{scope.generation}")
+                failures, delay = self._failed_allocate(scope)
                 msg = self._no_machine(constraints, source, facts.maas_text(exc.body))
                 if (which := port.explain_empty(scope.want, constraints.zone)) is not None:
                     msg = f"{msg}; {which}"
@@ -236,11 +217,7 @@ class BareMetal:
                 # interfaces/storage value): nothing was allocated. Its own words name the field; retried
                 # with the backoff of an empty pool, as an admin may add the tag or import the architecture's
                 # image.
-                scope.set_annotation(ALLOCATING, None)
-                failures = int(scope.annotation(FAILURES) or 0) + 1
-                scope.set_annotation(FAILURES, str(failures))
-                delay = self.settings.backoff(failures - 1)
-                scope.set_annotation(ALLOCATE_AFTER, f"{self.clock() + delay:.3f}@{scope.generation}")
+                failures, delay = self._failed_allocate(scope)
                 said = facts.maas_text(exc.body, 400)
                 msg = f"MAAS refused the allocate constraints ({facts.describe(constraints)}): {said}"
                 if failures == 1:
@@ -259,6 +236,18 @@ class BareMetal:
         )
         await scope.flush()
         return m.system_id
+
+    def _failed_allocate(self, scope: MachineScope) -> tuple[int, float]:
+        """An allocate that MAAS answered with nothing allocated: the streak of such answers and the backoff
+        before the next allocate. Every pass until then ends before MAAS (see :meth:`_backing_off`): a wake-up
+        from a CAPI Machine or MaasCluster update within the backoff sends no allocate. The backoff carries
+        the spec's generation: a spec edit (smaller sizes, another pool) ends it at once."""
+        scope.set_annotation(ALLOCATING, None)
+        failures = int(scope.annotation(FAILURES) or 0) + 1
+        scope.set_annotation(FAILURES, str(failures))
+        delay = self.settings.backoff(failures - 1)
+        scope.set_annotation(ALLOCATE_AFTER, f"{self.clock() + delay:.3f}@{scope.generation}")
+        return failures, delay
 
     def _in_doubt(self, marked: str) -> float:
         """Seconds an allocate sent at the ``…/allocating`` mark's time may still take effect at MAAS (0: it

@@ -126,6 +126,24 @@ class Provisioner(Mode, Protocol):
         ...
 
 
+class Strategy:
+    """What every provisioner is given, never the lifecycle itself: the Kubernetes port, the ownership
+    bookkeeping (the lifecycle's :class:`Ownership`), the settings, the metrics recorder, the wall
+    clock."""
+
+    def __init__(
+        self,
+        kube: KubePort,
+        ownership: Ownership,
+        *,
+        settings: MachineSettings,
+        recorder: Recorder,
+        clock: Callable[[], float],
+    ) -> None:
+        self.kube, self.ownership, self.settings = kube, ownership, settings
+        self.recorder, self.clock = recorder, clock
+
+
 class Lifecycle:
     """The shared steps, with the soft memory they need (rebuilt after a restart at one request's cost).
 

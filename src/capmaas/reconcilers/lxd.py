@@ -28,7 +28,7 @@ reservation of a machine deleted mid-placement is dropped first, so its capacity
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
 
 from capmaas import maas, placement
 from capmaas.api import conditions as C
@@ -51,7 +51,7 @@ from capmaas.reconcilers.keys import (
     ZONE_SOURCE,
     provider_id,
 )
-from capmaas.reconcilers.lifecycle import Finished, MachineSettings
+from capmaas.reconcilers.lifecycle import Finished, Strategy
 from capmaas.reconcilers.lxd_placer import (
     Listing,
     LxdPlacer,
@@ -63,8 +63,7 @@ from capmaas.reconcilers.lxd_placer import (
     vm_hostname,
     vm_request,
 )
-from capmaas.reconcilers.ownership import Ownership
-from capmaas.reconcilers.ports import KubePort, MaasPort
+from capmaas.reconcilers.ports import MaasPort
 from capmaas.reconcilers.scope import MachineScope, Requeue
 
 #: Hosts tried per pass when MAAS refuses composes (over-commit 503, host gone).
@@ -121,7 +120,7 @@ def _creating(scope: MachineScope, message: str) -> None:
     scope.wait(C.VM_COMMISSIONING_REASON, message)
 
 
-class Lxd:
+class Lxd(Strategy):
     """The :class:`~capmaas.reconcilers.lifecycle.Provisioner` of LXD VMs composed on MAAS VM hosts."""
 
     mode = PROVISIONING_MODE_LXD
@@ -130,19 +129,10 @@ class Lxd:
     another = "composing another"
     not_ours_reason = "VMNotOurs"
 
-    def __init__(
-        self,
-        kube: KubePort,
-        ownership: Ownership,
-        *,
-        settings: MachineSettings,
-        clock: Callable[[], float],
-    ) -> None:
-        self.kube = kube
-        self.ownership = ownership
-        self.settings = settings
-        self.clock = clock
-        self.placer = LxdPlacer()  # reservation book + shared VM-host listing per endpoint
+    @functools.cached_property
+    def placer(self) -> LxdPlacer:
+        """The reservation book and shared VM-host listing per endpoint."""
+        return LxdPlacer()
 
     def provider_id(self, zone: str, system_id: str) -> str:
         return provider_id(LXD_SCHEME, zone, system_id)

@@ -63,7 +63,7 @@ class MachineReconciler:
         self.life = Lifecycle(kube, settings=self.settings, recorder=recorder, clock=clock, tenancy=tenancy)
         ownership = self.life.ownership
         self.bare_metal = BareMetal(kube, ownership, settings=self.settings, recorder=recorder, clock=clock)
-        self.lxd = Lxd(kube, ownership, settings=self.settings, clock=clock)
+        self.lxd = Lxd(kube, ownership, settings=self.settings, recorder=recorder, clock=clock)
         self.provisioners: Mapping[str, Provisioner] = {p.mode: p for p in (self.bare_metal, self.lxd)}
         self.owners = Owners(kube)
         self.handoff = Handoff()

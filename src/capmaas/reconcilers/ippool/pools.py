@@ -41,11 +41,8 @@ class PoolReconciler:
         default_credentials: MaasCredentials | None,
         recheck: float = POOL_RECHECK,
     ) -> None:
-        self.kube = kube
-        self.ipam = ipam
-        self.connector = connector
-        self.default = default_credentials
-        self.recheck = recheck
+        self.kube, self.ipam, self.connector = kube, ipam, connector
+        self.default, self.recheck = default_credentials, recheck
         self._facts: dict[str, MaasFacts] = {}  # pool UID -> the last check
         self._warned: dict[str, str] = {}  # pool UID -> the reserved-range warning last posted as an Event
 

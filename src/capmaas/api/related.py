@@ -20,10 +20,10 @@ from capmaas.api.schema import K8sModel
 __all__ = [
     "CapiCluster",
     "CapiMachine",
+    "MaasMachineView",
     "ObjectMeta",
     "ObjectRef",
     "OwnerReference",
-    "SiblingMaasMachine",
 ]
 
 
@@ -168,9 +168,10 @@ class _SiblingStatus(_View):
     addresses: Annotated[list[Any], BeforeValidator(lambda v: v or [])] = Field(default_factory=list)
 
 
-class SiblingMaasMachine(_View):
-    """Another MaasMachine of the cluster, read from the watch cache for placement and DNS (only what those
-    read: a sibling whose spec is otherwise odd still counts)."""
+class MaasMachineView(_View):
+    """A MaasMachine as a sibling reads it from the watch cache (placement, DNS, identity checks): only
+    those fields, so a sibling whose spec is otherwise odd still counts. The reconciled object itself is
+    parsed into the CRD's models (``scope.want``)."""
 
     metadata: Annotated[ObjectMeta, BeforeValidator(_empty_if_null)] = Field(default_factory=ObjectMeta)
     spec: Annotated[_SiblingSpec, BeforeValidator(_empty_if_null)] = Field(default_factory=_SiblingSpec)
@@ -182,6 +183,6 @@ class SiblingMaasMachine(_View):
         return self.status.failure_domain or self.spec.failure_domain
 
     @classmethod
-    def all(cls, bodies: Any) -> list[SiblingMaasMachine]:
+    def all(cls, bodies: Any) -> list[MaasMachineView]:
         """Views of every body of ``bodies``."""
         return [cls.from_body(b) for b in bodies]

@@ -48,7 +48,7 @@ from collections.abc import Sequence
 
 from capmaas import maas, placement
 from capmaas.api import conditions as C
-from capmaas.api.related import SiblingMaasMachine
+from capmaas.api.related import MaasMachineView
 from capmaas.api.v1beta1 import (
     PROVISIONING_MODE_BARE_METAL,
     MaasClusterStatus,
@@ -394,7 +394,7 @@ class BareMetal(Strategy):
         wet = [d for d in domains if not self.spread.is_dry(asking, d)]
         counts: dict[str, int] = {}
         siblings = self.kube.list_maasmachines(scope.namespace, scope.cluster_name or "")
-        for sibling in SiblingMaasMachine.all(siblings):
+        for sibling in MaasMachineView.all(siblings):
             uid = sibling.metadata.uid
             z = sibling.spec.failure_domain or self.spread.chosen_zone(uid)
             if z and uid != scope.uid:

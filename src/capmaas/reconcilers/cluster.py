@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from capmaas import maas
 from capmaas.api import conditions as C
 from capmaas.api import preferred_subnets as ps
-from capmaas.api.related import CapiCluster, SiblingMaasMachine
+from capmaas.api.related import CapiCluster, MaasMachineView
 from capmaas.api.v1beta1 import (
     APIEndpoint,
     ClusterNetworkStatus,
@@ -218,7 +218,7 @@ def control_plane(
     off: MAAS never queries a manual-power machine)."""
     preferred = preferred or ps.PreferredSubnets((), "none")
     count, ips, outside, unknown = 0, set(), [], []
-    for mm in SiblingMaasMachine.all(kube.list_maasmachines(namespace, cluster_name)):
+    for mm in MaasMachineView.all(kube.list_maasmachines(namespace, cluster_name)):
         if CONTROL_PLANE_LABEL not in mm.metadata.labels or mm.metadata.deletion_timestamp:
             continue
         count += 1

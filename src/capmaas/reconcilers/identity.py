@@ -34,6 +34,7 @@ The rules:
 from __future__ import annotations
 
 from capmaas.api import conditions as C
+from capmaas.api.related import MaasMachineView
 from capmaas.reconcilers.credentials import DEFAULT_REF, describe_ref, effective_ref, spec_ref
 from capmaas.reconcilers.keys import (
     AGENT_NAME,
@@ -84,9 +85,12 @@ def adopt(scope: ObjectScope) -> None:
 # --- MaasMachines ----------------------------------------------------------------------------------------
 def machine_references(body: Body) -> list[str]:
     """What a MaasMachine holds in MAAS, as people read it (``spec.systemID=abc``, ``…/allocating``)."""
-    spec = body.get("spec") or {}
-    annotations = body.get("metadata", {}).get("annotations") or {}
-    out = [f"spec.systemID={spec['systemID']}"] if spec.get("systemID") else []
+    return _references(MaasMachineView.from_body(body))
+
+
+def _references(mm: MaasMachineView) -> list[str]:
+    out = [f"spec.systemID={mm.spec.system_id}"] if mm.spec.system_id else []
+    annotations = mm.metadata.annotations
     out += [ANNOTATION_PREFIX + a for a in _HOLDING if annotations.get(ANNOTATION_PREFIX + a)]
     return out
 
@@ -165,11 +169,11 @@ def cluster_references(scope: ObjectScope, kube: KubePort, cluster_name: str, wa
     out = []
     if was != want and (record := scope.annotation(DNS_RECORD) or scope.annotation(DNS_PENDING)):
         out.append(f"DNS record {record}")
-    for mm in kube.list_maasmachines(scope.namespace, cluster_name):
-        held = machine_references(mm)
-        recorded = (mm.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_PREFIX + IDENTITY_REF)
+    for mm in MaasMachineView.all(kube.list_maasmachines(scope.namespace, cluster_name)):
+        held = _references(mm)
+        recorded = mm.metadata.annotations.get(ANNOTATION_PREFIX + IDENTITY_REF)
         if held and (recorded or was) != want:
-            out.append(f"MaasMachine {mm.get('metadata', {}).get('name')} ({', '.join(held)})")
+            out.append(f"MaasMachine {mm.metadata.name} ({', '.join(held)})")
     return out
 
 

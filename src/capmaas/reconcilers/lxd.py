@@ -32,7 +32,7 @@ import functools
 
 from capmaas import maas, placement
 from capmaas.api import conditions as C
-from capmaas.api.related import SiblingMaasMachine
+from capmaas.api.related import MaasMachineView
 from capmaas.api.v1beta1 import PROVISIONING_MODE_LXD, VMResourceUsage
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import facts, identity
@@ -236,7 +236,7 @@ class Lxd(Strategy):
             listing = await self._listing(scope, port, fresh)
             self._check_pin(scope, listing, request.pinned_host)
             cluster = scope.cluster_name or ""
-            siblings = SiblingMaasMachine.all(self.kube.list_maasmachines(scope.namespace, cluster))
+            siblings = MaasMachineView.all(self.kube.list_maasmachines(scope.namespace, cluster))
             existing = existing_placements(siblings, scope.uid, listing, ANNOTATION_PREFIX)
             usable = tenant_candidates(listing, scope.namespace)  # only this namespace's and shared hosts
             candidates = [c for c in usable if c.id not in refused]

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from capmaas import maas, placement
-from capmaas.api.related import CapiMachine, ObjectMeta, SiblingMaasMachine
+from capmaas.api.related import CapiMachine, MaasMachineView, ObjectMeta
 from capmaas.api.v1beta1 import LXDConfig, LXDStorage, MaasMachineSpec
 from capmaas.reconcilers.keys import (
     ANNOTATION_PREFIX,
@@ -252,7 +252,7 @@ def role_of(meta: ObjectMeta) -> placement.Role:
 
 
 def existing_placements(
-    siblings: Sequence[SiblingMaasMachine], own_uid: str, listing: Listing, annotation_prefix: str
+    siblings: Sequence[MaasMachineView], own_uid: str, listing: Listing, annotation_prefix: str
 ) -> list[placement.ExistingPlacement]:
     """The cluster's other machines that have a place: zone from spec/status, VM host from our annotation
     (or ``status.lxdHost`` by name). Machines with no system ID yet are in-flight: the book counts them."""

@@ -8,7 +8,7 @@ from collections import Counter
 from reconciler_env import make_env
 
 from capmaas import maas, placement
-from capmaas.api.related import CapiMachine, ObjectMeta, SiblingMaasMachine
+from capmaas.api.related import CapiMachine, MaasMachineView, ObjectMeta
 from capmaas.api.v1beta1 import LXDNetwork, MaasMachineSpec
 from capmaas.reconcilers import lxd_placer
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX
@@ -105,7 +105,7 @@ def test_request_and_existing_placements_from_the_objects() -> None:
          "status": {"lxdHost": "lxd-1"}},
         {"metadata": {"uid": "u3"}, "spec": {"failureDomain": "az2"}},  # not placed yet: the book counts it
     ]  # fmt: skip
-    got = lxd_placer.existing_placements(SiblingMaasMachine.all(siblings), "u0", listing, ANNOTATION_PREFIX)
+    got = lxd_placer.existing_placements(MaasMachineView.all(siblings), "u0", listing, ANNOTATION_PREFIX)
     assert [(p.key, p.zone, p.host_id) for p in got] == [("u1", "az1", 9), ("u2", "az2", 7)]
 
 

@@ -40,11 +40,11 @@ from capmaas.operator.kube import (
     delete_if_present,
     kube_failure,
     object_key,
+    patch_refused,
 )
 from capmaas.operator.kubehttp import KubeHttp, KubeHttpError
 from capmaas.operator.workers import Lag, Outcome, Reconcile, Workers
 from capmaas.reconcilers import ippool
-from capmaas.reconcilers.errors import ConflictError
 from capmaas.reconcilers.ports import Body, EventType, MaasConnector, MaasCredentials
 from capmaas.reconcilers.scope import Requeue
 
@@ -84,13 +84,8 @@ class IpamAdapter:
         try:
             new = await self._http.merge_patch(_APIS[plural], plural, namespace, name, body, status=status)
         except KubeHttpError as exc:
-            if exc.status == 404:
-                self.store.delete(plural, namespace, name)
-                return None
-            if exc.status == 409:
-                await self.read(plural, namespace, name)
-                raise ConflictError(f"{plural}/{name} changed since it was read; retrying") from exc
-            raise kube_failure(f"patching {plural}/{name}", exc) from exc
+            await patch_refused(exc, self.store, plural, namespace, name, reread=self.read)
+            return None
         self.store.put(plural, new)
         return new
 

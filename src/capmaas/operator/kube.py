@@ -31,7 +31,7 @@ import base64
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -178,6 +178,27 @@ async def delete_if_present(http: KubeHttp, api: str, plural: str, namespace: st
             return False
         raise kube_failure(f"deleting {plural}/{name}", exc) from exc
     return True
+
+
+async def patch_refused(
+    exc: KubeHttpError,
+    store: Store,
+    plural: str,
+    namespace: str,
+    name: str,
+    *,
+    reread: Callable[[Any, str, str], Awaitable[object]],
+) -> None:
+    """A merge patch the apiserver refused. 404: the object is gone (dropped from the cache; the caller
+    answers None). 409: someone wrote it since it was read: read again (``reread``) and
+    :class:`~capmaas.reconcilers.errors.ConflictError`. Anything else: a retryable outcome."""
+    if exc.status == 404:
+        store.delete(plural, namespace, name)
+        return
+    if exc.status == 409:
+        await reread(plural, namespace, name)
+        raise ConflictError(f"{plural}/{name} changed since it was read; retrying") from exc
+    raise kube_failure(f"patching {plural}/{name}", exc) from exc
 
 
 class Store:
@@ -524,14 +545,8 @@ class KubeAdapter:
                 f"{GROUP}/{VERSION}", plural, namespace, name, body, status=status, done=_completes(body)
             )
         except KubeHttpError as exc:
-            if exc.status == 404:
-                self.store.delete(plural, namespace, name)
-                return None
-            if exc.status == 409:
-                await self._reread(plural, namespace, name)
-                raise ConflictError(f"{plural}/{name} changed since it was read; retrying") from exc
-            detail = f"HTTP {exc.status}" if exc.status else str(exc)
-            raise TransientError("KubernetesError", f"patching {plural}/{name}: {detail}") from exc
+            await patch_refused(exc, self.store, plural, namespace, name, reread=self._reread)
+            return None
         self.writes += 1
         if self.in_shard(new):  # not an object this shard has handed off meanwhile (its label changed)
             self.store.put(plural, new)

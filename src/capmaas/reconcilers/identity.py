@@ -120,17 +120,25 @@ def kept_ref(scope: MachineScope, ref: str) -> str | None:
     return recorded
 
 
+def _foreign(scope: ObjectScope, port: MaasPort, held: str) -> str | None:
+    """Says that ``held`` (what the object holds in MAAS, as people read it) came from another identity than
+    ``port``'s; None when nothing is held or it came from this one."""
+    was = bound(scope)
+    if not held or was is None or was == port.identity:
+        return None
+    return (
+        f"{held} came from another MAAS identity ({was[:12]}) than the credentials now in use "
+        f"({port.identity[:12]}, {port.endpoint})"
+    )
+
+
 def check_machine(scope: MachineScope, port: MaasPort) -> bool:
     """False when the MaasMachine's references came from another identity than ``port``'s: they are forgotten
     (written with the next flush) with a Warning Event, and the caller sends nothing to MAAS in this pass."""
-    held = machine_references(scope.body)
-    was = bound(scope)
-    if not held or was is None or was == port.identity:
+    foreign = _foreign(scope, port, ", ".join(machine_references(scope.body)))
+    if foreign is None:
         return True
-    msg = (
-        f"{', '.join(held)} came from another MAAS identity ({was[:12]}) than the credentials now in use "
-        f"({port.identity[:12]}, {port.endpoint}); forgot them, nothing sent to either MAAS"
-    )
+    msg = f"{foreign}; forgot them, nothing sent to either MAAS"
     port.unwatch(str(scope.want.system_id or ""))
     scope.set_spec(system_id=None, provider_id=None)
     for name in _FORGOTTEN:
@@ -148,13 +156,10 @@ def check_machine(scope: MachineScope, port: MaasPort) -> bool:
 def check_cluster(scope: ObjectScope, port: MaasPort) -> bool:
     """:func:`check_machine` for a MaasCluster's DNS record (or the name of one being created)."""
     record = scope.annotation(DNS_RECORD) or scope.annotation(DNS_PENDING)
-    was = bound(scope)
-    if not record or was is None or was == port.identity:
+    foreign = _foreign(scope, port, f"DNS record {record}" if record else "")
+    if foreign is None:
         return True
-    msg = (
-        f"DNS record {record} came from another MAAS identity ({was[:12]}) than the credentials now in use "
-        f"({port.identity[:12]}, {port.endpoint}); forgot it, nothing sent to either MAAS"
-    )
+    msg = f"{foreign}; forgot it, nothing sent to either MAAS"
     for name in (DNS_RECORD, DNS_PENDING, VIP, IDENTITY):  # not identity-ref: what the objects use
         scope.set_annotation(name, None)
     scope.set_status(network=None)

@@ -123,10 +123,7 @@ async def run_operator(config: OperatorConfig, *, stop_flag: asyncio.Event | Non
         # Lost (or an unexpected error in the election, which ends the process the same way): every
         # request is fenced already; the loops are cancelled and the caller ends the process at once. Nothing
         # here waits for kopf: its shutdown can take a minute on a loaded machine, and writes nothing.
-        rt.machines.cancel()
-        if rt.ipam is not None:
-            rt.ipam.cancel()
-        rt.clusters.cancel()
+        rt.cancel()
         if not lease_task.cancelled() and (error := lease_task.exception()) is not None:
             raise LeadershipLost(f"leader election failed: {error!r}") from error
         raise LeadershipLost(f"lost the Lease {elector.settings.namespace}/{elector.settings.name}")

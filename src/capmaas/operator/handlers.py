@@ -73,10 +73,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     async def shutdown(**_: Any) -> None:
         for task in audit:
             task.cancel()
-        await rt.machines.stop()
-        await rt.clusters.stop()
-        if rt.ipam is not None:
-            await rt.ipam.stop()
+        await rt.stop()
         await rt.connections.aclose()
         await rt.kube.aclose()
         await rt.release()  # the Lease, at once: a standby need not wait for kopf's shutdown to end

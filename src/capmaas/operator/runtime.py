@@ -110,10 +110,24 @@ class Runtime:
     async def lead(self) -> None:
         """Leadership won: loops for every cached object (new ones start from their watch events)."""
         self.first_pass[:] = [time.time()]
-        self.machines.activate(_keys(self.store, "maasmachines"))
-        self.clusters.activate(_keys(self.store, "maasclusters"))
+        for plural, loops in self.loops.items():  # MaasMachines, MaasClusters, and any other controller's
+            loops.activate(_keys(self.store, plural))
         if self.ipam is not None:
             self.ipam.activate()
+
+    async def stop(self) -> None:
+        """Every loop ends (each finishes the pass it is in)."""
+        for loops in self.loops.values():
+            await loops.stop()
+        if self.ipam is not None:
+            await self.ipam.stop()
+
+    def cancel(self) -> None:
+        """Leadership lost: every loop is cancelled at once (every request is fenced already)."""
+        for loops in self.loops.values():
+            loops.cancel()
+        if self.ipam is not None:
+            self.ipam.cancel()
 
 
 def _keys(store: Store, plural: str) -> list[str]:

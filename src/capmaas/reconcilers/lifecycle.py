@@ -5,7 +5,10 @@ machine that is ours (``acquire``), handles the states only its mode has (``foll
 (``give_back``) and deletes (``delete``). Everything else happens here, once: deploying with the bootstrap
 data, the deploy timeout, Deployed (powered on, addresses, Ready), the workload Node's providerID, and the
 end of a deletion. Each provisioner keeps its own state; this module keeps the shared memory (power-on
-requests, Nodes already patched) and the settings.
+requests, Nodes already patched, and the :class:`~capmaas.reconcilers.ownership.Ownership` it hands to the
+provisioners) and the settings. A provisioner is a strategy: it is given what it needs at construction
+(:class:`Strategy`) and never calls back into the lifecycle; it answers :class:`Finished` when a deletion
+is done, or hands on a machine for the shared steps to deploy.
 
 Everything after acquisition reads machine state from the shared poller behind the
 :class:`~capmaas.reconcilers.ports.MaasPort`, never with a GET of its own.
@@ -168,10 +171,10 @@ class Lifecycle:
         self.clock = clock
         self._power_on_sent: dict[str, float] = {}
         # Per MaasMachine UID, forgotten when its deletion finishes (bounded by the objects alive, not by
-        # every object ever seen): the providerID already on its Node, and the MAAS system ID this process
-        # has seen MAAS hold under the object's agent name (the ownership test, once per machine held).
+        # every object ever seen): the providerID already on its Node.
         self._node_done: dict[str, str] = {}
-        #: Which machine is whose (shared with the provisioners, which get it at construction).
+        #: The MAAS system ID this process has seen MAAS hold under each object's agent name (the ownership
+        #: test, once per machine held), shared with the provisioners, which get it at construction.
         self.ownership = Ownership()
 
     @property

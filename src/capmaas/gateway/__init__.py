@@ -23,11 +23,10 @@ deletions' shared ownership lookups), :mod:`~capmaas.gateway.session` (the port 
 """
 
 from capmaas.gateway.connections import ClientFactory, MaasConnections, credentials_key
-from capmaas.gateway.poller import TRANSITIONAL, MachinePoller
+from capmaas.gateway.poller import MachinePoller
 from capmaas.gateway.session import MaasSession
 
 __all__ = [
-    "TRANSITIONAL",
     "ClientFactory",
     "MaasConnections",
     "MaasSession",

@@ -32,22 +32,11 @@ from capmaas.maas import errors as maas_errors
 
 log = logging.getLogger(__name__)
 
-#: States in which MAAS will change the machine by itself soon: machines in one are polled every fast
-#: interval. Not ALLOCATED: MAAS leaves an allocated machine alone until we deploy it (and the deploy's answer
-#: is folded in at once); a thousand machines waiting for their deploy must not make every poll list them.
-TRANSITIONAL = frozenset(
-    {
-        maas.NodeStatus.DEPLOYING,
-        maas.NodeStatus.RELEASING,
-        maas.NodeStatus.DISK_ERASING,
-        maas.NodeStatus.COMMISSIONING,
-        maas.NodeStatus.TESTING,
-    }
-)
-
-#: Of those, the states a deletion waits on (no readiness lag depends on them).
-RELEASING = frozenset({maas.NodeStatus.RELEASING, maas.NodeStatus.DISK_ERASING})
-#: Fast intervals between hot lists while every hot machine is :data:`RELEASING`.
+# Machines in a ``NodeStatus.transitional`` state (MAAS changes them by itself soon) are polled every fast
+# interval. Not ALLOCATED: MAAS leaves an allocated machine alone until we deploy it (and the deploy's answer
+# is folded in at once); a thousand machines waiting for their deploy must not make every poll list them.
+# Of those, the ``releasing`` ones are what a deletion waits on (no readiness lag depends on them).
+#: Fast intervals between hot lists while every hot machine is releasing.
 RELEASE_SLOWDOWN = 3
 #: Machines turned hot since the last list (a deploy answered, or not seen yet) that bring the next list
 #: forward to one fast interval after the last; fewer wait up to ``hot_max``.
@@ -140,8 +129,8 @@ class MachinePoller:
         self._gone.discard(machine.system_id)
         self._seen[machine.system_id] = time.monotonic()  # an allocate's answer comes before its watch()
         self.inventory.fold(machine)
-        if machine.status in TRANSITIONAL:
-            if machine.status not in RELEASING:
+        if machine.status.transitional:
+            if not machine.status.releasing:
                 self._fresh.add(machine.system_id)
             self._kick.set()
 
@@ -163,7 +152,7 @@ class MachinePoller:
     def _hot(self, system_id: str) -> bool:
         """Polled every fast interval: not seen yet, or MAAS is about to change it by itself."""
         m = self._snap.get(system_id)
-        return m is None or m.status in TRANSITIONAL
+        return m is None or m.status.transitional
 
     def spacing(self) -> float:
         """Least time from one poll to the next while machines are hot (see the module docstring)."""
@@ -171,7 +160,7 @@ class MachinePoller:
             return self._fast
         for sid in self._watched:
             m = self._snap.get(sid)
-            if m is None or (m.status in TRANSITIONAL and m.status not in RELEASING):
+            if m is None or (m.status.transitional and not m.status.releasing):
                 return self._hot_max
         return min(self._idle, self._fast * RELEASE_SLOWDOWN)
 

@@ -90,27 +90,9 @@ class MaasSession:
         self.poller.put(m)
         return m
 
-    async def deploy(
-        self,
-        system_id: str,
-        *,
-        user_data: bytes,
-        distro_series: str | None,
-        hwe_kernel: str | None,
-        ephemeral_deploy: bool,
-        comment: str,
-        register_vmhost: bool = False,
-    ) -> maas.Machine:
+    async def deploy(self, system_id: str, request: maas.DeployRequest) -> maas.Machine:
         async with self._writes:
-            m = await self.client.machines.deploy(
-                system_id,
-                user_data=user_data,
-                distro_series=distro_series,
-                hwe_kernel=hwe_kernel,
-                ephemeral_deploy=ephemeral_deploy,
-                comment=comment,
-                register_vmhost=register_vmhost,
-            )
+            m = await self.client.machines.deploy_with(system_id, request)
         self.poller.put(m)
         return m
 

@@ -12,7 +12,9 @@ MAAS's form fields, with repeated keys for lists.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+from collections.abc import Callable
 from typing import Any
 
 import pydantic
@@ -23,6 +25,7 @@ __all__ = [
     "BootResource",
     "ComposeRequest",
     "ComposedMachine",
+    "DeployRequest",
     "DnsResource",
     "Domain",
     "Fabric",
@@ -62,6 +65,17 @@ class _Model(pydantic.BaseModel):
     """Base of response models: frozen, unknown fields ignored."""
 
     model_config = pydantic.ConfigDict(frozen=True, extra="ignore")
+
+
+class _OneOf:
+    """A :class:`NodeStatus` predicate: the state is one of these (by name); declared in the enum with
+    ``enum.nonmember``."""
+
+    def __init__(self, *names: str) -> None:
+        self.names = frozenset(names)
+
+    def __get__(self, state: NodeStatus, owner: type | None = None) -> bool:
+        return state.name in self.names
 
 
 class NodeStatus(enum.IntEnum):
@@ -105,6 +119,35 @@ class NodeStatus(enum.IntEnum):
         if isinstance(value, int) and not isinstance(value, bool):
             return cls.UNKNOWN
         return None
+
+    # The groupings callers decide by, named once here (a set spelled out in each caller drifted apart).
+    #: A MAAS user holds the machine: allocated to one, on its way to Deployed or failed there.
+    held = enum.nonmember(_OneOf("ALLOCATED", "DEPLOYING", "DEPLOYED", "FAILED_DEPLOYMENT", "BROKEN"))
+    #: No user holds the machine, or none will once MAAS is done releasing it.
+    let_go = enum.nonmember(_OneOf("NEW", "READY", "RELEASING", "DISK_ERASING"))
+    #: MAAS is releasing the machine (and may be erasing its disks): it comes back by itself.
+    releasing = enum.nonmember(_OneOf("RELEASING", "DISK_ERASING"))
+    #: Back in MAAS's hands: in the pool (New, Ready) or kept out of it (Broken).
+    released = enum.nonmember(_OneOf("READY", "NEW", "BROKEN"))
+    #: Allocated, Deploying or Deployed: the states every provisioning mode takes the same way.
+    deploy_path = enum.nonmember(_OneOf("ALLOCATED", "DEPLOYING", "DEPLOYED"))
+    #: Deploying or Deployed: the machine runs (or boots into) its workload.
+    running = enum.nonmember(_OneOf("DEPLOYED", "DEPLOYING"))
+    #: New, Commissioning or Testing: a machine (a composed VM) MAAS is still bringing in.
+    commissioning = enum.nonmember(_OneOf("NEW", "COMMISSIONING", "TESTING"))
+    #: Failed to commission, test or deploy, or Broken: the machine needs someone before it is usable.
+    failed = enum.nonmember(_OneOf("FAILED_COMMISSIONING", "FAILED_TESTING", "FAILED_DEPLOYMENT", "BROKEN"))
+    #: MAAS changes the machine by itself soon (deploying, releasing, commissioning, testing).
+    transitional = enum.nonmember(
+        _OneOf("DEPLOYING", "RELEASING", "DISK_ERASING", "COMMISSIONING", "TESTING")
+    )
+    #: MAAS lets an admin edit the machine's interfaces (``api/interfaces.py``).
+    interfaces_editable = enum.nonmember(_OneOf("NEW", "READY", "ALLOCATED", "BROKEN", "FAILED_TESTING"))
+
+    @classmethod
+    def where(cls, predicate: Callable[[NodeStatus], bool]) -> tuple[NodeStatus, ...]:
+        """The states for which ``predicate`` holds (e.g. a list call's ``status=`` filter)."""
+        return tuple(s for s in cls if predicate(s))
 
 
 class PowerState(enum.StrEnum):
@@ -523,6 +566,23 @@ class _Request(pydantic.BaseModel):
         fields: FormFields = [(k, str(v)) for k in scalars if (v := getattr(self, k)) is not None]
         fields += [(k, v) for k in lists for v in getattr(self, k)]
         return fields
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DeployRequest:
+    """What ``machines/{id}/?op=deploy`` sends; unset fields send nothing (MAAS applies its defaults).
+
+    A dataclass, not a validated model: ``user_data`` must already be bytes (the client base64-encodes it
+    and refuses text, so nobody double-encodes by mistake)."""
+
+    user_data: bytes | None = None
+    distro_series: str | None = None  # ``os/series`` (``ubuntu/jammy``) or a bare series
+    hwe_kernel: str | None = None
+    ephemeral_deploy: bool = False
+    install_kvm: bool = False
+    register_vmhost: bool = False
+    enable_hw_sync: bool = False
+    comment: str | None = None
 
 
 class AllocateConstraints(_Request):

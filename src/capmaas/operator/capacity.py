@@ -29,6 +29,7 @@ from typing import Any
 
 from capmaas import maas, placement
 from capmaas.api import conditions as C
+from capmaas.api.related import ObjectMeta
 from capmaas.api.v1beta1 import PROVISIONING_MODE_LXD, DeviceFilter, MaasMachineSpec, capacity_for
 from capmaas.gateway import matching
 from capmaas.gateway.inventory import Inventory
@@ -152,7 +153,7 @@ def count_vm_slots(body: Mapping[str, Any], spec: MaasMachineSpec, inventory: In
         cands.append(lxd_placer.candidate(h, inventory.host_machines.get(sid) if sid else None))
     listing = lxd_placer.Listing(0.0, {h.id: h for h in hosts}, tuple(cands))
     usable = lxd_placer.tenant_candidates(listing, namespace)
-    request = lxd_placer.vm_request(body, spec.canonical(), None, namespace)
+    request = lxd_placer.vm_request(ObjectMeta.from_body(meta), spec.canonical(), None, namespace)
     kept = placement.filter_hosts(request, usable).kept
     slots = sum(_slots(h, request) for h in kept)
     if slots == 0:

@@ -30,11 +30,21 @@ from typing import Any
 import kopf
 
 from capmaas.config import OperatorConfig
-from capmaas.operator.kube import IP_ADDRESSES, IP_CLAIMS, IPAM_API, KubeAdapter, Store, object_key
+from capmaas.operator.kube import (
+    IP_ADDRESSES,
+    IP_CLAIMS,
+    IPAM_API,
+    KubeAdapter,
+    Store,
+    create_cached,
+    delete_if_present,
+    kube_failure,
+    object_key,
+    patch_refused,
+)
 from capmaas.operator.kubehttp import KubeHttp, KubeHttpError
 from capmaas.operator.workers import Lag, Outcome, Reconcile, Workers
 from capmaas.reconcilers import ippool
-from capmaas.reconcilers.errors import ConflictError, TransientError
 from capmaas.reconcilers.ports import Body, EventType, MaasConnector, MaasCredentials
 from capmaas.reconcilers.scope import Requeue
 
@@ -68,37 +78,19 @@ class IpamAdapter:
     def emit_event(self, obj: Body, type: EventType, reason: str, message: str) -> None:
         self._kube.emit_event(obj, type, reason, message)
 
-    @staticmethod
-    def _failed(doing: str, exc: KubeHttpError) -> TransientError:
-        detail = f"HTTP {exc.status}: {exc}" if exc.status else str(exc)
-        return TransientError("KubernetesError", f"{doing}: {detail}")
-
     async def patch(
         self, plural: str, namespace: str, name: str, body: Mapping[str, Any], *, status: bool
     ) -> Body | None:
         try:
             new = await self._http.merge_patch(_APIS[plural], plural, namespace, name, body, status=status)
         except KubeHttpError as exc:
-            if exc.status == 404:
-                self.store.delete(plural, namespace, name)
-                return None
-            if exc.status == 409:
-                await self.read(plural, namespace, name)
-                raise ConflictError(f"{plural}/{name} changed since it was read; retrying") from exc
-            raise self._failed(f"patching {plural}/{name}", exc) from exc
+            await patch_refused(exc, self.store, plural, namespace, name, reread=self.read)
+            return None
         self.store.put(plural, new)
         return new
 
     async def create(self, plural: str, namespace: str, body: Mapping[str, Any]) -> Body | None:
-        name = (body.get("metadata") or {}).get("name")
-        try:
-            new = await self._http.create_object(_APIS[plural], plural, namespace, body)
-        except KubeHttpError as exc:
-            if exc.status == 409:
-                return None
-            raise self._failed(f"creating {plural}/{name}", exc) from exc
-        self.store.put(plural, new)
-        return new
+        return await create_cached(self._http, self.store, _APIS[plural], plural, namespace, body=body)
 
     async def read(self, plural: str, namespace: str, name: str) -> Body | None:
         try:
@@ -106,16 +98,12 @@ class IpamAdapter:
         except KubeHttpError as exc:
             if exc.status == 404:
                 return None
-            raise self._failed(f"reading {plural}/{name}", exc) from exc
+            raise kube_failure(f"reading {plural}/{name}", exc) from exc
         self.store.put(plural, body)
         return body
 
     async def delete(self, plural: str, namespace: str, name: str) -> None:
-        try:
-            await self._http.delete_object(_APIS[plural], plural, namespace, name)
-        except KubeHttpError as exc:
-            if exc.status != 404:
-                raise self._failed(f"deleting {plural}/{name}", exc) from exc
+        await delete_if_present(self._http, _APIS[plural], plural, namespace, name)
 
 
 @dataclass
@@ -181,16 +169,8 @@ def build_ipam(
         return run
 
     def workers(plural: str, reconcile: Reconcile) -> Workers:
-        return Workers(
-            plural,
-            gated(reconcile),
-            store,
-            active=active,
-            resync=config.kube.resync_interval,
-            backoff_base=config.machine.retry_base_delay,
-            backoff_max=config.machine.retry_max_delay,
-            outcome=outcome,
-            lag=lag,
+        return Workers.configured(
+            plural, gated(reconcile), store, config, active=active, outcome=outcome, lag=lag
         )
 
     return Ipam(

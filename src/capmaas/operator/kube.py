@@ -31,7 +31,7 @@ import base64
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -146,6 +146,59 @@ def _rv(body: Body) -> int:
 
 def object_key(plural: str, namespace: str, name: str) -> str:
     return f"{plural}/{namespace}/{name}"
+
+
+def kube_failure(doing: str, exc: KubeHttpError) -> TransientError:
+    """A Kubernetes API error as a retryable outcome that says what was being done."""
+    detail = f"HTTP {exc.status}: {exc}" if exc.status else str(exc)
+    return TransientError("KubernetesError", f"{doing}: {detail}")
+
+
+async def create_cached(
+    http: KubeHttp, store: Store, api: str, plural: str, namespace: str, *, body: Mapping[str, Any]
+) -> Body | None:
+    """Create ``body`` and cache the answer; None when the object exists already (409)."""
+    try:
+        new = await http.create_object(api, plural, namespace, body)
+    except KubeHttpError as exc:
+        if exc.status == 409:
+            return None
+        name = (body.get("metadata") or {}).get("name")
+        raise kube_failure(f"creating {plural}/{name}", exc) from exc
+    store.put(plural, new)
+    return new
+
+
+async def delete_if_present(http: KubeHttp, api: str, plural: str, namespace: str, name: str) -> bool:
+    """Delete the object; False when it was gone already (404)."""
+    try:
+        await http.delete_object(api, plural, namespace, name)
+    except KubeHttpError as exc:
+        if exc.status == 404:
+            return False
+        raise kube_failure(f"deleting {plural}/{name}", exc) from exc
+    return True
+
+
+async def patch_refused(
+    exc: KubeHttpError,
+    store: Store,
+    plural: str,
+    namespace: str,
+    name: str,
+    *,
+    reread: Callable[[Any, str, str], Awaitable[object]],
+) -> None:
+    """A merge patch the apiserver refused. 404: the object is gone (dropped from the cache; the caller
+    answers None). 409: someone wrote it since it was read: read again (``reread``) and
+    :class:`~capmaas.reconcilers.errors.ConflictError`. Anything else: a retryable outcome."""
+    if exc.status == 404:
+        store.delete(plural, namespace, name)
+        return
+    if exc.status == 409:
+        await reread(plural, namespace, name)
+        raise ConflictError(f"{plural}/{name} changed since it was read; retrying") from exc
+    raise kube_failure(f"patching {plural}/{name}", exc) from exc
 
 
 class Store:
@@ -387,27 +440,14 @@ class KubeAdapter:
         return self.store.find(IP_ADDRESSES, namespace, name)
 
     async def create_ip_claim(self, namespace: str, body: Mapping[str, Any]) -> Body | None:
-        try:
-            new = await self._http.create_object(IPAM_API, IP_CLAIMS, namespace, body)
-        except KubeHttpError as exc:
-            if exc.status == 409:
-                return None
-            name = (body.get("metadata") or {}).get("name")
-            detail = f"HTTP {exc.status}" if exc.status else str(exc)
-            raise TransientError("KubernetesError", f"creating IPAddressClaim {name}: {detail}") from exc
-        self.writes += 1
-        self.store.put(IP_CLAIMS, new)
+        new = await create_cached(self._http, self.store, IPAM_API, IP_CLAIMS, namespace, body=body)
+        if new is not None:
+            self.writes += 1
         return new
 
     async def delete_ip_claim(self, namespace: str, name: str) -> None:
-        try:
-            await self._http.delete_object(IPAM_API, IP_CLAIMS, namespace, name)
-        except KubeHttpError as exc:
-            if exc.status == 404:
-                return
-            detail = f"HTTP {exc.status}" if exc.status else str(exc)
-            raise TransientError("KubernetesError", f"deleting IPAddressClaim {name}: {detail}") from exc
-        self.writes += 1
+        if await delete_if_present(self._http, IPAM_API, IP_CLAIMS, namespace, name):
+            self.writes += 1
 
     # --- secrets -----------------------------------------------------------------------------------------
     async def read_secret_fresh(
@@ -505,14 +545,8 @@ class KubeAdapter:
                 f"{GROUP}/{VERSION}", plural, namespace, name, body, status=status, done=_completes(body)
             )
         except KubeHttpError as exc:
-            if exc.status == 404:
-                self.store.delete(plural, namespace, name)
-                return None
-            if exc.status == 409:
-                await self._reread(plural, namespace, name)
-                raise ConflictError(f"{plural}/{name} changed since it was read; retrying") from exc
-            detail = f"HTTP {exc.status}" if exc.status else str(exc)
-            raise TransientError("KubernetesError", f"patching {plural}/{name}: {detail}") from exc
+            await patch_refused(exc, self.store, plural, namespace, name, reread=self._reread)
+            return None
         self.writes += 1
         if self.in_shard(new):  # not an object this shard has handed off meanwhile (its label changed)
             self.store.put(plural, new)

@@ -19,9 +19,9 @@ Fencing, inside this process: :meth:`LeaderElector.is_leader` is true only until
 the *start* of the last successful renew (the apiserver stored that renew no earlier, so no standby can
 take over before ``lease_duration`` after it). It is a monotonic-clock check, not a flag set by the renew
 task, so a starved event loop (or a stalled renew) cannot leave a stale leader writing: every MAAS and
-Kubernetes write checks it (:mod:`capmaas.operator.app` wraps the clients). What it cannot cover is a request
-already on the wire when leadership ends; MAAS has no fencing token, so the reconcilers' crash-safety
-(agent-name lookups, the ``…/allocating`` mark) still has to hold for such a request.
+Kubernetes write checks it (:mod:`capmaas.operator.fencing` wraps the clients). What it cannot cover is a
+request already on the wire when leadership ends; MAAS has no fencing token, so the reconcilers'
+crash-safety (agent-name lookups, the ``…/allocating`` mark) still has to hold for such a request.
 
 The Lease requests use a :class:`KubeHttp` of their own (two connections), never queued behind a burst of
 object writes, and the operator runs the election on a thread of its own with its own event loop

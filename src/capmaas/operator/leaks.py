@@ -36,15 +36,6 @@ from capmaas.reconcilers.keys import AGENT_NAME, ANNOTATION_PREFIX, DELETE_FOR_M
 
 log = logging.getLogger(__name__)
 
-#: States in which the machine is no longer (or soon no longer) held by anyone.
-_LET_GO = frozenset(
-    {
-        maas.NodeStatus.NEW,
-        maas.NodeStatus.READY,
-        maas.NodeStatus.RELEASING,
-        maas.NodeStatus.DISK_ERASING,
-    }
-)
 _BATCH = 100
 
 
@@ -139,7 +130,7 @@ class LeakAudit:
             return  # unknown this pass: counted as before
         for g in gone:
             m = seen.get(g.system_id)
-            if m is None or m.status in _LET_GO or m.owner is None:
+            if m is None or m.status.let_go or m.owner is None:
                 self._forget(g.system_id)  # released, being released, or gone from MAAS (a decomposed VM)
                 continue
             held = await self._held(session, g)

@@ -51,13 +51,7 @@ KINDS: tuple[Kind, ...] = ("machine", "vm_host", "dns_record")
 #: The Warning Event's reason.
 ORPHAN_REASON = "OrphanedInMaas"
 #: States in which a MAAS user still holds the machine.
-HELD = (
-    maas.NodeStatus.ALLOCATED,
-    maas.NodeStatus.DEPLOYING,
-    maas.NodeStatus.DEPLOYED,
-    maas.NodeStatus.FAILED_DEPLOYMENT,
-    maas.NodeStatus.BROKEN,
-)
+HELD = maas.NodeStatus.where(lambda s: s.held)
 #: The shape of a name capmaas gives a control-plane record: ``<cluster>-<hex suffix>.<domain>``.
 MANAGED_DNS_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?-[0-9a-f]{6,}\.[a-z0-9][a-z0-9.-]*$")
 _BATCH = 100

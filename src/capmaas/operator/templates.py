@@ -36,6 +36,7 @@ import kopf
 from pydantic import ValidationError
 
 from capmaas.api import conditions as C
+from capmaas.api.related import CapiCluster
 from capmaas.api.v1beta1 import GROUP, MaasMachineSpec
 from capmaas.gateway import MaasSession
 from capmaas.operator import capacity
@@ -60,7 +61,7 @@ DEPLOYMENT_NAME_LABEL = "cluster.x-k8s.io/deployment-name"
 
 
 class Wiring(Protocol):
-    """What the loop needs of the operator's runtime (``capmaas.operator.app.Runtime`` has it)."""
+    """What the loop needs of the operator's runtime (``capmaas.operator.runtime.Runtime`` has it)."""
 
     config: OperatorConfig
     store: Store
@@ -273,7 +274,7 @@ class TemplateCapacity:
         written, as the reconcilers write nothing to a paused cluster's objects."""
         name = cluster_of(body)
         ns = str(body.get("metadata", {}).get("namespace", ""))
-        return name is not None and cluster_paused(self._w.store.find("clusters", ns, name))
+        return name is not None and cluster_paused(CapiCluster.view(self._w.store.find("clusters", ns, name)))
 
     async def _session(self, key: str, body: Mapping[str, Any]) -> tuple[MaasSession | None, str]:
         """The session the template is counted on, or None and why ("" when tied to no Cluster)."""

@@ -33,6 +33,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 
 from capmaas import backoff
+from capmaas.config import OperatorConfig
 from capmaas.operator.kube import Store
 from capmaas.operator.slots import PrioritySlots
 from capmaas.reconcilers.errors import TerminalError, TransientError
@@ -51,6 +52,27 @@ PASSES_PER_NAMESPACE = 128
 
 class Workers:
     """The loops of one kind (``maasmachines`` or ``maasclusters``)."""
+
+    @classmethod
+    def configured(
+        cls,
+        plural: str,
+        reconcile: Reconcile,
+        store: Store,
+        config: OperatorConfig,
+        *,
+        active: bool,
+        outcome: Outcome,
+        lag: Lag,
+        on_exit: Callable[[str], None] = lambda key: None,
+    ) -> Workers:
+        """Loops with the operator's resync interval and reconcile backoff (every controller's alike)."""
+        ms = config.machine
+        return cls(
+            plural, reconcile, store, active=active, resync=config.kube.resync_interval,
+            backoff_base=ms.retry_base_delay, backoff_max=ms.retry_max_delay, outcome=outcome, lag=lag,
+            on_exit=on_exit,
+        )  # fmt: skip
 
     def __init__(
         self,

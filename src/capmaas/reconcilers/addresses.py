@@ -39,7 +39,7 @@ from capmaas.api import conditions as C
 from capmaas.api.v1beta1 import API_VERSION, InterfaceAddress
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import facts
-from capmaas.reconcilers.credentials import maas_failure
+from capmaas.reconcilers.credentials import maas_step
 from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL, PINNED
 from capmaas.reconcilers.ports import Body, KubePort, MaasPort
 from capmaas.reconcilers.scope import MachineScope
@@ -202,20 +202,17 @@ async def pin(scope: MachineScope, port: MaasPort, m: maas.Machine, want: Sequen
     if scope.annotation(PINNED) != marks:
         scope.set_annotation(PINNED, marks)  # before the writes: a crash leaves them known
         await scope.flush()
-    try:
+    with maas_step("reading MAAS reserved IPs"):
         existing = {r.ip: r for r in await port.reserved_ips()}
-    except maas_errors.MaasError as exc:
-        raise maas_failure(exc, None, "reading MAAS reserved IPs") from exc
     for ip, mac in pairs:
         have = existing.get(ip)
         if have is not None and have.mac_address.lower() == mac:
             continue
-        try:
-            await port.pin_ip(ip, mac, comment=f"capmaas {scope.key}")
-        except (maas_errors.BadRequestError, maas_errors.ConflictError, maas_errors.NotFoundError) as exc:
-            return f"MAAS refused to reserve {ip} for {mac} of {m.system_id}: {_refusal(exc)}"
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"reserving {ip} in MAAS") from exc
+        with maas_step(f"reserving {ip} in MAAS"):
+            try:
+                await port.pin_ip(ip, mac, comment=f"capmaas {scope.key}")
+            except (maas_errors.BadRequestError, maas_errors.ConflictError, maas_errors.NotFoundError) as exc:
+                return f"MAAS refused to reserve {ip} for {mac} of {m.system_id}: {_refusal(exc)}"
     return None
 
 
@@ -227,17 +224,13 @@ async def unpin(scope: MachineScope, port: MaasPort, m: maas.Machine | None) -> 
         return
     if m is not None:
         macs = {str(i.mac_address).lower() for i in m.interface_set if i.mac_address}
-        try:
+        with maas_step("reading MAAS reserved IPs"):
             pins = await port.reserved_ips()
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, "reading MAAS reserved IPs") from exc
         for r in pins:
             mac = r.mac_address.lower()
             if (r.ip, mac) in marks and mac in macs:
-                try:
+                with maas_step(f"deleting the MAAS reserved IP {r.ip}"):
                     await port.unpin_ip(r.id)
-                except maas_errors.MaasError as exc:
-                    raise maas_failure(exc, None, f"deleting the MAAS reserved IP {r.ip}") from exc
     scope.set_annotation(PINNED, None)
 
 

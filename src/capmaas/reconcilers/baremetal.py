@@ -43,19 +43,20 @@ many, exact whenever a shared answer could mislead).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from capmaas import maas, placement
 from capmaas.api import conditions as C
+from capmaas.api.related import MaasMachineView
 from capmaas.api.v1beta1 import (
     PROVISIONING_MODE_BARE_METAL,
     MaasClusterStatus,
-    MaasMachineSpec,
     ReleaseOptions,
 )
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import addresses, facts, layout, vmhost
-from capmaas.reconcilers.credentials import maas_failure
+from capmaas.reconcilers.credentials import maas_step
 from capmaas.reconcilers.errors import TerminalError, TransientError
 from capmaas.reconcilers.keys import (
     AGENT_NAME,
@@ -73,20 +74,14 @@ from capmaas.reconcilers.keys import (
     ZONE_SOURCE,
     provider_id,
 )
-from capmaas.reconcilers.lifecycle import SHARED_STATES, Lifecycle
+from capmaas.reconcilers.lifecycle import Finished, Strategy
 from capmaas.reconcilers.ports import MaasPort
-from capmaas.reconcilers.scope import MachineScope, Requeue, wire_name
+from capmaas.reconcilers.scope import MachineScope, Requeue
 from capmaas.reconcilers.spread import Asking, ZoneSpread
 
-_FAILURE_DOMAIN = wire_name(MaasMachineSpec, "failure_domain")  # read off sibling bodies (cache, not parsed)
 #: MAAS power type of composed LXD VMs: a bare-metal allocate never takes one (they are Ready between
 #: commissioning and their own allocate).
 LXD_POWER_TYPE = "lxd"
-RELEASED = frozenset({maas.NodeStatus.READY, maas.NodeStatus.NEW, maas.NodeStatus.BROKEN})
-IN_PROGRESS = frozenset({maas.NodeStatus.RELEASING, maas.NodeStatus.DISK_ERASING})
-_NOT_OURS = frozenset(
-    {maas.NodeStatus.READY, maas.NodeStatus.NEW, maas.NodeStatus.RELEASING, maas.NodeStatus.DISK_ERASING}
-)
 
 
 def agent_name(scope: MachineScope) -> str:
@@ -103,17 +98,19 @@ RELEASE_REFUSED_RETRY = 60.0
 ADDRESS_WAIT = 60.0
 
 
-class BareMetal:
+class BareMetal(Strategy):
     """The :class:`~capmaas.reconcilers.lifecycle.Provisioner` of whole MAAS machines."""
 
     mode = PROVISIONING_MODE_BARE_METAL
     kept = "MAAS machine"
+    tried = "MAAS machines"
+    another = "allocating another"
+    not_ours_reason = "MachineNotOurs"
 
-    def __init__(self, life: Lifecycle) -> None:
-        self.life = life
-        self.spread = ZoneSpread(life.clock)
-        #: (MaasMachine UID, system ID) pairs MAAS has shown held under the object's agent name (or that this
-        #: process allocated): checked once per process, before any deploy, release or mark-broken.
+    @functools.cached_property
+    def spread(self) -> ZoneSpread:
+        """The zone spread of this process's allocations (soft memory of dry zones and choices)."""
+        return ZoneSpread(self.clock)
 
     def provider_id(self, zone: str, system_id: str) -> str:
         return provider_id(BARE_METAL_SCHEME, zone, system_id)
@@ -135,13 +132,13 @@ class BareMetal:
         sid = scope.want.system_id
         if sid and scope.annotation(REPLACING) == sid:  # a replacement of sid was under way
             if await self._still_ours(scope, port, sid) is None:
-                self._forget(scope, port, sid)
+                self.ownership.forget(self, scope, port, sid)
                 msg = f"{sid} was given back before the last pass ended; allocating another"
                 scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.MACHINE_NOT_FOUND_REASON, msg)
                 await scope.flush()
                 return Requeue(0.0)
             scope.set_annotation(REPLACING, None)  # still ours: decide again below
-            self.life.proved(scope, port, sid)
+            self.ownership.proved(scope, port, sid)
         if not sid:
             waiting = self._backing_off(scope)
             if waiting is not None:
@@ -149,7 +146,7 @@ class BareMetal:
             if scope.want.addresses and not scope.annotation(ALLOCATING):
                 # Nothing is allocated in MAAS until every address is known (an allocate in doubt is
                 # looked up first, whatever the addresses).
-                known = await addresses.wanted(scope, self.life.kube)
+                known = await addresses.wanted(scope, self.kube)
                 if isinstance(known, str):
                     scope.wait(C.WAITING_FOR_IP_ADDRESS_REASON, known)
                     return Requeue(ADDRESS_WAIT)
@@ -157,31 +154,23 @@ class BareMetal:
             if isinstance(got, Requeue):
                 return got
             sid = got
-            self.life.proved(scope, port, sid)  # the allocate (or adopt) answer under our agent name
-        elif not self.life.knows(scope, port, sid):
+            self.ownership.proved(scope, port, sid)  # the allocate (or adopt) answer under our agent name
+        else:
             # spec.systemID is just a field someone wrote: before the lifecycle deploys, releases or marks
             # it broken, MAAS must show it held under this object's agent name (through this identity).
-            if not await self._holds(scope, port, sid):
-                self._forget(scope, port, sid)
-                msg = f"MAAS machine {sid} is not held under this MaasMachine's agent name; forgot it"
-                scope.event("Warning", "MachineNotOurs", f"{msg}, nothing sent to it")
-                scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.MACHINE_NOT_FOUND_REASON, msg)
-                await scope.flush()
+            msg = f"MAAS machine {sid} is not held under this MaasMachine's agent name; forgot it"
+            if not await self.ownership.check(self, scope, port, sid, msg):
                 return Requeue(0.0)
-            self.life.proved(scope, port, sid)
         return str(sid)
 
     async def owns(self, scope: MachineScope, port: MaasPort, system_id: str) -> bool:
         return await self._holds(scope, port, system_id)
 
     async def _allocate(self, scope: MachineScope, port: MaasPort) -> str | Requeue:
-        life = self.life
         agent = agent_name(scope)
         if marked := scope.annotation(ALLOCATING):
-            try:
+            with maas_step("looking up an earlier allocation"):
                 found = await port.find_by_agent(agent)
-            except maas_errors.MaasError as exc:
-                raise maas_failure(exc, None, "looking up an earlier allocation") from exc
             if found:
                 return await self._adopt(scope, port, found)
             left = self._in_doubt(marked)
@@ -191,73 +180,74 @@ class BareMetal:
                     f"yet; it may still take effect, so no other machine is allocated for {int(left) + 1}s"
                 )
                 scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.ALLOCATION_IN_DOUBT_REASON, msg)
-                return Requeue(min(left, life.settings.retry_base))
+                return Requeue(min(left, self.settings.retry_base))
         attempts = scope.attempts
-        if attempts >= life.settings.max_deploy_attempts:
+        if attempts >= self.settings.max_deploy_attempts:
             raise TerminalError(
-                C.RETRIES_EXHAUSTED_REASON, f"{attempts} MAAS machines tried; delete the Machine to try again"
+                C.RETRIES_EXHAUSTED_REASON, f"{attempts} {self.tried} tried; delete the Machine to try again"
             )
         constraints, source = self._constraints(scope, port)
-        scope.set_annotation(ALLOCATING, str(int(life.clock())))
+        scope.set_annotation(ALLOCATING, str(int(self.clock())))
         scope.set_annotation(AGENT_NAME, agent)  # same patch: survives a move with the allocate in doubt
         await scope.flush()
-        started = life.clock()
-        try:
-            if source == ZONE_FROM_OPERATOR:
-                m, constraints = await self.spread.allocate(
-                    port,
-                    self._asking(scope, port, constraints),
-                    constraints,
-                    agent_name=agent,
-                    comment=f"capmaas {scope.key}",
-                )
-            else:
-                m = await port.allocate(constraints, agent_name=agent, comment=f"capmaas {scope.key}")
-        except maas_errors.NoMachineAvailableError as exc:
-            scope.set_annotation(ALLOCATING, None)
-            failures = int(scope.annotation(FAILURES) or 0) + 1
-            scope.set_annotation(FAILURES, str(failures))
-            # Every pass until then ends before MAAS (see _backing_off): a wake-up from a CAPI Machine or
-            # MaasCluster update within the backoff sends no allocate.
-            delay = life.backoff(failures - 1)
-            # With the spec's generation: a spec edit (smaller sizes, another pool) ends the backoff at once.
-            scope.set_annotation(ALLOCATE_AFTER, f"{life.clock() + delay:.3f}@{scope.generation}")
-            msg = self._no_machine(constraints, source, facts.maas_text(exc.body))
-            if (which := port.explain_empty(scope.want, constraints.zone)) is not None:
-                msg = f"{msg}; {which}"
-            if failures == 1:  # one Event per streak; the condition stays current
-                scope.event("Warning", C.NO_MACHINE_AVAILABLE_REASON, msg)
-            raise TransientError(C.NO_MACHINE_AVAILABLE_REASON, msg, delay=delay) from exc
-        except maas_errors.BadRequestError as exc:
-            # MAAS's form refused a constraint (unknown tag or architecture, a malformed devices/interfaces/
-            # storage value): nothing was allocated. Its own words name the field; retried with the backoff
-            # of an empty pool, as an admin may add the tag or import the architecture's image.
-            scope.set_annotation(ALLOCATING, None)
-            failures = int(scope.annotation(FAILURES) or 0) + 1
-            scope.set_annotation(FAILURES, str(failures))
-            delay = life.backoff(failures - 1)
-            scope.set_annotation(ALLOCATE_AFTER, f"{life.clock() + delay:.3f}@{scope.generation}")
-            said = facts.maas_text(exc.body, 400)
-            msg = f"MAAS refused the allocate constraints ({facts.describe(constraints)}): {said}"
-            if failures == 1:
-                scope.event("Warning", C.CONSTRAINTS_REFUSED_REASON, msg)
-            raise TransientError(C.CONSTRAINTS_REFUSED_REASON, msg, delay=delay) from exc
-        except maas_errors.MaasError as exc:
-            # The allocate may or may not have happened: keep the annotation, so the next pass looks first.
-            raise maas_failure(exc, None, "allocating") from exc
-        life.recorder.allocation_duration(life.clock() - started)
+        started = self.clock()
+        # An allocate that may or may not have happened keeps the annotation: the next pass looks first.
+        with maas_step("allocating"):
+            try:
+                if source == ZONE_FROM_OPERATOR:
+                    m, constraints = await self.spread.allocate(
+                        port,
+                        self._asking(scope, port, constraints),
+                        constraints,
+                        agent_name=agent,
+                        comment=f"capmaas {scope.key}",
+                    )
+                else:
+                    m = await port.allocate(constraints, agent_name=agent, comment=f"capmaas {scope.key}")
+            except maas_errors.NoMachineAvailableError as exc:
+                failures, delay = self._failed_allocate(scope)
+                msg = self._no_machine(constraints, source, facts.maas_text(exc.body))
+                if (which := port.explain_empty(scope.want, constraints.zone)) is not None:
+                    msg = f"{msg}; {which}"
+                if failures == 1:  # one Event per streak; the condition stays current
+                    scope.event("Warning", C.NO_MACHINE_AVAILABLE_REASON, msg)
+                raise TransientError(C.NO_MACHINE_AVAILABLE_REASON, msg, delay=delay) from exc
+            except maas_errors.BadRequestError as exc:
+                # MAAS's form refused a constraint (unknown tag or architecture, a malformed devices/
+                # interfaces/storage value): nothing was allocated. Its own words name the field; retried
+                # with the backoff of an empty pool, as an admin may add the tag or import the architecture's
+                # image.
+                failures, delay = self._failed_allocate(scope)
+                said = facts.maas_text(exc.body, 400)
+                msg = f"MAAS refused the allocate constraints ({facts.describe(constraints)}): {said}"
+                if failures == 1:
+                    scope.event("Warning", C.CONSTRAINTS_REFUSED_REASON, msg)
+                raise TransientError(C.CONSTRAINTS_REFUSED_REASON, msg, delay=delay) from exc
+        self.recorder.allocation_duration(self.clock() - started)
         scope.set_status(attempts=attempts + 1)
         self._record(scope, m, source)
         if m.status == maas.NodeStatus.ALLOCATED:
             # The deploy follows in this pass: stamping it now saves a metadata patch per machine (the deploy
             # timeout then also counts the few milliseconds of the deploy request).
-            scope.set_annotation(DEPLOY_STARTED, str(life.clock()))
+            scope.set_annotation(DEPLOY_STARTED, str(self.clock()))
             scope.deploy_stamped = True
         scope.event(
             "Normal", "MachineAllocated", f"allocated MAAS machine {m.system_id} in zone {m.zone.name}"
         )
         await scope.flush()
         return m.system_id
+
+    def _failed_allocate(self, scope: MachineScope) -> tuple[int, float]:
+        """An allocate that MAAS answered with nothing allocated: the streak of such answers and the backoff
+        before the next allocate. Every pass until then ends before MAAS (see :meth:`_backing_off`): a wake-up
+        from a CAPI Machine or MaasCluster update within the backoff sends no allocate. The backoff carries
+        the spec's generation: a spec edit (smaller sizes, another pool) ends it at once."""
+        scope.set_annotation(ALLOCATING, None)
+        failures = int(scope.annotation(FAILURES) or 0) + 1
+        scope.set_annotation(FAILURES, str(failures))
+        delay = self.settings.backoff(failures - 1)
+        scope.set_annotation(ALLOCATE_AFTER, f"{self.clock() + delay:.3f}@{scope.generation}")
+        return failures, delay
 
     def _in_doubt(self, marked: str) -> float:
         """Seconds an allocate sent at the ``…/allocating`` mark's time may still take effect at MAAS (0: it
@@ -266,8 +256,8 @@ class BareMetal:
             sent = float(marked)
         except ValueError:
             return 0.0
-        window = self.life.settings.allocate_in_doubt
-        return min(window, max(0.0, sent + window - self.life.clock()))  # a mark from the future: one window
+        window = self.settings.allocate_in_doubt
+        return min(window, max(0.0, sent + window - self.clock()))  # a mark from the future: one window
 
     async def _adopt(self, scope: MachineScope, port: MaasPort, found: Sequence[maas.Machine]) -> str:
         """Adopt what an earlier allocate (whose answer was lost) left under our agent name. A lost answer
@@ -276,7 +266,7 @@ class BareMetal:
         keep, *extra = sorted(found, key=lambda m: m.system_id)
         await self._release_extra(scope, port, extra, ReleaseOptions())
         scope.event("Normal", "MachineAdopted", f"adopted MAAS machine {keep.system_id} allocated earlier")
-        self.life.recorder.machine_adopted()
+        self.recorder.machine_adopted()
         self._record(scope, keep)
         await scope.flush()
         return keep.system_id
@@ -287,34 +277,31 @@ class BareMetal:
         """Release machines held under our agent name that the MaasMachine does not record (a second allocate
         after a lost answer), with a Warning Event each."""
         for x in extra:
-            if x.status in RELEASED or x.status in IN_PROGRESS:
+            if x.status.released or x.status.releasing:
                 continue
-            try:
-                await port.release(
-                    x.system_id,
-                    erase=bool(opts.erase),
-                    secure_erase=bool(opts.secure_erase),
-                    quick_erase=bool(opts.quick_erase),
-                    comment=f"capmaas {scope.key}: second machine under one agent name",
-                    scripts=opts.scripts or (),
-                )
-            except maas_errors.NotFoundError:
-                continue
-            except maas_errors.MaasError as exc:
-                raise maas_failure(exc, None, f"releasing extra machine {x.system_id}") from exc
+            with maas_step(f"releasing extra machine {x.system_id}"):
+                try:
+                    await port.release(
+                        x.system_id,
+                        erase=bool(opts.erase),
+                        secure_erase=bool(opts.secure_erase),
+                        quick_erase=bool(opts.quick_erase),
+                        comment=f"capmaas {scope.key}: second machine under one agent name",
+                        scripts=opts.scripts or (),
+                    )
+                except maas_errors.NotFoundError:
+                    continue
             scope.event(
                 "Warning",
                 "ExtraMachineReleased",
                 f"MAAS machine {x.system_id} was also held under this MaasMachine's agent name; released it",
             )
-            self.life.recorder.extra_machine_released()
+            self.recorder.extra_machine_released()
 
     async def _held(self, scope: MachineScope, port: MaasPort, doing: str) -> Sequence[maas.Machine]:
         """The machines MAAS shows held under this object's agent name (the ownership test)."""
-        try:
+        with maas_step(doing):
             return await port.find_by_agent(agent_name(scope))
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, doing) from exc
 
     async def _holds(self, scope: MachineScope, port: MaasPort, sid: str) -> bool:
         return sid in {m.system_id for m in await self._held(scope, port, f"checking who holds {sid}")}
@@ -345,7 +332,7 @@ class BareMetal:
             due = float(due_text or 0.0)
         except ValueError:
             return None
-        left = due - self.life.clock()
+        left = due - self.clock()
         return Requeue(left) if left > 0 else None
 
     def _no_machine(self, asked: maas.AllocateConstraints, source: str, said: str) -> str:
@@ -366,8 +353,8 @@ class BareMetal:
         unless the first allocation recorded that neither was given (what they hold now is what we got)."""
         if scope.annotation(ZONE_SOURCE) in (ZONE_FROM_OPERATOR, ZONE_FROM_MAAS):
             return None
-        machine_spec = (scope.machine or {}).get("spec") or {}  # the CAPI Machine's
-        return scope.want.failure_domain or machine_spec.get("failureDomain") or None
+        machine_zone = scope.machine.spec.failure_domain if scope.machine else None  # the CAPI Machine's
+        return scope.want.failure_domain or machine_zone or None
 
     def _domains(self, scope: MachineScope) -> list[str]:
         """The cluster's failure domains (the MaasCluster's status)."""
@@ -406,9 +393,10 @@ class BareMetal:
         asking = self._asking(scope, port, asked)
         wet = [d for d in domains if not self.spread.is_dry(asking, d)]
         counts: dict[str, int] = {}
-        for sibling in self.life.kube.list_maasmachines(scope.namespace, scope.cluster_name or ""):
-            uid = str(sibling.get("metadata", {}).get("uid", ""))
-            z = (sibling.get("spec") or {}).get(_FAILURE_DOMAIN) or self.spread.chosen_zone(uid)
+        siblings = self.kube.list_maasmachines(scope.namespace, scope.cluster_name or "")
+        for sibling in MaasMachineView.all(siblings):
+            uid = sibling.metadata.uid
+            z = sibling.spec.failure_domain or self.spread.chosen_zone(uid)
             if z and uid != scope.uid:
                 counts[z] = counts.get(z, 0) + 1
         zone = placement.choose_zone(counts, wet or domains, machine=scope.name)
@@ -432,7 +420,7 @@ class BareMetal:
         scope.set_status(provisioning_mode=self.mode)
         if m.status == S.ALLOCATED and (scope.want.addresses or layout.wanted(scope)):
             return await self._prepare(scope, port, m)
-        if m.status in SHARED_STATES:
+        if m.status.deploy_path:  # the shared lifecycle's
             return None
         if m.status == S.FAILED_DEPLOYMENT:
             why = m.error_description or "Failed deployment"
@@ -440,7 +428,7 @@ class BareMetal:
         if m.status == S.BROKEN:
             why = m.error_description or "Broken"
             return await self.give_back(scope, port, m.system_id, C.MACHINE_BROKEN_REASON, why)
-        if m.status in _NOT_OURS or m.owner is None:
+        if m.status.let_go or m.owner is None:
             # Released behind our back: it is no longer ours. Allocate another.
             return await self.give_back(
                 scope, port, m.system_id, C.MACHINE_NOT_FOUND_REASON, "released in MAAS"
@@ -453,12 +441,12 @@ class BareMetal:
         refuses gives the server back (not broken), claims kept, the next one after a backoff."""
         known: list[addresses.Wanted] = []
         if scope.want.addresses:
-            got = await addresses.wanted(scope, self.life.kube)
+            got = await addresses.wanted(scope, self.kube)
             if isinstance(got, str):  # a claim lost its address after the allocation: hold the server, wait
                 scope.wait(C.WAITING_FOR_IP_ADDRESS_REASON, got)
                 return Requeue(ADDRESS_WAIT)
             known = got
-        if not await self.life.confirm(self, scope, port, m.system_id, "preparing it"):
+        if not await self.ownership.confirm(self, scope, port, m.system_id, "preparing it"):
             return Requeue(0.0)
         if layout.wanted(scope):
             try:
@@ -476,9 +464,9 @@ class BareMetal:
         refusals = int(scope.annotation(PREPARE_REFUSALS) or 0) + 1
         scope.set_status(attempts=max(0, scope.attempts - 1))
         await self.give_back(scope, port, sid, reason, why)
-        delay = self.life.backoff(refusals - 1)
+        delay = self.settings.backoff(refusals - 1)
         scope.set_annotation(PREPARE_REFUSALS, str(refusals))
-        scope.set_annotation(ALLOCATE_AFTER, f"{self.life.clock() + delay:.3f}@{scope.generation}")
+        scope.set_annotation(ALLOCATE_AFTER, f"{self.clock() + delay:.3f}@{scope.generation}")
         msg = f"{why}; released {sid} (not marked broken), the claims kept; next server in {int(delay) + 1}s"
         scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, reason, msg)
         await scope.flush()
@@ -503,31 +491,26 @@ class BareMetal:
             # No memory skips the lookup before a release or mark-broken: not held for us, nothing sent.
             held = False
             scope.event("Warning", "MachineNotOurs", f"MAAS machine {sid} is not held for us; nothing sent")
-        try:
-            await addresses.unpin(scope, port, m if held else None)  # MAAS left clean for the next user
-            if not held:
-                await layout.undo(scope, port, None)
-            elif broken:
-                # mark_broken releases it *and* keeps it out of the pool, so it is not handed to us again;
-                # a Broken server's interfaces may be edited (not a Deploying/Failed one's): undo after.
-                await port.mark_broken(sid, comment=f"capmaas {scope.key}: {reason}: {why}")
-                await self._undo_or_say(scope, port, m)
-            else:
-                await self._undo_or_say(scope, port, m)
-                await port.release(sid, erase=False, secure_erase=False, quick_erase=False, comment=reason)
-        except maas_errors.NotFoundError:
-            pass
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"releasing failed machine {sid}") from exc
-        self._forget(scope, port, sid)
-        if attempts >= self.life.settings.max_deploy_attempts:
-            await scope.flush()
-            raise TerminalError(C.RETRIES_EXHAUSTED_REASON, f"{attempts} MAAS machines tried; last: {why}")
-        scope.set_condition(
-            C.MACHINE_PROVISIONED_CONDITION, False, reason, f"{sid}: {why}; allocating another"
-        )
-        await scope.flush()
-        return Requeue(0.0)
+        with maas_step(f"releasing failed machine {sid}"):
+            try:
+                await addresses.unpin(scope, port, m if held else None)  # MAAS left clean for the next user
+                if not held:
+                    await layout.undo(scope, port, None)
+                elif broken:
+                    # mark_broken releases it *and* keeps it out of the pool, so it is not handed to us again;
+                    # a Broken server's interfaces may be edited (not a Deploying/Failed one's): undo after.
+                    await port.mark_broken(sid, comment=f"capmaas {scope.key}: {reason}: {why}")
+                    await self._undo_or_say(scope, port, m)
+                else:
+                    await self._undo_or_say(scope, port, m)
+                    await port.release(
+                        sid, erase=False, secure_erase=False, quick_erase=False, comment=reason
+                    )
+            except maas_errors.NotFoundError:
+                pass
+        self.ownership.forget(self, scope, port, sid)
+        limit = self.settings.max_deploy_attempts
+        return await self.ownership.gave_back(self, scope, sid, reason, why, attempts=attempts, limit=limit)
 
     async def _undo_or_say(self, scope: MachineScope, port: MaasPort, m: maas.Machine | None) -> None:
         """Undo the layout on ``m`` now; when MAAS allows no interface edit in its state, say what is left."""
@@ -547,34 +530,28 @@ class BareMetal:
         next pass finds it held and Allocated, undoes the layout and releases it again. If another user got
         it first, say so: its bonds and VLANs stay (MAAS offers no other way)."""
         left = layout.made_names(scope)
-        try:
-            await port.allocate(
-                maas.AllocateConstraints(system_id=sid, not_pod_type=(LXD_POWER_TYPE,)),
-                agent_name=agent_name(scope),
-                comment=f"capmaas {scope.key}: removing {', '.join(left)}",
-            )
-        except (maas_errors.NoMachineAvailableError, maas_errors.ConflictError) as exc:
-            port.unwatch(sid)
-            scope.set_annotation(LAYOUT_MADE, None)
-            scope.event(
-                "Warning",
-                "LayoutLeftOnServer",
-                f"MAAS machine {sid} was taken before capmaas could remove {', '.join(left)} ({exc})",
-            )
-            return self.life.finished(scope)
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"taking {sid} back to remove its layout") from exc
+        with maas_step(f"taking {sid} back to remove its layout"):
+            try:
+                await port.allocate(
+                    maas.AllocateConstraints(system_id=sid, not_pod_type=(LXD_POWER_TYPE,)),
+                    agent_name=agent_name(scope),
+                    comment=f"capmaas {scope.key}: removing {', '.join(left)}",
+                )
+            except (maas_errors.NoMachineAvailableError, maas_errors.ConflictError) as exc:
+                port.unwatch(sid)
+                scope.set_annotation(LAYOUT_MADE, None)
+                scope.event(
+                    "Warning",
+                    "LayoutLeftOnServer",
+                    f"MAAS machine {sid} was taken before capmaas could remove {', '.join(left)} ({exc})",
+                )
+                return Finished()
         scope.set_deletion(C.RELEASING_REASON, f"{sid}: taken back to remove {', '.join(left)}")
         return Requeue(0.0)
 
-    def _forget(self, scope: MachineScope, port: MaasPort, sid: str) -> None:
-        """Drop ``sid`` from the MaasMachine (written with the next flush) and from the poller. Status follows
-        the machine held: none until the next one is seen (its state, power, host name and zone fill in then),
-        not the one given back."""
-        port.unwatch(sid)
-        self.life.verified.pop(scope.uid, None)  # a spec naming it again is checked again
-        scope.set_spec(system_id=None, provider_id=None)
-        scope.set_annotation(DEPLOY_STARTED, None)
+    def forgotten(self, scope: MachineScope) -> None:
+        """Status follows the machine held: none until the next one is seen (its state, power, host name and
+        zone fill in then), not the one given back; a replacement under way is over."""
         scope.set_annotation(REPLACING, None)
         scope.set_status(machine_state=None, machine_powered=None, hostname=None, failure_domain=None)
         if not scope.ready:
@@ -583,10 +560,8 @@ class BareMetal:
     async def _still_ours(self, scope: MachineScope, port: MaasPort, sid: str) -> maas.Machine | None:
         """After an interrupted replacement: the machine if MAAS still holds it under our agent name, else
         None (given back already, and maybe someone else's by now: not to be touched)."""
-        try:
+        with maas_step("checking an interrupted replacement"):
             found = await port.find_by_agent(agent_name(scope))
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, "checking an interrupted replacement") from exc
         return next((m for m in found if m.system_id == sid), None)
 
     # --- delete ------------------------------------------------------------------------------------------
@@ -601,13 +576,13 @@ class BareMetal:
             scope.set_annotation(ALLOCATING, None)
             await scope.flush()
         if not sid:
-            return self.life.finished(scope)
+            return Finished()
         if scope.annotation(REPLACING) == sid:
             if await self._still_ours(scope, port, sid) is None:
                 port.unwatch(
                     sid
                 )  # given back before the last pass ended (maybe someone else's now): not ours
-                return self.life.finished(scope)
+                return Finished()
             scope.set_annotation(REPLACING, None)
         port.watch(sid, scope.key)
         m = port.snapshot(sid)
@@ -616,12 +591,12 @@ class BareMetal:
             return Requeue()
         if m is not None and m.status == maas.NodeStatus.READY and scope.annotation(LAYOUT_MADE):
             return await self._clean_after_release(scope, port, sid)
-        if m is None or m.status in RELEASED or (m.owner is None and m.status not in IN_PROGRESS):
+        if m is None or m.status.released or (m.owner is None and not m.status.releasing):
             port.unwatch(sid)
             scope.event("Normal", "MachineReleased", f"MAAS machine {sid} released")
-            return self.life.finished(scope)
+            return Finished()
         scope.set_status(machine_state=m.status_name or m.status.name)
-        if m.status in IN_PROGRESS:
+        if m.status.releasing:
             scope.set_deletion(C.RELEASING_REASON, f"{sid}: {m.status_name}")
             return Requeue()
         if (hosting := await vmhost.clear_for_release(scope, port, m, agent_name(scope))) is not None:
@@ -629,10 +604,9 @@ class BareMetal:
         opts = scope.want.release_options or ReleaseOptions()
         # The ownership test, once, right before the only MAAS write of a deletion: spec.systemID is just a
         # field of an object someone created; MAAS must show the machine held under this object's agent name.
-        try:  # shared with the other deletions under way (one list call for many)
+        # Shared with the other deletions under way (one list call for many).
+        with maas_step(f"checking who holds {sid}"):
             held = await port.find_for_release(agent_name(scope), sid)
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"checking who holds {sid}") from exc
         if sid not in {m.system_id for m in held}:
             port.unwatch(sid)
             scope.event(
@@ -641,42 +615,42 @@ class BareMetal:
                 f"MAAS machine {sid} is not held under this MaasMachine's agent name; "
                 "forgetting it, nothing released",
             )
-            return self.life.finished(scope)
+            return Finished()
         if opts.force and (hosting := await vmhost.vms_hosted(scope, port, sid)) is not None:
             return hosting  # force would have MAAS remove VM hosts that still carry someone's VMs
         await self._release_extra(scope, port, [m for m in held if m.system_id != sid], opts)
         await addresses.unpin(scope, port, m)  # proven ours above: its pins go before the release
         # The bonds and VLANs capmaas made, now if MAAS allows (not while Deployed: then after the release).
         await layout.undo(scope, port, m)
-        try:
-            await port.release(
-                sid,
-                erase=bool(opts.erase),
-                secure_erase=bool(opts.secure_erase),
-                quick_erase=bool(opts.quick_erase),
-                comment=f"capmaas {scope.key} deleted",
-                scripts=opts.scripts or (),
-                force=bool(opts.force),
-            )
-        except maas_errors.NotFoundError:
-            return self.life.finished(scope)
-        except maas_errors.ConflictError as exc:
-            scope.set_deletion(C.RELEASING_REASON, f"{sid}: release refused: {exc}")
-            return Requeue(30.0)
-        except maas_errors.BadRequestError as exc:
-            if exc.field_errors and exc.hosted_vm_hosts is None:
-                # The release form itself (spec.releaseOptions): a person must fix it; the machine stays held.
-                msg = (
-                    f"MAAS refused to release {sid} with spec.releaseOptions: "
-                    f"{facts.refusal_text(exc.field_errors)}; the machine stays held until they are fixed"
+        with maas_step(f"releasing {sid}"):
+            try:
+                await port.release(
+                    sid,
+                    erase=bool(opts.erase),
+                    secure_erase=bool(opts.secure_erase),
+                    quick_erase=bool(opts.quick_erase),
+                    comment=f"capmaas {scope.key} deleted",
+                    scripts=opts.scripts or (),
+                    force=bool(opts.force),
                 )
-                if scope.condition_reason(C.READY_CONDITION) != C.RELEASE_REFUSED_REASON:
-                    scope.event("Warning", C.RELEASE_REFUSED_REASON, msg)
-                scope.set_deletion(C.RELEASE_REFUSED_REASON, msg)
-                return Requeue(RELEASE_REFUSED_RETRY)
-            raise maas_failure(exc, None, f"releasing {sid}") from exc
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"releasing {sid}") from exc
+            except maas_errors.NotFoundError:
+                return Finished()
+            except maas_errors.ConflictError as exc:
+                scope.set_deletion(C.RELEASING_REASON, f"{sid}: release refused: {exc}")
+                return Requeue(30.0)
+            except maas_errors.BadRequestError as exc:
+                if exc.field_errors and exc.hosted_vm_hosts is None:
+                    # The release form itself (spec.releaseOptions): a person must fix it; the machine stays
+                    # held.
+                    msg = (
+                        f"MAAS refused to release {sid} with spec.releaseOptions: "
+                        f"{facts.refusal_text(exc.field_errors)}; the machine stays held until they are fixed"
+                    )
+                    if scope.condition_reason(C.READY_CONDITION) != C.RELEASE_REFUSED_REASON:
+                        scope.event("Warning", C.RELEASE_REFUSED_REASON, msg)
+                    scope.set_deletion(C.RELEASE_REFUSED_REASON, msg)
+                    return Requeue(RELEASE_REFUSED_RETRY)
+                raise
         # No Event for the request itself: the condition says it, and MachineReleased follows when MAAS
         # confirms (one Event fewer per machine lifecycle).
         scope.set_deletion(C.RELEASING_REASON, f"{sid}: release requested")

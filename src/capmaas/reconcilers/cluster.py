@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from capmaas import maas
 from capmaas.api import conditions as C
 from capmaas.api import preferred_subnets as ps
+from capmaas.api.related import CapiCluster, MaasMachineView
 from capmaas.api.v1beta1 import (
     APIEndpoint,
     ClusterNetworkStatus,
@@ -48,7 +49,13 @@ from capmaas.api.v1beta1 import (
 )
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import facts, identity
-from capmaas.reconcilers.credentials import connect_ref, effective_ref, maas_failure, transport_security
+from capmaas.reconcilers.credentials import (
+    connect_ref,
+    effective_ref,
+    maas_failure,
+    maas_step,
+    transport_security,
+)
 from capmaas.reconcilers.errors import ReconcileError, TransientError
 from capmaas.reconcilers.handoff import Handoff
 from capmaas.reconcilers.keys import (
@@ -75,7 +82,6 @@ from capmaas.reconcilers.tenancy import Tenancy
 
 DEFAULT_API_PORT = 6443
 RUNNING_STATES = frozenset({"Deployed", "Deploying"})
-RUNNING_MAAS_STATES = frozenset({maas.NodeStatus.DEPLOYED, maas.NodeStatus.DEPLOYING})
 #: Seconds between looks (at the watch cache, no API call) of a deleting MaasCluster for its MaasMachines.
 DELETE_RECHECK_SECONDS = 5.0
 
@@ -86,7 +92,7 @@ class ClusterScope(ObjectScope):
     spec_type = MaasClusterSpec
     status_type = MaasClusterStatus
 
-    cluster: Body | None = None
+    cluster: CapiCluster | None = None
     #: Why the MaasCluster is not ready yet, as (reason, message); Ready says it until it is ready.
     blocked: tuple[str, str] | None = None
 
@@ -212,38 +218,35 @@ def control_plane(
     off: MAAS never queries a manual-power machine)."""
     preferred = preferred or ps.PreferredSubnets((), "none")
     count, ips, outside, unknown = 0, set(), [], []
-    for mm in kube.list_maasmachines(namespace, cluster_name):
-        meta = mm.get("metadata") or {}
-        if CONTROL_PLANE_LABEL not in (meta.get("labels") or {}) or meta.get("deletionTimestamp"):
+    for mm in MaasMachineView.all(kube.list_maasmachines(namespace, cluster_name)):
+        if CONTROL_PLANE_LABEL not in mm.metadata.labels or mm.metadata.deletion_timestamp:
             continue
         count += 1
-        sid = (mm.get("spec") or {}).get("systemID")
+        sid = mm.spec.system_id
         if not sid:
             continue
-        m = snapshot(str(sid))
+        m = snapshot(sid)
         interfaces: list[ps.InterfaceAddresses] | None = None
         if m is not None:
-            running = m.status in RUNNING_MAAS_STATES and m.power_state != maas.PowerState.OFF
+            running = m.status.running and m.power_state != maas.PowerState.OFF
             addresses = _addresses(facts.addresses(m))
             interfaces = [
                 ps.InterfaceAddresses(i.name, i.tags, tuple(a.ip_address for a in i.links if a.ip_address))
                 for i in m.interface_set
             ]
         else:
-            status = mm.get("status") or {}
-            running = (
-                status.get("machineState") in RUNNING_STATES and status.get("machinePowered") is not False
-            )
-            addresses = _addresses(status.get("addresses"))
+            status = mm.status
+            running = status.machine_state in RUNNING_STATES and status.machine_powered is not False
+            addresses = _addresses(status.addresses)
         if not running:
             continue
         ip = ps.pick_address(addresses, preferred, interfaces)
         if ip is not None:
             ips.add(ip)
         elif interfaces is None and preferred.needs_interfaces:
-            unknown.append(str(meta.get("name")))  # no MAAS view of its interfaces yet (status only)
+            unknown.append(mm.metadata.name)  # no MAAS view of its interfaces yet (status only)
         elif any(a.type in ("InternalIP", "ExternalIP") for a in addresses):
-            outside.append(str(meta.get("name")))
+            outside.append(mm.metadata.name)
     return ControlPlane(count, frozenset(ips), tuple(sorted(outside)), tuple(sorted(unknown)))
 
 
@@ -289,7 +292,7 @@ class ClusterReconciler:
         if ref is None:
             self._wait(scope, C.WAITING_FOR_CLUSTER_OWNER_REASON, "waiting for Cluster API to set the owner")
             return False
-        scope.cluster = await self.owners.get(scope, "clusters", str(ref.get("name")))
+        scope.cluster = CapiCluster.view(await self.owners.get(scope, "clusters", str(ref.get("name"))))
         if scope.cluster is None:
             self._wait(scope, C.WAITING_FOR_CLUSTER_OWNER_REASON, f"Cluster {ref.get('name')} not found yet")
             return False
@@ -357,11 +360,9 @@ class ClusterReconciler:
         reason = C.FAILURE_DOMAINS_FROM_SPEC_REASON
         message = ", ".join(names)
         if not names:
-            try:
+            with maas_step("listing zones"):
                 zones = await port.zones()
                 used = set(await port.zones_in_use())
-            except maas_errors.MaasError as exc:
-                raise maas_failure(exc, None, "listing zones") from exc
             reason = C.FAILURE_DOMAINS_FROM_MAAS_REASON
             names = [z for z in zones if z in used]
             empty = [z for z in zones if z not in used]
@@ -377,8 +378,8 @@ class ClusterReconciler:
         cep = scope.want.control_plane_endpoint
         host = cep.host if cep else ""
         domain = scope.want.dns_domain or ""
-        network = (scope.cluster.get("spec") or {}).get("clusterNetwork") or {}  # the CAPI Cluster's
-        api_port = int((cep.port if cep else None) or network.get("apiServerPort") or DEFAULT_API_PORT)
+        network = scope.cluster.spec.cluster_network  # the CAPI Cluster's
+        api_port = int((cep.port if cep else None) or network.api_server_port or DEFAULT_API_PORT)
         custom = CUSTOM_DNS_ANNOTATION in scope.annotations or (
             host and not is_managed_name(host, scope.cluster_name, domain)
         )
@@ -686,7 +687,7 @@ class ClusterReconciler:
         port = await self._connect(scope, effective_ref(scope.body))
         if port is None:  # the record came from another identity: forgotten, nothing sent
             return
-        try:
+        with maas_step(f"deleting DNS record {fqdn}"):
             record = await port.dns_find(fqdn)
             if record is not None and (adopt or (owned is not None and record.id == owned.id)):
                 await port.dns_delete(record.id)
@@ -703,5 +704,3 @@ class ClusterReconciler:
                     f"{fqdn} (MAAS id {record.id}) is not the record capmaas created; left alone",
                 )
             self._dns.pop(scope.uid, None)
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"deleting DNS record {fqdn}") from exc

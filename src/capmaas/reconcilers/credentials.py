@@ -359,6 +359,29 @@ def maas_failure(
     )
 
 
+class MaasStep:
+    """One MAAS step (:func:`maas_step`): any MAAS error raised in its block leaves as :func:`maas_failure`'s
+    retryable outcome. ``__exit__`` returns None: it never swallows an exception (type checkers see that)."""
+
+    def __init__(self, doing: str, credentials: MaasCredentials | None, reason: str) -> None:
+        self.doing, self.credentials, self.reason = doing, credentials, reason
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, maas_errors.MaasError):
+            raise maas_failure(exc, self.credentials, self.doing, reason=self.reason) from exc
+
+
+def maas_step(
+    doing: str, credentials: MaasCredentials | None = None, *, reason: str = C.MAAS_UNREACHABLE_REASON
+) -> MaasStep:
+    """``with maas_step("allocating"): ...``: the block's MAAS errors as retryable outcomes that say what was
+    being done. Errors a step handles itself (a 404 that means "gone") are caught inside the block."""
+    return MaasStep(doing, credentials, reason)
+
+
 async def connect(
     kube: KubePort, connector: MaasConnector, maascluster: Body, default: MaasCredentials | None
 ) -> MaasPort:
@@ -392,7 +415,5 @@ async def connect_default(
 
 
 async def _open(connector: MaasConnector, creds: MaasCredentials) -> MaasPort:
-    try:
+    with maas_step("connecting", creds):
         return await connector.connect(creds)
-    except maas_errors.MaasError as exc:
-        raise maas_failure(exc, creds, "connecting") from exc

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import pydantic
 
 from capmaas import maas
+from capmaas.api.related import CapiMachine
 from capmaas.api.v1beta1 import PROVISIONING_MODE_LXD, MaasClusterSpec, MaasMachineSpec
 from capmaas.api.v1beta1.selection import ROOT_LABEL
 from capmaas.reconcilers.keys import (
@@ -32,12 +33,10 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "addresses",
-    "bootstrap_secret",
     "deploy_inputs",
     "describe",
     "detect_format",
     "distro_series",
-    "infra_provisioned",
     "maas_text",
     "node_labels",
     "powered",
@@ -155,18 +154,6 @@ def describe(c: maas.AllocateConstraints) -> str:
     return ", ".join(parts) or "(no constraints)"
 
 
-def infra_provisioned(cluster: Body) -> bool:
-    status = cluster.get("status") or {}
-    init = status.get("initialization") or {}
-    return bool(init.get("infrastructureProvisioned") or status.get("infrastructureReady"))
-
-
-def bootstrap_secret(machine: Body) -> str | None:
-    spec: Mapping[str, Any] = machine.get("spec") or {}
-    name = (spec.get("bootstrap") or {}).get("dataSecretName")
-    return str(name) if name else None
-
-
 def registers_vm_host(spec: MaasMachineSpec, maascluster: Body | None) -> bool:
     """Whether the deploy asks MAAS to register the machine as an LXD VM host (``register_vmhost``): its own
     ``registerVMHost``, or, for a bare-metal machine, its MaasCluster's ``lxdConfig.enabled`` (the Go
@@ -182,7 +169,7 @@ def registers_vm_host(spec: MaasMachineSpec, maascluster: Body | None) -> bool:
     return bool(lxd is not None and lxd.enabled)
 
 
-def deploy_inputs(spec: MaasMachineSpec, machine: Body | None) -> str:
+def deploy_inputs(spec: MaasMachineSpec, machine: CapiMachine | None) -> str:
     """A digest of what a deploy request sends that MAAS may refuse: image, kernel, deploy mode, the
     bootstrap Secret's name. A change of any of them is a new request worth a machine."""
     parts = [
@@ -190,7 +177,7 @@ def deploy_inputs(spec: MaasMachineSpec, machine: Body | None) -> str:
         spec.hwe_kernel or "",
         str(bool(spec.deploy_in_memory)),
         str(bool(spec.register_vm_host)),
-        (bootstrap_secret(machine) if machine is not None else None) or "",
+        (machine.bootstrap_secret if machine is not None else None) or "",
     ]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 

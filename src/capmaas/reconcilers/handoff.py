@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from capmaas.api.related import CapiCluster
 from capmaas.reconcilers.keys import DELETE_FOR_MOVE_ANNOTATION
-from capmaas.reconcilers.ports import Body
 from capmaas.reconcilers.scope import ObjectScope
 
 #: The Warning Event's reason when the annotation is not honoured.
@@ -25,9 +25,9 @@ DELETE_FOR_MOVE_IGNORED_REASON = "DeleteForMoveIgnored"
 WARNED_MAX = 10_000
 
 
-def cluster_paused(cluster: Body | None) -> bool:
+def cluster_paused(cluster: CapiCluster | None) -> bool:
     """Whether the Cluster is paused the way clusterctl pauses it before a move (``spec.paused``)."""
-    return cluster is not None and bool((cluster.get("spec") or {}).get("paused"))
+    return cluster is not None and cluster.paused
 
 
 class Handoff:
@@ -37,7 +37,7 @@ class Handoff:
     def __init__(self) -> None:
         self._warned: OrderedDict[str, None] = OrderedDict()
 
-    def moving_out(self, scope: ObjectScope, cluster: Body | None, cluster_name: str | None) -> bool:
+    def moving_out(self, scope: ObjectScope, cluster: CapiCluster | None, cluster_name: str | None) -> bool:
         """True when ``scope``'s object is deleted for ``clusterctl move``: the annotation is on it and its
         ``cluster`` (named ``cluster_name``) is paused. With the annotation on an unpaused (or missing)
         Cluster: False, and a Warning."""

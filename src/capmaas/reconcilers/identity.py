@@ -34,6 +34,7 @@ The rules:
 from __future__ import annotations
 
 from capmaas.api import conditions as C
+from capmaas.api.related import MaasMachineView
 from capmaas.reconcilers.credentials import DEFAULT_REF, describe_ref, effective_ref, spec_ref
 from capmaas.reconcilers.keys import (
     AGENT_NAME,
@@ -84,9 +85,12 @@ def adopt(scope: ObjectScope) -> None:
 # --- MaasMachines ----------------------------------------------------------------------------------------
 def machine_references(body: Body) -> list[str]:
     """What a MaasMachine holds in MAAS, as people read it (``spec.systemID=abc``, ``…/allocating``)."""
-    spec = body.get("spec") or {}
-    annotations = body.get("metadata", {}).get("annotations") or {}
-    out = [f"spec.systemID={spec['systemID']}"] if spec.get("systemID") else []
+    return _references(MaasMachineView.from_body(body))
+
+
+def _references(mm: MaasMachineView) -> list[str]:
+    out = [f"spec.systemID={mm.spec.system_id}"] if mm.spec.system_id else []
+    annotations = mm.metadata.annotations
     out += [ANNOTATION_PREFIX + a for a in _HOLDING if annotations.get(ANNOTATION_PREFIX + a)]
     return out
 
@@ -116,17 +120,25 @@ def kept_ref(scope: MachineScope, ref: str) -> str | None:
     return recorded
 
 
+def _foreign(scope: ObjectScope, port: MaasPort, held: str) -> str | None:
+    """Says that ``held`` (what the object holds in MAAS, as people read it) came from another identity than
+    ``port``'s; None when nothing is held or it came from this one."""
+    was = bound(scope)
+    if not held or was is None or was == port.identity:
+        return None
+    return (
+        f"{held} came from another MAAS identity ({was[:12]}) than the credentials now in use "
+        f"({port.identity[:12]}, {port.endpoint})"
+    )
+
+
 def check_machine(scope: MachineScope, port: MaasPort) -> bool:
     """False when the MaasMachine's references came from another identity than ``port``'s: they are forgotten
     (written with the next flush) with a Warning Event, and the caller sends nothing to MAAS in this pass."""
-    held = machine_references(scope.body)
-    was = bound(scope)
-    if not held or was is None or was == port.identity:
+    foreign = _foreign(scope, port, ", ".join(machine_references(scope.body)))
+    if foreign is None:
         return True
-    msg = (
-        f"{', '.join(held)} came from another MAAS identity ({was[:12]}) than the credentials now in use "
-        f"({port.identity[:12]}, {port.endpoint}); forgot them, nothing sent to either MAAS"
-    )
+    msg = f"{foreign}; forgot them, nothing sent to either MAAS"
     port.unwatch(str(scope.want.system_id or ""))
     scope.set_spec(system_id=None, provider_id=None)
     for name in _FORGOTTEN:
@@ -144,13 +156,10 @@ def check_machine(scope: MachineScope, port: MaasPort) -> bool:
 def check_cluster(scope: ObjectScope, port: MaasPort) -> bool:
     """:func:`check_machine` for a MaasCluster's DNS record (or the name of one being created)."""
     record = scope.annotation(DNS_RECORD) or scope.annotation(DNS_PENDING)
-    was = bound(scope)
-    if not record or was is None or was == port.identity:
+    foreign = _foreign(scope, port, f"DNS record {record}" if record else "")
+    if foreign is None:
         return True
-    msg = (
-        f"DNS record {record} came from another MAAS identity ({was[:12]}) than the credentials now in use "
-        f"({port.identity[:12]}, {port.endpoint}); forgot it, nothing sent to either MAAS"
-    )
+    msg = f"{foreign}; forgot it, nothing sent to either MAAS"
     for name in (DNS_RECORD, DNS_PENDING, VIP, IDENTITY):  # not identity-ref: what the objects use
         scope.set_annotation(name, None)
     scope.set_status(network=None)
@@ -165,11 +174,11 @@ def cluster_references(scope: ObjectScope, kube: KubePort, cluster_name: str, wa
     out = []
     if was != want and (record := scope.annotation(DNS_RECORD) or scope.annotation(DNS_PENDING)):
         out.append(f"DNS record {record}")
-    for mm in kube.list_maasmachines(scope.namespace, cluster_name):
-        held = machine_references(mm)
-        recorded = (mm.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_PREFIX + IDENTITY_REF)
+    for mm in MaasMachineView.all(kube.list_maasmachines(scope.namespace, cluster_name)):
+        held = _references(mm)
+        recorded = mm.metadata.annotations.get(ANNOTATION_PREFIX + IDENTITY_REF)
         if held and (recorded or was) != want:
-            out.append(f"MaasMachine {mm.get('metadata', {}).get('name')} ({', '.join(held)})")
+            out.append(f"MaasMachine {mm.metadata.name} ({', '.join(held)})")
     return out
 
 

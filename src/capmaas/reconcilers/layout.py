@@ -31,7 +31,7 @@ from capmaas import maas
 from capmaas.api.v1beta1 import Bond, DataFilesystem, Vlan
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import facts
-from capmaas.reconcilers.credentials import maas_failure
+from capmaas.reconcilers.credentials import maas_step
 from capmaas.reconcilers.keys import LAYOUT_MADE
 from capmaas.reconcilers.ports import BondRequest, MaasPort
 from capmaas.reconcilers.scope import MachineScope
@@ -148,17 +148,15 @@ async def apply(scope: MachineScope, port: MaasPort, m: maas.Machine) -> maas.Ma
     """Make the intent on the held, Allocated server ``m``; returns the server as MAAS has it after. Raises
     :class:`Refused` (release it) or a reconcile error (retry)."""
     sid = m.system_id
-    try:
+    with maas_step(f"reading {sid}"):
         now = await port.read_machine(sid)
-    except maas_errors.MaasError as exc:
-        raise maas_failure(exc, None, f"reading {sid}") from exc
     if (why := unfit(now, scope)) is not None:
         raise Refused(why)
     spec = scope.want
     nics = {i.name: i for i in now.interface_set}
     made = Made.parse(scope.annotation(LAYOUT_MADE))
     changed = False
-    try:
+    with maas_step(f"shaping {sid}"):
         for b in (spec.network.bonds if spec.network else None) or ():
             iface = nics.get(b.name)
             if iface is None:
@@ -185,14 +183,10 @@ async def apply(scope: MachineScope, port: MaasPort, m: maas.Machine) -> maas.Ma
             assert d is not None  # unfit() checked
             taken.add(d.id)
             changed |= await _filesystem(port, sid, d, fs)
-    except maas_errors.MaasError as exc:
-        raise maas_failure(exc, None, f"shaping {sid}") from exc
     if not changed:
         return now
-    try:
+    with maas_step(f"reading {sid}"):
         return await port.read_machine(sid)
-    except maas_errors.MaasError as exc:
-        raise maas_failure(exc, None, f"reading {sid}") from exc
 
 
 async def _record(scope: MachineScope, made: Made) -> None:
@@ -269,18 +263,6 @@ async def _filesystem(port: MaasPort, sid: str, d: maas.BlockDevice, fs: DataFil
     return True
 
 
-#: The states in which MAAS lets an admin edit a machine's interfaces (``api/interfaces.py``).
-EDITABLE = frozenset(
-    {
-        maas.NodeStatus.NEW,
-        maas.NodeStatus.READY,
-        maas.NodeStatus.ALLOCATED,
-        maas.NodeStatus.BROKEN,
-        maas.NodeStatus.FAILED_TESTING,
-    }
-)
-
-
 def made_names(scope: MachineScope) -> list[str]:
     """The interfaces of ``…/layout-made`` (for messages)."""
     made = Made.parse(scope.annotation(LAYOUT_MADE))
@@ -298,36 +280,36 @@ async def undo(scope: MachineScope, port: MaasPort, m: maas.Machine | None) -> b
         scope.set_annotation(LAYOUT_MADE, None)
         return True
     sid = m.system_id
-    try:
-        now = await port.read_machine(sid)
-        if now.status not in EDITABLE:
-            return False
-        nics = {i.name: i for i in now.interface_set}
-        gone = False
-        for name in [*made.vlans, *made.bonds]:  # VLANs first: one may sit on a bond
-            iface = nics.get(name)
-            if iface is not None:
-                await port.delete_interface(sid, iface.id)
-                gone = True
-        if gone:
+    with maas_step(f"undoing the network layout of {sid}"):
+        try:
             now = await port.read_machine(sid)
+            if not now.status.interfaces_editable:
+                return False
             nics = {i.name: i for i in now.interface_set}
-        for nic, links in made.links.items():
-            iface = nics.get(nic)
-            if iface is None:
-                continue
-            for mode, cidr, ip in links:
-                if _linked(iface, cidr):
+            gone = False
+            for name in [*made.vlans, *made.bonds]:  # VLANs first: one may sit on a bond
+                iface = nics.get(name)
+                if iface is not None:
+                    await port.delete_interface(sid, iface.id)
+                    gone = True
+            if gone:
+                now = await port.read_machine(sid)
+                nics = {i.name: i for i in now.interface_set}
+            for nic, links in made.links.items():
+                iface = nics.get(nic)
+                if iface is None:
                     continue
-                try:
-                    await port.link_subnet(sid, iface.id, mode=mode, subnet=cidr, ip_address=ip or None)
-                except (maas_errors.BadRequestError, maas_errors.ConflictError) as exc:
-                    # e.g. the STATIC address was taken meanwhile: the release goes on, a person may relink
-                    said = _refusal(f"the {mode} link of {nic} to {cidr}", exc)
-                    scope.event("Warning", "LinkNotRestored", f"{sid}: {said}")
-    except maas_errors.NotFoundError:
-        pass  # the machine is gone from MAAS: nothing left to undo
-    except maas_errors.MaasError as exc:
-        raise maas_failure(exc, None, f"undoing the network layout of {sid}") from exc
+                for mode, cidr, ip in links:
+                    if _linked(iface, cidr):
+                        continue
+                    try:
+                        await port.link_subnet(sid, iface.id, mode=mode, subnet=cidr, ip_address=ip or None)
+                    except (maas_errors.BadRequestError, maas_errors.ConflictError) as exc:
+                        # e.g. the STATIC address was taken meanwhile: the release goes on, a person may
+                        # relink
+                        said = _refusal(f"the {mode} link of {nic} to {cidr}", exc)
+                        scope.event("Warning", "LinkNotRestored", f"{sid}: {said}")
+        except maas_errors.NotFoundError:
+            pass  # the machine is gone from MAAS: nothing left to undo
     scope.set_annotation(LAYOUT_MADE, None)
     return True

@@ -5,7 +5,10 @@ machine that is ours (``acquire``), handles the states only its mode has (``foll
 (``give_back``) and deletes (``delete``). Everything else happens here, once: deploying with the bootstrap
 data, the deploy timeout, Deployed (powered on, addresses, Ready), the workload Node's providerID, and the
 end of a deletion. Each provisioner keeps its own state; this module keeps the shared memory (power-on
-requests, Nodes already patched) and the settings.
+requests, Nodes already patched, and the :class:`~capmaas.reconcilers.ownership.Ownership` it hands to the
+provisioners) and the settings. A provisioner is a strategy: it is given what it needs at construction
+(:class:`Strategy`) and never calls back into the lifecycle; it answers :class:`Finished` when a deletion
+is done, or hands on a machine for the shared steps to deploy.
 
 Everything after acquisition reads machine state from the shared poller behind the
 :class:`~capmaas.reconcilers.ports.MaasPort`, never with a GET of its own.
@@ -20,8 +23,8 @@ from typing import Protocol
 from capmaas import backoff, maas
 from capmaas.api import conditions as C
 from capmaas.maas import errors as maas_errors
-from capmaas.reconcilers import facts, identity, vmhost
-from capmaas.reconcilers.credentials import maas_failure
+from capmaas.reconcilers import facts, vmhost
+from capmaas.reconcilers.credentials import maas_step
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.keys import (
     CONTROL_PLANE_LABEL,
@@ -30,12 +33,11 @@ from capmaas.reconcilers.keys import (
     FAILURES,
     MACHINE_FINALIZER,
 )
+from capmaas.reconcilers.ownership import Mode, Ownership
 from capmaas.reconcilers.ports import KubePort, MaasPort, NodePatchResult, Recorder
 from capmaas.reconcilers.scope import MachineScope, Requeue
 from capmaas.reconcilers.tenancy import Tenancy
 
-#: MAAS states the shared lifecycle handles; a provisioner's ``follow`` handles the others first.
-SHARED_STATES = frozenset({maas.NodeStatus.ALLOCATED, maas.NodeStatus.DEPLOYING, maas.NodeStatus.DEPLOYED})
 #: Deploy form errors about the machine, not our request ("Node must be configured to use a network"): that
 #: machine is marked broken and another one tried. Any other field names our request (image, kernel, user
 #: data): no machine would take it.
@@ -58,9 +60,21 @@ class MachineSettings:
     #: nothing (:func:`capmaas.maas.in_doubt_window` of the operator's MAAS client settings).
     allocate_in_doubt: float = maas.in_doubt_window(30.0, maas.RetryPolicy())
 
+    def backoff(self, attempt: int, *, cap: float | None = None) -> float:
+        """The delay before retry ``attempt`` (0-based) of a reconcile step (full jitter)."""
+        limit = self.retry_max if cap is None else min(cap, self.retry_max)
+        return backoff.full_jitter(attempt, base=self.retry_base, cap=limit)
 
-class Provisioner(Protocol):
-    """How one ``provisioningMode`` gets, keeps and gives back a MAAS machine (CAPA's machine service)."""
+
+@dataclass(frozen=True)
+class Finished(Requeue):
+    """A provisioner's deletion is done: nothing of ours is left in MAAS (the lifecycle drops the
+    finalizer)."""
+
+
+class Provisioner(Mode, Protocol):
+    """How one ``provisioningMode`` gets, keeps and gives back a MAAS machine (CAPA's machine service): a
+    strategy the :class:`Lifecycle` drives; it never calls back into the lifecycle."""
 
     @property
     def mode(self) -> str:
@@ -85,8 +99,11 @@ class Provisioner(Protocol):
         """The poller has no state for ``system_id`` yet (or reports it gone)."""
         ...
 
-    async def follow(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue | None:
-        """The mode's own status fields and states; None hands ``m`` to the shared lifecycle."""
+    async def follow(
+        self, scope: MachineScope, port: MaasPort, m: maas.Machine
+    ) -> Requeue | maas.Machine | None:
+        """The mode's own status fields and states; None hands ``m`` to the shared lifecycle, a machine hands
+        on that one (MAAS's answer to the mode's own last request, e.g. the VM just allocated)."""
         ...
 
     def deploying(self, scope: MachineScope, system_id: str) -> None:
@@ -97,16 +114,8 @@ class Provisioner(Protocol):
         """The mode's conditions once MAAS reports Deployed."""
         ...
 
-    def describe(self, system_id: str) -> str:
-        """How messages name the machine ("xyz", "VM xyz")."""
-        ...
-
     def refusal(self, exc: maas_errors.MaasError) -> str:
         """MAAS's refusal of a deploy, as the reason to give the machine back."""
-        ...
-
-    async def owns(self, scope: MachineScope, port: MaasPort, system_id: str) -> bool:
-        """The ownership lookup (no memory): MAAS shows ``system_id`` held for this object now."""
         ...
 
     async def give_back(
@@ -116,8 +125,26 @@ class Provisioner(Protocol):
         ...
 
     async def delete(self, scope: MachineScope, port: MaasPort) -> Requeue:
-        """Give everything of ours back to MAAS; :meth:`Lifecycle.finished` once MAAS confirms."""
+        """Give everything of ours back to MAAS; :class:`Finished` once MAAS confirms."""
         ...
+
+
+class Strategy:
+    """What every provisioner is given, never the lifecycle itself: the Kubernetes port, the ownership
+    bookkeeping (the lifecycle's :class:`Ownership`), the settings, the metrics recorder, the wall
+    clock."""
+
+    def __init__(
+        self,
+        kube: KubePort,
+        ownership: Ownership,
+        *,
+        settings: MachineSettings,
+        recorder: Recorder,
+        clock: Callable[[], float],
+    ) -> None:
+        self.kube, self.ownership, self.settings = kube, ownership, settings
+        self.recorder, self.clock = recorder, clock
 
 
 class Lifecycle:
@@ -144,52 +171,16 @@ class Lifecycle:
         self.clock = clock
         self._power_on_sent: dict[str, float] = {}
         # Per MaasMachine UID, forgotten when its deletion finishes (bounded by the objects alive, not by
-        # every object ever seen): the providerID already on its Node, and the MAAS system ID this process
-        # has seen MAAS hold under the object's agent name (the ownership test, once per machine held).
+        # every object ever seen): the providerID already on its Node.
         self._node_done: dict[str, str] = {}
-        #: UID -> (identity fingerprint, system ID): valid only for the identity it was proven with and only
-        #: while the object is stamped with that identity (:meth:`knows`); it spares the ownership lookup of
-        #: a pass that only follows the machine, never the one before a destructive call (:meth:`confirm`).
-        self.verified: dict[str, tuple[str, str]] = {}
+        #: The MAAS system ID this process has seen MAAS hold under each object's agent name (the ownership
+        #: test, once per machine held), shared with the provisioners, which get it at construction.
+        self.ownership = Ownership()
 
-    def backoff(self, attempt: int, *, cap: float | None = None) -> float:
-        """The delay before retry ``attempt`` (0-based) of a reconcile step (full jitter)."""
-        s = self.settings
-        return backoff.full_jitter(
-            attempt, base=s.retry_base, cap=s.retry_max if cap is None else min(cap, s.retry_max)
-        )
-
-    # --- ownership ---------------------------------------------------------------------------------------
-    def knows(self, scope: MachineScope, port: MaasPort, sid: str) -> bool:
-        """This process saw MAAS hold ``sid`` for this object, through ``port``'s identity, which the object's
-        references are stamped with (:mod:`capmaas.reconcilers.identity`)."""
-        return identity.is_bound_to(scope, port) and self.verified.get(scope.uid) == (port.identity, sid)
-
-    def proved(self, scope: MachineScope, port: MaasPort, sid: str) -> None:
-        """MAAS showed ``sid`` held for this object in this pass: remember it, stamp an object from before the
-        identity stamp (its migration)."""
-        scope.proven = sid
-        self.verified[scope.uid] = (port.identity, sid)
-        identity.adopt(scope)
-
-    async def confirm(
-        self, p: Provisioner, scope: MachineScope, port: MaasPort, sid: str, doing: str
-    ) -> bool:
-        """Right before a destructive call (deploy, power): MAAS must show ``sid`` held for this object, in
-        this pass (no memory counts). Otherwise the reference is forgotten with a Warning Event and False."""
-        if scope.proven == sid:
-            return True
-        if await p.owns(scope, port, sid):
-            self.proved(scope, port, sid)
-            return True
-        port.unwatch(sid)
-        self.verified.pop(scope.uid, None)
-        scope.set_spec(system_id=None, provider_id=None)
-        msg = f"MAAS {p.describe(sid)} is no longer held for this MaasMachine; forgot it, not {doing}"
-        scope.event("Warning", "MachineNotOurs", msg)
-        scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.MACHINE_NOT_FOUND_REASON, msg)
-        await scope.flush()
-        return False
+    @property
+    def verified(self) -> dict[str, tuple[str, str]]:
+        """UID -> (identity fingerprint, system ID) proven ours (:class:`Ownership`)."""
+        return self.ownership.verified
 
     # --- normal ------------------------------------------------------------------------------------------
     async def run(self, p: Provisioner, scope: MachineScope, port: MaasPort) -> Requeue:
@@ -221,9 +212,9 @@ class Lifecycle:
             # predecessor behind. Workers publish theirs at Deployed (one status write fewer each).
             scope.set_status(addresses=facts.addresses(m))
         done = await p.follow(scope, port, m)
-        if done is not None:
+        if isinstance(done, Requeue):
             return done
-        return await self.follow(p, scope, port, m)
+        return await self.follow(p, scope, port, m if done is None else done)
 
     async def follow(self, p: Provisioner, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue:
         """Allocated → deploy; Deploying → wait (give it back after the deploy timeout); Deployed → Ready."""
@@ -264,7 +255,7 @@ class Lifecycle:
     async def deploy(self, p: Provisioner, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue:
         """Deploy ``m`` with the Machine's bootstrap data (read fresh, once)."""
         assert scope.machine is not None
-        secret_name = facts.bootstrap_secret(scope.machine)
+        secret_name = scope.machine.bootstrap_secret
         if not secret_name:
             scope.wait(C.WAITING_FOR_BOOTSTRAP_DATA_REASON, "Machine.spec.bootstrap.dataSecretName not set")
             return Requeue()
@@ -277,24 +268,23 @@ class Lifecycle:
             )
         fmt = facts.detect_format(data)
         spec = scope.want
-        if not await self.confirm(p, scope, port, m.system_id, "deploying it"):
+        if not await self.ownership.confirm(p, scope, port, m.system_id, "deploying it"):
             return Requeue(0.0)
-        try:
-            new = await port.deploy(
-                m.system_id,
-                user_data=data["value"],
-                distro_series=facts.distro_series(spec.image),
-                hwe_kernel=spec.hwe_kernel,
-                ephemeral_deploy=bool(spec.deploy_in_memory),
-                comment=f"capmaas {scope.key}",
-                register_vmhost=facts.registers_vm_host(spec, scope.maascluster),
-            )
-        except maas_errors.ConflictError as exc:
-            raise TransientError(C.MACHINE_DEPLOYING_REASON, f"deploy refused: {exc}", delay=5) from exc
-        except maas_errors.BadRequestError as exc:
-            return await self.refused(p, scope, port, m.system_id, exc)
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"deploying {p.describe(m.system_id)}") from exc
+        request = maas.DeployRequest(
+            user_data=data["value"],
+            distro_series=facts.distro_series(spec.image),
+            hwe_kernel=spec.hwe_kernel,
+            ephemeral_deploy=bool(spec.deploy_in_memory),
+            comment=f"capmaas {scope.key}",
+            register_vmhost=facts.registers_vm_host(spec, scope.maascluster),
+        )
+        with maas_step(f"deploying {p.describe(m.system_id)}"):
+            try:
+                new = await port.deploy(m.system_id, request)
+            except maas_errors.ConflictError as exc:
+                raise TransientError(C.MACHINE_DEPLOYING_REASON, f"deploy refused: {exc}", delay=5) from exc
+            except maas_errors.BadRequestError as exc:
+                return await self.refused(p, scope, port, m.system_id, exc)
         if not scope.deploy_stamped:
             scope.set_annotation(DEPLOY_STARTED, str(self.clock()))
         scope.set_annotation(FAILURES, None)
@@ -343,14 +333,12 @@ class Lifecycle:
             scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, reason, msg)
             last = self._power_on_sent.get(m.system_id, 0.0)
             if self.clock() - last >= self.settings.power_on_retry:
-                if not await self.confirm(p, scope, port, m.system_id, "powering it on"):
+                if not await self.ownership.confirm(p, scope, port, m.system_id, "powering it on"):
                     return Requeue(0.0)
-                try:
+                with maas_step("powering on"):
                     await port.power_on(
                         m.system_id, comment=f"capmaas {scope.key}: powered off while deployed"
                     )
-                except maas_errors.MaasError as exc:
-                    raise maas_failure(exc, None, "powering on") from exc
                 self._power_on_sent[m.system_id] = self.clock()
                 scope.event("Warning", "MachinePoweredOff", f"{msg}; power on requested")
             return Requeue(self.settings.power_on_retry)
@@ -408,11 +396,16 @@ class Lifecycle:
         return Requeue(self.settings.node_retry)
 
     # --- delete ------------------------------------------------------------------------------------------
+    async def delete(self, p: Provisioner, scope: MachineScope, port: MaasPort) -> Requeue:
+        """The provisioner gives everything back; once it is :class:`Finished`, so is the object."""
+        done = await p.delete(scope, port)
+        return self.finished(scope) if isinstance(done, Finished) else done
+
     def finished(self, scope: MachineScope) -> Requeue:
         """Nothing of ours is left in MAAS: drop the finalizer (the object goes) and its phase metric."""
         scope.remove_finalizer(MACHINE_FINALIZER)
         self.recorder.machine_phase(scope.key, None)
         self._node_done.pop(scope.uid, None)
-        self.verified.pop(scope.uid, None)
+        self.ownership.drop(scope.uid)
         self.vm_hosts_tagged.pop(scope.uid, None)
         return Requeue()

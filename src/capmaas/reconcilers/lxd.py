@@ -28,12 +28,15 @@ reservation of a machine deleted mid-placement is dropped first, so its capacity
 
 from __future__ import annotations
 
+import functools
+
 from capmaas import maas, placement
 from capmaas.api import conditions as C
+from capmaas.api.related import MaasMachineView
 from capmaas.api.v1beta1 import PROVISIONING_MODE_LXD, VMResourceUsage
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import facts, identity
-from capmaas.reconcilers.credentials import maas_failure
+from capmaas.reconcilers.credentials import maas_step
 from capmaas.reconcilers.errors import TerminalError, TransientError
 from capmaas.reconcilers.keys import (
     AGENT_NAME,
@@ -48,7 +51,7 @@ from capmaas.reconcilers.keys import (
     ZONE_SOURCE,
     provider_id,
 )
-from capmaas.reconcilers.lifecycle import Lifecycle
+from capmaas.reconcilers.lifecycle import Finished, Strategy
 from capmaas.reconcilers.lxd_placer import (
     Listing,
     LxdPlacer,
@@ -69,15 +72,6 @@ MAX_COMPOSE_TRIES = 3
 MAX_NO_FIT_DELAY = 30.0
 #: Seconds after a delete before asking MAAS again if the VM still shows up.
 DECOMPOSE_RECHECK = 30.0
-_CREATING = frozenset({maas.NodeStatus.NEW, maas.NodeStatus.COMMISSIONING, maas.NodeStatus.TESTING})
-_FAILED = frozenset(
-    {
-        maas.NodeStatus.FAILED_COMMISSIONING,
-        maas.NodeStatus.FAILED_TESTING,
-        maas.NodeStatus.FAILED_DEPLOYMENT,
-        maas.NodeStatus.BROKEN,
-    }
-)
 
 
 def _project(scope: MachineScope) -> str:
@@ -107,7 +101,7 @@ def _short(exc: maas_errors.MaasError) -> str:
     return str(exc)  # no answer: the client's own message, which never carries a body
 
 
-def _forget_status(scope: MachineScope) -> None:
+def _forgotten(scope: MachineScope) -> None:
     """Status follows the VM held: none until the next one is seen (its state, power, host name, zone, VM
     host and size fill in then), not the one given back."""
     scope.set_status(
@@ -126,17 +120,19 @@ def _creating(scope: MachineScope, message: str) -> None:
     scope.wait(C.VM_COMMISSIONING_REASON, message)
 
 
-class Lxd:
+class Lxd(Strategy):
     """The :class:`~capmaas.reconcilers.lifecycle.Provisioner` of LXD VMs composed on MAAS VM hosts."""
 
     mode = PROVISIONING_MODE_LXD
     kept = "VM"
+    tried = "VMs"
+    another = "composing another"
+    not_ours_reason = "VMNotOurs"
 
-    def __init__(self, life: Lifecycle) -> None:
-        self.life = life
-        self.placer = LxdPlacer()  # reservation book + shared VM-host listing per endpoint
-        #: (MaasMachine UID, system ID) pairs that passed the ownership test (:meth:`_owns`) or were composed
-        #: by this process: checked once per process, before any allocate, deploy or decompose.
+    @functools.cached_property
+    def placer(self) -> LxdPlacer:
+        """The reservation book and shared VM-host listing per endpoint."""
+        return LxdPlacer()
 
     def provider_id(self, zone: str, system_id: str) -> str:
         return provider_id(LXD_SCHEME, zone, system_id)
@@ -146,6 +142,9 @@ class Lxd:
 
     def refusal(self, exc: maas_errors.MaasError) -> str:
         return _short(exc)
+
+    def forgotten(self, scope: MachineScope) -> None:
+        _forgotten(scope)
 
     def deploying(self, scope: MachineScope, system_id: str) -> None:
         scope.set_condition(
@@ -163,40 +162,27 @@ class Lxd:
         sid = scope.want.system_id
         if not sid:
             sid = await self._place_and_compose(scope, port)
-        elif self.life.knows(scope, port, sid):
-            pass
-        elif await self._owns(scope, port, sid):
-            self.life.proved(scope, port, sid)
         else:
             # spec.systemID is just a field someone wrote: never allocate, deploy or decompose someone's VM.
-            port.unwatch(sid)
-            scope.set_spec(system_id=None, provider_id=None)
-            _forget_status(scope)
             msg = (
                 f"VM {sid} is neither held under this MaasMachine's agent name nor composed for it; forgot it"
             )
-            scope.event("Warning", "VMNotOurs", f"{msg}, nothing sent to it")
-            scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, False, C.MACHINE_NOT_FOUND_REASON, msg)
-            await scope.flush()
-            return Requeue(0.0)
+            if not await self.ownership.check(self, scope, port, sid, msg):
+                return Requeue(0.0)
         # Composed by this pass, or proven: the VM named for this object (ours until someone allocates it).
-        self.life.verified[scope.uid] = (port.identity, str(sid))
-        return str(sid)
+        self.ownership.remember(scope, port, sid)
+        return sid
 
     async def owns(self, scope: MachineScope, port: MaasPort, system_id: str) -> bool:
         return await self._owns(scope, port, system_id)
 
     def _no_fit_delay(self, uid: str) -> float:
-        n = self.placer.waits.get(uid, 0) + 1
-        self.placer.waits[uid] = n
-        return self.life.backoff(n - 1, cap=MAX_NO_FIT_DELAY)
+        return self.settings.backoff(self.placer.no_fit(uid) - 1, cap=MAX_NO_FIT_DELAY)
 
     async def _adopt(self, scope: MachineScope, port: MaasPort, hostname: str) -> str | None:
         """The VM an earlier pass composed under our hostname, recorded as ours; None when there is none."""
-        try:
+        with maas_step(f"looking up VM {hostname}"):
             found = await port.find_by_hostname(hostname)
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"looking up VM {hostname}") from exc
         if not found:
             return None
         m = found[0]
@@ -213,24 +199,23 @@ class Lxd:
         placement chose it). ``spec.failureDomain`` then holds the VM's zone whoever chose it, and CAPI may
         copy it to the Machine, so neither tells a replacement whether the user asked for it."""
         if not scope.annotation(ZONE_SOURCE):
-            given = user_zone(scope.body, scope.want, scope.machine)
+            given = user_zone(scope.meta, scope.want, scope.machine)
             scope.set_annotation(ZONE_SOURCE, ZONE_FROM_USER if given else ZONE_FROM_OPERATOR)
         scope.set_spec(system_id=sid, provider_id=self.provider_id(zone, sid), failure_domain=zone)
         scope.set_annotation(COMPOSING, None)
         scope.set_annotation(DEPLOY_STARTED, None)
         if host:
             scope.set_status(lxd_host=host)
-        self.placer.book(endpoint).composed(scope.uid, at=self.placer.clock())
+        self.placer.composed(endpoint, scope.uid)
 
     async def _listing(self, scope: MachineScope, port: MaasPort, fresh: bool) -> Listing:
-        try:
-            return await self.placer.listing(port.endpoint, port, fresh=fresh)
-        except maas_errors.GoneError as exc:
-            err = _gone_error(exc, port.endpoint)
-            scope.set_condition(C.LXD_HOST_SELECTED_CONDITION, False, err.reason, err.message)
-            raise err from exc
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, "listing VM hosts") from exc
+        with maas_step("listing VM hosts"):
+            try:
+                return await self.placer.listing(port.endpoint, port, fresh=fresh)
+            except maas_errors.GoneError as exc:
+                err = _gone_error(exc, port.endpoint)
+                scope.set_condition(C.LXD_HOST_SELECTED_CONDITION, False, err.reason, err.message)
+                raise err from exc
 
     async def _place_and_compose(self, scope: MachineScope, port: MaasPort) -> str:
         hostname = vm_hostname(scope.name, scope.uid)
@@ -239,18 +224,19 @@ class Lxd:
             if adopted:
                 return adopted
         attempts = scope.attempts
-        if attempts >= self.life.settings.max_deploy_attempts:
+        if attempts >= self.settings.max_deploy_attempts:
             raise TerminalError(
-                C.RETRIES_EXHAUSTED_REASON, f"{attempts} VMs tried; delete the Machine to try again"
+                C.RETRIES_EXHAUSTED_REASON, f"{attempts} {self.tried} tried; delete the Machine to try again"
             )
         book = self.placer.book(port.endpoint)
-        request = vm_request(scope.body, scope.want, scope.machine, f"{scope.namespace}/{scope.cluster_name}")
+        request = vm_request(scope.meta, scope.want, scope.machine, f"{scope.namespace}/{scope.cluster_name}")
         refused: dict[int, str] = {}
         fresh = False
         for _ in range(MAX_COMPOSE_TRIES):
             listing = await self._listing(scope, port, fresh)
             self._check_pin(scope, listing, request.pinned_host)
-            siblings = self.life.kube.list_maasmachines(scope.namespace, scope.cluster_name or "")
+            cluster = scope.cluster_name or ""
+            siblings = MaasMachineView.all(self.kube.list_maasmachines(scope.namespace, cluster))
             existing = existing_placements(siblings, scope.uid, listing, ANNOTATION_PREFIX)
             usable = tenant_candidates(listing, scope.namespace)  # only this namespace's and shared hosts
             candidates = [c for c in usable if c.id not in refused]
@@ -258,7 +244,7 @@ class Lxd:
             result = book.place(request, candidates, existing, snapshot_at=listing.fetched_at)
             if isinstance(result, placement.NoFit):
                 raise self._no_fit(scope, result, listing, refused)
-            self.placer.waits.pop(scope.uid, None)
+            self.placer.placed(scope.uid)
             sid = await self._compose(
                 scope, port, listing=listing, p=result, hostname=hostname, refused=refused
             )
@@ -293,7 +279,7 @@ class Lxd:
         self, scope: MachineScope, result: placement.NoFit, listing: Listing, refused: dict[int, str]
     ) -> TransientError:
         parts = [result.message]
-        zone = user_zone(scope.body, scope.want, scope.machine)
+        zone = user_zone(scope.meta, scope.want, scope.machine)
         if zone:  # the user's or CAPI's zone: a host elsewhere is no way out, so say what this zone lacks
             inside = placement.summarize(r for r in result.reasons if r.zone == zone)
             parts = [
@@ -347,35 +333,34 @@ class Lxd:
             zone=host.zone.id if host.zone else None,
             pool=host.pool.id if host.pool else None,
         )
-        try:
-            composed = await port.compose(p.host_id, request)
-        except (maas_errors.ServiceUnavailableError, maas_errors.NotFoundError) as exc:
-            book.release(scope.uid)
-            gone = isinstance(exc, maas_errors.NotFoundError)
-            refused[p.host_id] = "the host is gone" if gone else _short(exc)
-            scope.set_annotation(COMPOSING, None)
-            scope.event(
-                "Warning", "VMComposeRefused", f"{p.host_name}: {refused[p.host_id]}; trying another host"
-            )
-            return None
-        except maas_errors.GoneError as exc:
-            book.release(scope.uid)
-            scope.set_annotation(COMPOSING, None)
-            raise _gone_error(exc, port.endpoint) from exc
-        except maas_errors.BadRequestError as exc:
-            if "hostname" in exc.field_errors or "already exists" in exc.body:
-                adopted = await self._adopt(scope, port, hostname)
-                if adopted:
-                    return adopted
-            book.release(scope.uid)
-            scope.set_annotation(COMPOSING, None)
-            message = f"MAAS refused to compose on {p.host_name}: {_short(exc)}"
-            scope.set_condition(C.LXD_VM_CREATED_CONDITION, False, C.VM_COMPOSE_FAILED_REASON, message)
-            raise TerminalError(C.VM_COMPOSE_FAILED_REASON, message) from exc
-        except maas_errors.MaasError as exc:
-            # It may have happened: keep the annotation (the next pass looks the hostname up) and the
-            # reservation.
-            raise maas_failure(exc, None, f"composing on {p.host_name}") from exc
+        # A compose that may have happened keeps the annotation (the next pass looks the hostname up) and
+        # the reservation.
+        with maas_step(f"composing on {p.host_name}"):
+            try:
+                composed = await port.compose(p.host_id, request)
+            except (maas_errors.ServiceUnavailableError, maas_errors.NotFoundError) as exc:
+                book.release(scope.uid)
+                gone = isinstance(exc, maas_errors.NotFoundError)
+                refused[p.host_id] = "the host is gone" if gone else _short(exc)
+                scope.set_annotation(COMPOSING, None)
+                scope.event(
+                    "Warning", "VMComposeRefused", f"{p.host_name}: {refused[p.host_id]}; trying another host"
+                )
+                return None
+            except maas_errors.GoneError as exc:
+                book.release(scope.uid)
+                scope.set_annotation(COMPOSING, None)
+                raise _gone_error(exc, port.endpoint) from exc
+            except maas_errors.BadRequestError as exc:
+                if "hostname" in exc.field_errors or "already exists" in exc.body:
+                    adopted = await self._adopt(scope, port, hostname)
+                    if adopted:
+                        return adopted
+                book.release(scope.uid)
+                scope.set_annotation(COMPOSING, None)
+                message = f"MAAS refused to compose on {p.host_name}: {_short(exc)}"
+                scope.set_condition(C.LXD_VM_CREATED_CONDITION, False, C.VM_COMPOSE_FAILED_REASON, message)
+                raise TerminalError(C.VM_COMPOSE_FAILED_REASON, message) from exc
         scope.set_status(attempts=scope.attempts + 1)
         self._record(scope, port.endpoint, composed.system_id, zone=p.zone, host=p.host_name)
         scope.set_status(
@@ -397,8 +382,11 @@ class Lxd:
         _creating(scope, f"{system_id}: composed, waiting for MAAS to report it")
         return Requeue()
 
-    async def follow(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue | None:
-        """Commissioning and failures are the VM's own; Ready → allocate it; then the shared lifecycle."""
+    async def follow(
+        self, scope: MachineScope, port: MaasPort, m: maas.Machine
+    ) -> Requeue | maas.Machine | None:
+        """Commissioning and failures are the VM's own; Ready → allocate it (the shared lifecycle deploys the
+        allocated VM in the same pass); then the shared lifecycle."""
         if m.pod is not None:
             scope.set_status(lxd_host=m.pod.name)
         if m.cpu_count:
@@ -409,10 +397,10 @@ class Lxd:
                     allocated_disk=round(m.storage / 1000),
                 )
             )
-        if m.status in _CREATING:
+        if m.status.commissioning:
             _creating(scope, f"{m.system_id}: {m.status_name or m.status.name}")
             return Requeue()
-        if m.status in _FAILED:
+        if m.status.failed:
             why = m.error_description or m.status_name or m.status.name
             return await self._start_over(scope, port, m.system_id, C.DEPLOYMENT_FAILED_REASON, why=why)
         scope.set_condition(
@@ -435,20 +423,18 @@ class Lxd:
         """Whether the allocated VM is held under our UID, or under the agent name recorded when it was
         allocated (a moved MaasMachine has a new UID); checked once per process, then remembered. Recording
         the agent name found also covers objects allocated before the annotation existed, ahead of a move."""
-        if (port.identity, scope.uid, m.system_id) in self.placer.allocated and identity.is_bound_to(
+        if self.placer.is_allocated_to(port.identity, scope.uid, m.system_id) and identity.is_bound_to(
             scope, port
         ):
             return True
         recorded = scope.annotation(AGENT_NAME)
         for agent in dict.fromkeys(a for a in (scope.uid, recorded) if a):
-            try:
+            with maas_step("checking who holds the VM"):
                 mine = {x.system_id for x in await port.find_by_agent(agent)}
-            except maas_errors.MaasError as exc:
-                raise maas_failure(exc, None, "checking who holds the VM") from exc
             if m.system_id in mine:
-                self.placer.allocated.add((port.identity, scope.uid, m.system_id))
+                self.placer.allocated_to(port.identity, scope.uid, m.system_id)
                 scope.set_annotation(AGENT_NAME, agent)
-                self.life.proved(scope, port, m.system_id)
+                self.ownership.proved(scope, port, m.system_id)
                 return True
         return False
 
@@ -459,39 +445,36 @@ class Lxd:
         decompose, and when nothing in this process proved ``sid`` ours through the current identity."""
         recorded = scope.annotation(AGENT_NAME)
         for agent in dict.fromkeys(a for a in (scope.uid, recorded) if a):
-            try:
+            with maas_step(f"checking who holds VM {sid}"):
                 held = {x.system_id for x in await port.find_by_agent(agent)}
-            except maas_errors.MaasError as exc:
-                raise maas_failure(exc, None, f"checking who holds VM {sid}") from exc
             if sid in held:
                 return True
-        try:
+        with maas_step(f"checking who composed VM {sid}"):
             composed = await port.find_by_hostname(vm_hostname(scope.name, scope.uid))
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"checking who composed VM {sid}") from exc
         return any(x.system_id == sid and x.owner is None for x in composed)
 
-    async def _allocate(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue:
+    async def _allocate(self, scope: MachineScope, port: MaasPort, m: maas.Machine) -> Requeue | maas.Machine:
         """Take the commissioned VM by system ID under our UID, ours like an allocated bare-metal machine."""
-        try:
-            new = await port.allocate(
-                maas.AllocateConstraints(system_id=m.system_id),
-                agent_name=scope.uid,
-                comment=f"capmaas {scope.key}",
-            )
-        except maas_errors.ConflictError as exc:
-            if await self._ours(scope, port, m):
-                return Requeue(0.0)
-            raise TransientError(
-                C.MACHINE_ALLOCATED_REASON, f"{m.system_id}: allocate refused ({exc}); retrying", delay=5.0
-            ) from exc
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"allocating VM {m.system_id}") from exc
-        self.placer.allocated.add((port.identity, scope.uid, new.system_id))
+        with maas_step(f"allocating VM {m.system_id}"):
+            try:
+                new = await port.allocate(
+                    maas.AllocateConstraints(system_id=m.system_id),
+                    agent_name=scope.uid,
+                    comment=f"capmaas {scope.key}",
+                )
+            except maas_errors.ConflictError as exc:
+                if await self._ours(scope, port, m):
+                    return Requeue(0.0)
+                raise TransientError(
+                    C.MACHINE_ALLOCATED_REASON,
+                    f"{m.system_id}: allocate refused ({exc}); retrying",
+                    delay=5.0,
+                ) from exc
+        self.placer.allocated_to(port.identity, scope.uid, new.system_id)
         scope.set_annotation(AGENT_NAME, scope.uid)
-        self.life.proved(scope, port, new.system_id)
+        self.ownership.proved(scope, port, new.system_id)
         scope.event("Normal", "VMAllocated", f"VM {new.system_id} allocated")
-        return await self.life.deploy(self, scope, port, new)
+        return new  # the shared lifecycle deploys it in this pass
 
     # --- giving back -------------------------------------------------------------------------------------
     async def give_back(
@@ -509,34 +492,21 @@ class Lxd:
             own = False  # no memory skips the lookup before a decompose: not ours, nothing sent
             scope.event("Warning", "VMNotOurs", f"VM {sid} is not held for this MaasMachine; not decomposed")
         if own:
-            try:
+            with maas_step(f"decomposing failed VM {sid}"):
                 await port.delete_machine(sid)
-            except maas_errors.MaasError as exc:
-                raise maas_failure(exc, None, f"decomposing failed VM {sid}") from exc
             self.placer.invalidate(port.endpoint)
-        port.unwatch(sid)
-        self.life.verified.pop(scope.uid, None)  # a spec naming it again is checked again
-        self.placer.book(port.endpoint).release(scope.uid)
-        scope.set_spec(system_id=None, provider_id=None)
-        scope.set_annotation(DEPLOY_STARTED, None)
+        self.placer.release(port.endpoint, scope.uid)
+        self.ownership.forget(self, scope, port, sid)
         scope.set_annotation(HOST_ID_ANNOTATION, None)
         scope.set_annotation(AGENT_NAME, None)
-        _forget_status(scope)
         scope.set_condition(C.LXD_VM_CREATED_CONDITION, False, reason, f"{sid}: {why}")
-        if attempts >= self.life.settings.max_deploy_attempts:
-            await scope.flush()
-            raise TerminalError(C.RETRIES_EXHAUSTED_REASON, f"{attempts} VMs tried; last: {why}")
-        scope.set_condition(
-            C.MACHINE_PROVISIONED_CONDITION, False, reason, f"{sid}: {why}; composing another"
-        )
-        await scope.flush()
-        return Requeue(0.0)
+        limit = self.settings.max_deploy_attempts
+        return await self.ownership.gave_back(self, scope, sid, reason, why, attempts=attempts, limit=limit)
 
     # --- delete ------------------------------------------------------------------------------------------
     async def delete(self, scope: MachineScope, port: MaasPort) -> Requeue:
         """Delete the VM in MAAS (decompose), wait until MAAS no longer lists it, then finish."""
-        self.placer.book(port.endpoint).release(scope.uid)
-        self.placer.waits.pop(scope.uid, None)
+        self.placer.forget(scope.uid, port.endpoint)
         sid = scope.want.system_id
         if not sid and scope.annotation(COMPOSING):
             sid = await self._adopt(scope, port, vm_hostname(scope.name, scope.uid))
@@ -545,7 +515,7 @@ class Lxd:
         if not sid:
             return self._deleted(scope, port, None)
         requested = scope.annotation(DECOMPOSING)
-        if requested is None or self.life.clock() - float(requested) > DECOMPOSE_RECHECK:
+        if requested is None or self.clock() - float(requested) > DECOMPOSE_RECHECK:
             if not await self._owns(scope, port, sid):
                 port.unwatch(sid)
                 scope.event(
@@ -554,16 +524,14 @@ class Lxd:
                     f"VM {sid} is neither held under this MaasMachine's agent name nor composed for it; "
                     "forgetting it, nothing deleted",
                 )
-                return self.life.finished(scope)
-            try:
+                return Finished()
+            with maas_step(f"decomposing VM {sid}"):
                 known = await port.delete_machine(sid)
-            except maas_errors.MaasError as exc:
-                raise maas_failure(exc, None, f"decomposing VM {sid}") from exc
             self.placer.invalidate(port.endpoint)
             if not known:
                 port.unwatch(sid)
                 return self._deleted(scope, port, sid)
-            scope.set_annotation(DECOMPOSING, str(self.life.clock()))
+            scope.set_annotation(DECOMPOSING, str(self.clock()))
             scope.event("Normal", "VMDecomposing", f"deleting VM {sid} from its VM host")
             await scope.flush()
         port.watch(sid, scope.key)
@@ -576,5 +544,5 @@ class Lxd:
     def _deleted(self, scope: MachineScope, port: MaasPort, sid: str | None) -> Requeue:
         if sid:
             scope.event("Normal", "VMDecomposed", f"VM {sid} deleted; its resources are back on the host")
-            self.placer.allocated.discard((port.identity, scope.uid, sid))
-        return self.life.finished(scope)
+            self.placer.not_allocated(port.identity, scope.uid, sid)
+        return Finished()

@@ -19,9 +19,9 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from capmaas import maas, placement
+from capmaas.api.related import CapiMachine, MaasMachineView, ObjectMeta
 from capmaas.api.v1beta1 import LXDConfig, LXDStorage, MaasMachineSpec
 from capmaas.reconcilers.keys import (
     ANNOTATION_PREFIX,
@@ -31,7 +31,7 @@ from capmaas.reconcilers.keys import (
     ZONE_FROM_OPERATOR,
     ZONE_SOURCE,
 )
-from capmaas.reconcilers.ports import Body, VmHostPort
+from capmaas.reconcilers.ports import VmHostPort
 from capmaas.reconcilers.tenancy import SHARED_VM_HOST_TAG, host_usable, namespace_tag
 
 #: Tags that take a VM host out of placement (the Go provider's maintenance/no-schedule convention).
@@ -174,11 +174,41 @@ class LxdPlacer:
     def book(self, endpoint: str) -> placement.ReservationBook:
         return self.state(endpoint).book
 
-    def forget(self, uid: str) -> None:
-        """A MaasMachine deleted without a MAAS session (it held nothing there): drop what it reserved."""
-        for st in self._endpoints.values():
+    def forget(self, uid: str, endpoint: str | None = None) -> None:
+        """A MaasMachine deleted (at ``endpoint``; None: wherever, it had no MAAS session): drop what it
+        reserved and its retry count."""
+        states = self._endpoints.values() if endpoint is None else (self.state(endpoint),)
+        for st in states:
             st.book.release(uid)
         self.waits.pop(uid, None)
+
+    def release(self, endpoint: str, uid: str) -> None:
+        """Drop ``uid``'s reservation at ``endpoint`` (its VM was given back)."""
+        self.book(endpoint).release(uid)
+
+    def composed(self, endpoint: str, uid: str) -> None:
+        """``uid``'s VM exists in MAAS now: its reservation is settled by the next listing."""
+        self.book(endpoint).composed(uid, at=self.clock())
+
+    def no_fit(self, uid: str) -> int:
+        """One more pass in which nothing fitted ``uid``; how many in a row (for the backoff)."""
+        self.waits[uid] = n = self.waits.get(uid, 0) + 1
+        return n
+
+    def placed(self, uid: str) -> None:
+        """``uid`` was placed: its run of passes without a fit is over."""
+        self.waits.pop(uid, None)
+
+    def allocated_to(self, identity: str, uid: str, sid: str) -> None:
+        """MAAS showed VM ``sid`` allocated to ``uid`` through ``identity``."""
+        self.allocated.add((identity, uid, sid))
+
+    def is_allocated_to(self, identity: str, uid: str, sid: str) -> bool:
+        return (identity, uid, sid) in self.allocated
+
+    def not_allocated(self, identity: str, uid: str, sid: str) -> None:
+        """VM ``sid`` is deleted: nothing to remember of it."""
+        self.allocated.discard((identity, uid, sid))
 
     def invalidate(self, endpoint: str) -> None:
         """Forget the listing (a compose was refused, a host vanished): the next placement fetches anew."""
@@ -217,70 +247,63 @@ class LxdPlacer:
         return result
 
 
-def role_of(body: Body) -> placement.Role:
-    labels = body.get("metadata", {}).get("labels") or {}
-    return placement.Role.CONTROL_PLANE if CONTROL_PLANE_LABEL in labels else placement.Role.WORKER
+def role_of(meta: ObjectMeta) -> placement.Role:
+    return placement.Role.CONTROL_PLANE if CONTROL_PLANE_LABEL in meta.labels else placement.Role.WORKER
 
 
 def existing_placements(
-    siblings: Sequence[Body], own_uid: str, listing: Listing, annotation_prefix: str
+    siblings: Sequence[MaasMachineView], own_uid: str, listing: Listing, annotation_prefix: str
 ) -> list[placement.ExistingPlacement]:
     """The cluster's other machines that have a place: zone from spec/status, VM host from our annotation
     (or ``status.lxdHost`` by name). Machines with no system ID yet are in-flight: the book counts them."""
     out: list[placement.ExistingPlacement] = []
     for b in siblings:
-        meta = b.get("metadata", {})
-        uid = str(meta.get("uid", ""))
-        spec: Mapping[str, Any] = b.get("spec") or {}
-        status: Mapping[str, Any] = b.get("status") or {}
-        if uid == own_uid or not spec.get("systemID"):
+        uid = b.metadata.uid
+        if uid == own_uid or not b.spec.system_id:
             continue
-        zone = status.get("failureDomain") or spec.get("failureDomain")
+        zone = b.zone
         if not zone:
             continue
         host_id: int | None = None
-        raw = (meta.get("annotations") or {}).get(annotation_prefix + HOST_ID_ANNOTATION)
-        if raw and str(raw).isdigit():
+        raw = b.metadata.annotations.get(annotation_prefix + HOST_ID_ANNOTATION)
+        if raw and raw.isdigit():
             host_id = int(raw)
-        elif status.get("lxdHost"):
-            host = listing.host_named(str(status["lxdHost"]))
+        elif b.status.lxd_host:
+            host = listing.host_named(b.status.lxd_host)
             host_id = host.id if host else None
-        out.append(placement.ExistingPlacement(zone=str(zone), role=role_of(b), host_id=host_id, key=uid))
+        out.append(placement.ExistingPlacement(zone=zone, role=role_of(b.metadata), host_id=host_id, key=uid))
     return out
 
 
-def user_zone(body: Body, spec: MaasMachineSpec, machine: Body | None) -> str | None:
+def user_zone(meta: ObjectMeta, spec: MaasMachineSpec, machine: CapiMachine | None) -> str | None:
     """The zone the user or CAPI asked for: the MaasMachine's ``spec.failureDomain``, else the owner
     Machine's - unless the first compose recorded (``…/zone-source``) that neither was given: the placement
     chose the zone, and what both hold now is only the zone that VM got (our ``_record``, CAPI's copy), which
     a replacement may leave by the placement rule."""
-    annotations: Mapping[str, Any] = body.get("metadata", {}).get("annotations") or {}
-    if annotations.get(ANNOTATION_PREFIX + ZONE_SOURCE) in (ZONE_FROM_OPERATOR, ZONE_FROM_MAAS):
+    if meta.annotations.get(ANNOTATION_PREFIX + ZONE_SOURCE) in (ZONE_FROM_OPERATOR, ZONE_FROM_MAAS):
         return None
-    machine_spec: Mapping[str, Any] = (machine or {}).get("spec") or {}
-    return spec.failure_domain or machine_spec.get("failureDomain") or None
+    return spec.failure_domain or (machine.spec.failure_domain if machine else None) or None
 
 
 def vm_request(
-    body: Body, spec: MaasMachineSpec, machine: Body | None, cluster_key: str
+    meta: ObjectMeta, spec: MaasMachineSpec, machine: CapiMachine | None, cluster_key: str
 ) -> placement.VMRequest:
     """The VM to place, from the canonical MaasMachine spec (cores = minCPU, memory = minMemory, disk from
     lxdConfig or minDiskSize) and the zone the user or CAPI gave (:func:`user_zone`), if any."""
     lxd = spec.lxd_config or LXDConfig()
     storage = lxd.storage or LXDStorage()
     disk = storage.size_gb or spec.min_disk_size or DEFAULT_DISK_GB
-    meta = body.get("metadata", {})
     return placement.VMRequest(
         cluster=cluster_key,
-        machine=str(meta.get("name", "")),
-        role=role_of(body),
+        machine=meta.name,
+        role=role_of(meta),
         cores=spec.min_cpu,
         memory_mib=spec.min_memory,
         disk_gb=disk,
         storage_pool=storage.pool or None,
-        zone=user_zone(body, spec, machine),
+        zone=user_zone(meta, spec, machine),
         resource_pool=spec.resource_pool or None,
         tags=frozenset(spec.tags or ()),
         pinned_host=lxd.vm_host or None,
-        key=str(meta.get("uid", "")),
+        key=meta.uid,
     )

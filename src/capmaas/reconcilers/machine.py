@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable, Mapping
 
 from capmaas.api import conditions as C
-from capmaas.reconcilers import addresses, facts, identity
+from capmaas.api.related import CapiCluster, CapiMachine
+from capmaas.reconcilers import addresses, identity
 from capmaas.reconcilers.baremetal import BareMetal
 from capmaas.reconcilers.credentials import DEFAULT_REF, connect_ref
 from capmaas.reconcilers.errors import ReconcileError, TransientError
@@ -58,11 +59,11 @@ class MachineReconciler:
         self.connector = connector
         self.default_credentials = default_credentials
         self.settings = settings or MachineSettings()
-        self.life = Lifecycle(
-            kube, settings=self.settings, recorder=recorder or NullRecorder(), clock=clock, tenancy=tenancy
-        )
-        self.bare_metal = BareMetal(self.life)
-        self.lxd = Lxd(self.life)
+        recorder = recorder or NullRecorder()
+        self.life = Lifecycle(kube, settings=self.settings, recorder=recorder, clock=clock, tenancy=tenancy)
+        ownership = self.life.ownership
+        self.bare_metal = BareMetal(kube, ownership, settings=self.settings, recorder=recorder, clock=clock)
+        self.lxd = Lxd(kube, ownership, settings=self.settings, recorder=recorder, clock=clock)
         self.provisioners: Mapping[str, Provisioner] = {p.mode: p for p in (self.bare_metal, self.lxd)}
         self.owners = Owners(kube)
         self.handoff = Handoff()
@@ -94,19 +95,20 @@ class MachineReconciler:
         if ref is None:
             scope.wait(C.WAITING_FOR_MACHINE_OWNER_REASON, "waiting for Cluster API to set the Machine owner")
             return C.WAITING_FOR_MACHINE_OWNER_REASON
-        scope.machine = await self.owners.get(scope, "machines", str(ref.get("name")))
+        scope.machine = CapiMachine.view(await self.owners.get(scope, "machines", str(ref.get("name"))))
         if scope.machine is None:
             scope.wait(C.WAITING_FOR_MACHINE_OWNER_REASON, f"owner Machine {ref.get('name')} not found yet")
             return C.WAITING_FOR_MACHINE_OWNER_REASON
         name = scope.cluster_name
         # The Cluster's Warning is its MaasCluster's (one, not one per machine of the cluster).
-        scope.cluster = await self.owners.get(scope, "clusters", name, warn=False) if name else None
+        scope.cluster = CapiCluster.view(
+            await self.owners.get(scope, "clusters", name, warn=False) if name else None
+        )
         if scope.cluster is None:
             scope.wait(C.WAITING_FOR_CLUSTER_INFRASTRUCTURE_REASON, f"Cluster {name} not found yet")
             return C.WAITING_FOR_CLUSTER_INFRASTRUCTURE_REASON
-        infra = (scope.cluster.get("spec") or {}).get("infrastructureRef") or {}
-        if infra.get("name"):
-            scope.maascluster = self.kube.get_maascluster(scope.namespace, str(infra["name"]))
+        if scope.cluster.infra_name:
+            scope.maascluster = self.kube.get_maascluster(scope.namespace, scope.cluster.infra_name)
         return None
 
     async def session(self, scope: MachineScope) -> MaasPort | None:
@@ -151,12 +153,12 @@ class MachineReconciler:
         assert scope.cluster is not None
         assert scope.machine is not None
         if not scope.want.system_id:
-            if not facts.infra_provisioned(scope.cluster):
+            if not scope.cluster.infra_provisioned:
                 scope.wait(
                     C.WAITING_FOR_CLUSTER_INFRASTRUCTURE_REASON, "Cluster infrastructure not provisioned"
                 )
                 return Requeue()
-            if not facts.bootstrap_secret(scope.machine):
+            if not scope.machine.bootstrap_secret:
                 scope.wait(
                     C.WAITING_FOR_BOOTSTRAP_DATA_REASON, "Machine.spec.bootstrap.dataSecretName not set"
                 )
@@ -176,7 +178,9 @@ class MachineReconciler:
         p = self.provisioner(scope)
         await self.load(scope)
         if scope.cluster is None and scope.cluster_name:  # the Machine is gone: the Cluster by its label
-            scope.cluster = await self.owners.get(scope, "clusters", scope.cluster_name, warn=False)
+            scope.cluster = CapiCluster.view(
+                await self.owners.get(scope, "clusters", scope.cluster_name, warn=False)
+            )
         if self.handoff.moving_out(scope, scope.cluster, scope.cluster_name):
             scope.set_deletion(C.DELETE_FOR_MOVE_REASON, f"moved; {p.kept} kept")
             scope.remove_finalizer(MACHINE_FINALIZER)
@@ -191,7 +195,7 @@ class MachineReconciler:
         elif (port := await self.session(scope)) is None:
             done = self.life.finished(scope)  # references of another identity, forgotten: nothing of ours
         else:
-            done = await p.delete(scope, port)
+            done = await self.life.delete(p, scope, port)
         if MACHINE_FINALIZER not in scope.finalizers:  # released: the addresses go back to their pools
             await addresses.drop_claims(scope, self.kube)
         return done

@@ -281,17 +281,7 @@ class MaasPort(VmHostPort, Protocol):
         machine, from the shared inventory's last listing (no MAAS request); None when it cannot tell."""
         ...
 
-    async def deploy(
-        self,
-        system_id: str,
-        *,
-        user_data: bytes,
-        distro_series: str | None,
-        hwe_kernel: str | None,
-        ephemeral_deploy: bool,
-        comment: str,
-        register_vmhost: bool = False,
-    ) -> maas.Machine: ...
+    async def deploy(self, system_id: str, request: maas.DeployRequest) -> maas.Machine: ...
 
     async def release(
         self,

@@ -39,6 +39,7 @@ from typing import Any, Literal
 import pydantic
 
 from capmaas.api import conditions as C
+from capmaas.api.related import CapiCluster, CapiMachine, ObjectMeta
 from capmaas.api.schema import K8sModel
 from capmaas.api.v1beta1 import MaasMachineSpec, MaasMachineStatus
 from capmaas.reconcilers.errors import ConflictError, TerminalError
@@ -104,10 +105,10 @@ def owner_ref(body: Body, kind: str, group: str = "cluster.x-k8s.io") -> Mapping
     return None
 
 
-def is_paused(obj: Body, cluster: Body | None) -> tuple[bool, str]:
+def is_paused(obj: Body, cluster: CapiCluster | None) -> tuple[bool, str]:
     """CAPI's pause contract: ``Cluster.spec.paused`` or the ``cluster.x-k8s.io/paused`` annotation."""
     reasons = []
-    if cluster is not None and cluster.get("spec", {}).get("paused"):
+    if cluster is not None and cluster.paused:
         reasons.append("Cluster spec.paused is set to true")
     if PAUSED_ANNOTATION in (obj.get("metadata", {}).get("annotations") or {}):
         reasons.append(f"{obj.get('kind', 'object')} has the {PAUSED_ANNOTATION} annotation")
@@ -143,6 +144,8 @@ class ObjectScope:
         self._orig_status = copy.deepcopy(self.status)
         self.annotations: dict[str, str] = dict(meta.get("annotations") or {})
         self.labels: dict[str, str] = dict(meta.get("labels") or {})
+        #: The metadata as read (typed; ``annotations``/``labels`` above are what this pass writes).
+        self.meta = ObjectMeta.from_body(meta)
         self.finalizers: list[str] = list(meta.get("finalizers") or [])
         self._orig_finalizers = list(self.finalizers)
         self._spec_patch: dict[str, Any] = {}
@@ -406,8 +409,8 @@ class MachineScope(ObjectScope):
     spec_type = MaasMachineSpec
     status_type = MaasMachineStatus
 
-    machine: Body | None = None
-    cluster: Body | None = None
+    machine: CapiMachine | None = None
+    cluster: CapiCluster | None = None
     maascluster: Body | None = None
     #: ``deploy-started`` was written with the allocation in this pass (the deploy follows at once).
     deploy_stamped: bool = False
@@ -418,10 +421,8 @@ class MachineScope(ObjectScope):
 
     @property
     def cluster_name(self) -> str | None:
-        if self.machine is not None:
-            name = (self.machine.get("spec") or {}).get("clusterName")
-            if name:
-                return str(name)
+        if self.machine is not None and self.machine.spec.cluster_name:
+            return self.machine.spec.cluster_name
         return self.labels.get(CLUSTER_NAME_LABEL)
 
     @property

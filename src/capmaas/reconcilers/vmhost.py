@@ -32,7 +32,7 @@ from capmaas import maas
 from capmaas.api import conditions as C
 from capmaas.maas import errors as maas_errors
 from capmaas.reconcilers import facts
-from capmaas.reconcilers.credentials import VM_HOST_RETRY, maas_failure
+from capmaas.reconcilers.credentials import VM_HOST_RETRY, maas_step
 from capmaas.reconcilers.errors import ReconcileError, TerminalError
 from capmaas.reconcilers.ports import MaasPort
 from capmaas.reconcilers.scope import MachineScope, Requeue
@@ -100,10 +100,8 @@ async def _first_with_vms(
 ) -> tuple[maas.VmHost, Sequence[maas.Machine]] | None:
     """The first of ``hosts`` MAAS shows a VM on, with its VMs; None when every one is empty."""
     for host in hosts:
-        try:
+        with maas_step(f"listing the VMs on VM host {host.name}"):
             vms = await port.vms_on(host.name)
-        except maas_errors.MaasError as exc:
-            raise maas_failure(exc, None, f"listing the VMs on VM host {host.name}") from exc
         if vms:
             return host, vms
     return None
@@ -140,10 +138,8 @@ async def clear_for_release(
     hosts = await _hosts_on(port, sid)
     if not hosts:
         return None
-    try:
+    with maas_step(f"checking who holds {sid}"):
         held = await port.find_by_agent(agent_name)
-    except maas_errors.MaasError as exc:
-        raise maas_failure(exc, None, f"checking who holds {sid}") from exc
     if sid not in {h.system_id for h in held}:
         return None  # not ours: BareMetal.delete forgets it and sends nothing
     if (busy := await _first_with_vms(port, hosts)) is not None:
@@ -155,12 +151,8 @@ async def clear_for_release(
         )
         return Requeue(VM_HOST_RETRY)
     for host in hosts:
-        try:
+        with maas_step(f"removing VM host {host.name}", reason=C.VM_HOST_IN_USE_REASON):
             await port.delete_vm_host(host.id)
-        except maas_errors.MaasError as exc:
-            raise maas_failure(
-                exc, None, f"removing VM host {host.name}", reason=C.VM_HOST_IN_USE_REASON
-            ) from exc
         scope.event(
             "Normal", "VMHostRemoved", f"removed VM host {host.name} (id {host.id}) registered on {sid}"
         )
@@ -170,12 +162,11 @@ async def clear_for_release(
 async def _hosts_on(port: MaasPort, sid: str, *, any_type: bool = False) -> Sequence[maas.VmHost]:
     """The LXD VM hosts (``any_type``: of every type) MAAS shows running on machine ``sid`` (none on a MAAS
     without VM hosts)."""
-    try:
-        hosts = await port.list_vm_hosts()
-    except maas_errors.GoneError:
-        return ()  # MAAS 4.0: no VM hosts, nothing refuses the release
-    except maas_errors.MaasError as exc:
-        raise maas_failure(exc, None, f"listing the VM hosts on {sid}") from exc
+    with maas_step(f"listing the VM hosts on {sid}"):
+        try:
+            hosts = await port.list_vm_hosts()
+        except maas_errors.GoneError:
+            return ()  # MAAS 4.0: no VM hosts, nothing refuses the release
     return [
         h for h in hosts if (any_type or h.type == LXD) and h.host is not None and h.host.system_id == sid
     ]

@@ -8,6 +8,7 @@ from collections import Counter
 from reconciler_env import make_env
 
 from capmaas import maas, placement
+from capmaas.api.related import CapiMachine, MaasMachineView, ObjectMeta
 from capmaas.api.v1beta1 import LXDNetwork, MaasMachineSpec
 from capmaas.reconcilers import lxd_placer
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX
@@ -89,7 +90,8 @@ def test_request_and_existing_placements_from_the_objects() -> None:
     spec = MaasMachineSpec.model_validate(
         {**body["spec"], "image": "ubuntu/jammy", "provisioningMode": "lxd"}
     )
-    req = lxd_placer.vm_request(body, spec.canonical(), {"spec": {"failureDomain": "az3"}}, "ns/c1")
+    machine = CapiMachine.from_body({"spec": {"failureDomain": "az3"}})
+    req = lxd_placer.vm_request(ObjectMeta.from_body(body["metadata"]), spec.canonical(), machine, "ns/c1")
     assert (req.cores, req.memory_mib, req.disk_gb, req.storage_pool) == (4, 8192, 60, "fast")
     assert (req.zone, req.resource_pool, req.pinned_host, req.key) == ("az3", "vms", "lxd-1", "u0")
     assert req.role is placement.Role.CONTROL_PLANE
@@ -103,7 +105,7 @@ def test_request_and_existing_placements_from_the_objects() -> None:
          "status": {"lxdHost": "lxd-1"}},
         {"metadata": {"uid": "u3"}, "spec": {"failureDomain": "az2"}},  # not placed yet: the book counts it
     ]  # fmt: skip
-    got = lxd_placer.existing_placements(siblings, "u0", listing, ANNOTATION_PREFIX)
+    got = lxd_placer.existing_placements(MaasMachineView.all(siblings), "u0", listing, ANNOTATION_PREFIX)
     assert [(p.key, p.zone, p.host_id) for p in got] == [("u1", "az1", 9), ("u2", "az2", 7)]
 
 

@@ -141,13 +141,28 @@ class Machines:
 
         ``distro_series`` is ``os/series`` (``ubuntu/jammy``) or a bare series; MAAS has no ``osystem`` field.
         """
-        form = _user_data(user_data)
-        form += _optional(distro_series=distro_series, hwe_kernel=hwe_kernel, comment=comment)
-        form += _flags(
+        request = models.DeployRequest(
+            user_data=user_data,
+            distro_series=distro_series,
+            hwe_kernel=hwe_kernel,
             ephemeral_deploy=ephemeral_deploy,
             install_kvm=install_kvm,
             register_vmhost=register_vmhost,
             enable_hw_sync=enable_hw_sync,
+            comment=comment,
+        )
+        return await self.deploy_with(system_id, request)
+
+    async def deploy_with(self, system_id: str, request: models.DeployRequest) -> models.Machine:
+        """:meth:`deploy` of a :class:`~capmaas.maas.models.DeployRequest`."""
+        r = request
+        form = _user_data(r.user_data)
+        form += _optional(distro_series=r.distro_series, hwe_kernel=r.hwe_kernel, comment=r.comment)
+        form += _flags(
+            ephemeral_deploy=r.ephemeral_deploy,
+            install_kvm=r.install_kvm,
+            register_vmhost=r.register_vmhost,
+            enable_hw_sync=r.enable_hw_sync,
         )
         return await self._http.model(
             models.Machine, "POST", _ONE, op="deploy", params={"system_id": system_id}, form=form

@@ -55,6 +55,14 @@ from capmaas.api.v1beta1.maasmachine import (
     StaticIP,
     VMResourceUsage,
 )
+from capmaas.api.v1beta1.maasremediation import (
+    MaasRemediation,
+    MaasRemediationSpec,
+    MaasRemediationStatus,
+    MaasRemediationTemplate,
+    MaasRemediationTemplateResource,
+    MaasRemediationTemplateSpec,
+)
 from capmaas.api.v1beta1.maasmachinetemplate import (
     MaasMachineTemplate,
     MaasMachineTemplateResource,
@@ -109,6 +117,12 @@ __all__ = [
     "MaasMachineTemplateResource",
     "MaasMachineTemplateSpec",
     "MaasMachineTemplateStatus",
+    "MaasRemediation",
+    "MaasRemediationSpec",
+    "MaasRemediationStatus",
+    "MaasRemediationTemplate",
+    "MaasRemediationTemplateResource",
+    "MaasRemediationTemplateSpec",
     "MachineAddress",
     "NetworkLayout",
     "NodeInfo",

@@ -30,10 +30,10 @@ from capmaas.api.v1beta1 import (
     MaasCluster,
     MaasClusterTemplate,
     MaasIPPool,
-    MaasRemediation,
-    MaasRemediationTemplate,
     MaasMachine,
     MaasMachineTemplate,
+    MaasRemediation,
+    MaasRemediationTemplate,
 )
 
 #: CAPI reads ``cluster.x-k8s.io/<contract>: <versions joined by _>`` and tries v1beta2 first (capi ref §1.1);

@@ -44,6 +44,7 @@ from capmaas.operator.leader import (
 from capmaas.operator.leaks import LeakAudit
 from capmaas.operator.metrics import Metrics
 from capmaas.operator.orphans import ORPHAN_REASON, OrphanReport
+from capmaas.operator.remediation import register as register_remediation
 from capmaas.operator.templates import register as register_templates
 from capmaas.operator.workers import Reconcile, Workers
 from capmaas.reconcilers.cluster import ClusterReconciler
@@ -609,6 +610,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     register_templates(registry, rt, default_credentials(config), lambda: rt.machines.active)
     if rt.ipam is not None:
         register_ipam(registry, rt.ipam, wake_machine=rt.machines.wake, label_selector=selector)
+    register_remediation(registry, rt)  # MaasRemediations: Cluster API external remediation (issue 24)
 
 
 def lease_settings(config: OperatorConfig) -> LeaseSettings:

@@ -64,8 +64,8 @@ class Lifecycle:
 
     def power_action(self, m: Machine, state: str) -> bool:
         """A power ON/OFF workflow the API asked for (``op=power_on`` outside Allocated, ``op=power_off``):
-        False when MAAS sends none (``manual`` power). Every one sent is logged in ``power_log``. Powering on a
-        Deployed machine that was off boots its OS: ``on_powered_on`` runs ``Timings.boot`` seconds later
+        False when MAAS sends none (``manual`` power). Every one sent is logged in ``power_log``. Powering on
+        a Deployed machine that was off boots its OS: ``on_powered_on`` runs ``Timings.boot`` seconds later
         (the workload's kubelet reporting again), unless it was powered off or changed state meanwhile."""
         if m.power_type == "manual":
             return False

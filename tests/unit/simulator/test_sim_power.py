@@ -1,5 +1,5 @@
-"""Power control as MAAS 3.7.3 does it (``api/nodes.py`` ``power_on``/``power_off``, ``Node._start``/``_stop``,
-``get_effective_power_info``; the manual power driver): what remediation's power cycle relies on."""
+"""Power control as MAAS 3.7.3 does it (``api/nodes.py`` ``power_on``/``power_off``, ``Node._start``/
+``_stop``, ``get_effective_power_info``; the manual power driver): what remediation's power cycle uses."""
 
 from __future__ import annotations
 
@@ -50,7 +50,12 @@ async def test_power_off_of_a_deployed_machine_keeps_it_deployed_and_owned() -> 
     async with client(sim) as c:
         r = await c.post("machines/ipmi01/", params={"op": "power_off"})
     m = r.json()
-    assert (r.status_code, m["status_name"], m["power_state"], m["owner"]) == (200, "Deployed", "off", "admin")
+    assert (r.status_code, m["status_name"], m["power_state"], m["owner"]) == (
+        200,
+        "Deployed",
+        "off",
+        "admin",
+    )
     assert sim.power_log == [("ipmi01", "off")]
 
 
@@ -62,7 +67,11 @@ async def test_a_manual_machine_answers_power_off_with_null_and_no_action_is_sen
         on = await c.post("machines/man001/", params={"op": "power_on"})
         state = (await c.get("machines/man001/", params={"op": "query_power_state"})).json()
     assert (off.status_code, off.text) == (200, "null")
-    assert (on.status_code, on.json()["status_name"], on.json()["power_state"]) == (200, "Deployed", "unknown")
+    assert (on.status_code, on.json()["status_name"], on.json()["power_state"]) == (
+        200,
+        "Deployed",
+        "unknown",
+    )
     assert state == {"state": "unknown"}
     assert sim.power_log == []
 

@@ -55,14 +55,6 @@ from capmaas.api.v1beta1.maasmachine import (
     StaticIP,
     VMResourceUsage,
 )
-from capmaas.api.v1beta1.maasremediation import (
-    MaasRemediation,
-    MaasRemediationSpec,
-    MaasRemediationStatus,
-    MaasRemediationTemplate,
-    MaasRemediationTemplateResource,
-    MaasRemediationTemplateSpec,
-)
 from capmaas.api.v1beta1.maasmachinetemplate import (
     MaasMachineTemplate,
     MaasMachineTemplateResource,
@@ -70,6 +62,14 @@ from capmaas.api.v1beta1.maasmachinetemplate import (
     MaasMachineTemplateStatus,
     NodeInfo,
     capacity_for,
+)
+from capmaas.api.v1beta1.maasremediation import (
+    MaasRemediation,
+    MaasRemediationSpec,
+    MaasRemediationStatus,
+    MaasRemediationTemplate,
+    MaasRemediationTemplateResource,
+    MaasRemediationTemplateSpec,
 )
 from capmaas.api.v1beta1.selection import DeviceFilter, ExtraDisk, InterfaceConstraint
 from capmaas.api.v1beta1.static_addresses import InterfaceAddress, IPPoolRef

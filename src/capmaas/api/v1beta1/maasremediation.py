@@ -29,7 +29,9 @@ from capmaas.api.v1beta1.common import API_VERSION, Conditions, ObjectMeta, Temp
 RemediationPhase = Literal["PowerCycling", "WaitingForNode", "Redeploying", "Succeeded", "Failed"]
 #: The step a remediation recorded *before* acting on it (``status.step``): what a restart resumes. A
 #: recorded ``PowerOff`` means the power-off may have been sent: a restart never sends it again.
-RemediationStep = Literal["PowerOff", "PowerOn", "WaitNode", "Release", "Allocate", "Deploy", "GiveUp", "Done"]
+RemediationStep = Literal[
+    "PowerOff", "PowerOn", "WaitNode", "Release", "Allocate", "Deploy", "GiveUp", "Done"
+]
 
 Seconds = Annotated[int, Field(ge=1, le=86400)]
 
@@ -135,6 +137,8 @@ class MaasRemediationTemplate(K8sModel):
     capmaas remediate unhealthy Machines (power cycle, then optionally redeploy, then give up)."""
 
     api_version: str = Field(API_VERSION, description="API version of the object.")
-    kind: Literal["MaasRemediationTemplate"] = Field("MaasRemediationTemplate", description="Kind of the object.")
+    kind: Literal["MaasRemediationTemplate"] = Field(
+        "MaasRemediationTemplate", description="Kind of the object."
+    )
     metadata: ObjectMeta = Field(default_factory=ObjectMeta, description="Standard object metadata.")
     spec: MaasRemediationTemplateSpec = Field(description="Desired state of the MaasRemediationTemplate.")

@@ -610,7 +610,9 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     register_templates(registry, rt, default_credentials(config), lambda: rt.machines.active)
     if rt.ipam is not None:
         register_ipam(registry, rt.ipam, wake_machine=rt.machines.wake, label_selector=selector)
-    register_remediation(registry, rt)  # MaasRemediations: Cluster API external remediation (issue 24)
+    register_remediation(
+        registry, rt, default_credentials=default_credentials(config), label_selector=selector
+    )
 
 
 def lease_settings(config: OperatorConfig) -> LeaseSettings:

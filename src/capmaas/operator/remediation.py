@@ -151,13 +151,17 @@ def _keys(store: Store) -> list[str]:
     return out
 
 
-def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
+def register(
+    registry: kopf.OperatorRegistry,
+    rt: Runtime,
+    *,
+    default_credentials: MaasCredentials | None,
+    label_selector: str | None,
+) -> None:
     """The MaasRemediation loops and the handlers that feed them (called once from app.py's ``register``)."""
-    from capmaas.operator.app import default_credentials, label_selector  # app imports this module
-
     config = rt.config
     adapter = RemediationAdapter(rt.store, rt.kube.http, rt.kube)
-    connect = _connector(rt.kube, rt.store, rt.connections, default_credentials(config))
+    connect = _connector(rt.kube, rt.store, rt.connections, default_credentials)
     reconciler = RemediationReconciler(adapter, connect)
     workers = Workers(
         PLURAL,
@@ -170,7 +174,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         outcome=rt.metrics.outcome,
         lag=rt.metrics.lag,
     )
-    selector = label_selector(config.kube.watch_filter)
+    selector = label_selector
     follower: list[asyncio.Task[None]] = []
 
     async def follow_leadership() -> None:

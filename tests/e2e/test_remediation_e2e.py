@@ -85,7 +85,7 @@ def _md(cluster: str) -> str:
 
 
 def _remediated_md(stack: ProviderStack, cluster: str, md: str, **strategy: Any) -> None:
-    """One worker in a MachineDeployment whose MachineHealthCheck remediates with a MaasRemediationTemplate."""
+    """One worker in a MachineDeployment whose health check remediates with a MaasRemediationTemplate."""
     ns = stack.namespace
     apply(stack.kubectl, maasmachinetemplate(f"{md}-v1", ns))
     apply(

@@ -127,7 +127,12 @@ def _worker(stack: ProviderStack, cluster: str, md: str) -> dict[str, Any]:
         lambda: stack.running_machines(cluster, selector, 1), f"{md} Running", timeout=180
     )
     name = machine["metadata"]["name"]
-    stack.wait_for(lambda: _healthy(stack, name), f"{name} HealthCheckSucceeded", timeout=60)
+
+    def checked() -> bool:  # CAPI sets no HealthCheckSucceeded=True on a Machine never remediated (external)
+        st = (get(stack.kubectl, "machinehealthcheck", md, "-n", stack.namespace) or {}).get("status") or {}
+        return st.get("expectedMachines") == 1 and st.get("currentHealthy") == 1
+
+    stack.wait_for(checked, f"the MachineHealthCheck sees {name} healthy", timeout=60)
     (mm,) = stack.maasmachines(cluster, selector)
     sid = mm["spec"]["systemID"]
     return {

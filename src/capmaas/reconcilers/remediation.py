@@ -41,6 +41,7 @@ by the Lease (:mod:`capmaas.operator.app`), so a standby sends nothing.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -56,6 +57,8 @@ from capmaas.reconcilers.credentials import maas_failure
 from capmaas.reconcilers.keys import AGENT_NAME, ANNOTATION_PREFIX, REMEDIATION
 from capmaas.reconcilers.ports import Body, EventType
 from capmaas.reconcilers.scope import Requeue
+
+log = logging.getLogger(__name__)
 
 FINALIZER = "maasremediation.infrastructure.cluster.x-k8s.io"
 HOLD_ANNOTATION = ANNOTATION_PREFIX + REMEDIATION
@@ -176,6 +179,7 @@ class _Pass:
         self.status.conditions = set_condition(self.status.conditions, type_, status, reason, message)
 
     def event(self, type_: EventType, reason: str, message: str) -> None:
+        log.info("MaasRemediation %s/%s: %s: %s", self.namespace, self.name, reason, message)
         self.kube.emit_event(self.body, type_, reason, message)
 
     async def record(
@@ -439,7 +443,7 @@ class RemediationReconciler:
             await port.power_on(sid, comment=f"capmaas remediation {p.namespace}/{p.name}: healthy again")
         if holder(mm) == p.uid:
             await self.kube.set_maasmachine_annotation(p.namespace, _name(mm), HOLD_ANNOTATION, None)
-        msg = f"the Machine is healthy again ({p.status.retry_count or 0} power cycle(s))"
+        msg = f"the Machine is healthy again ({_cycles(p)} power cycle(s))"
         p.condition(C.READY_CONDITION, "True", C.REMEDIATED_REASON, msg)
         p.event("Normal", C.REMEDIATED_REASON, msg)
         await p.record("Done", "Succeeded")
@@ -484,6 +488,10 @@ class RemediationReconciler:
         ref = ((machine or {}).get("spec") or {}).get("infrastructureRef") or {}
         mm = self.kube.get_maasmachine(p.namespace, str(ref.get("name", ""))) if ref.get("name") else None
         sid = p.status.system_id or ""
+        if machine is not None and machine_healthy(machine) and p.status.phase not in ("Succeeded", "Failed"):
+            p.event(
+                "Normal", C.REMEDIATED_REASON, f"the Machine is healthy again ({_cycles(p)} power cycle(s))"
+            )
         if mm is not None and sid and p.status.phase not in ("Succeeded", "Failed"):
             if p.status.step in _POWER_STEPS:
                 port = await self._connect(mm)
@@ -495,6 +503,10 @@ class RemediationReconciler:
                 await self.kube.set_maasmachine_annotation(p.namespace, _name(mm), HOLD_ANNOTATION, None)
         await p.finalizer(False)
         return Requeue()
+
+
+def _cycles(p: _Pass) -> int:
+    return p.status.retry_count or 0
 
 
 def _name(body: Body) -> str:

@@ -488,11 +488,13 @@ class RemediationReconciler:
         ref = ((machine or {}).get("spec") or {}).get("infrastructureRef") or {}
         mm = self.kube.get_maasmachine(p.namespace, str(ref.get("name", ""))) if ref.get("name") else None
         sid = p.status.system_id or ""
-        if machine is not None and machine_healthy(machine) and p.status.phase not in ("Succeeded", "Failed"):
-            p.event(
-                "Normal", C.REMEDIATED_REASON, f"the Machine is healthy again ({_cycles(p)} power cycle(s))"
-            )
-        if mm is not None and sid and p.status.phase not in ("Succeeded", "Failed"):
+        ended = p.status.phase in ("Succeeded", "Failed")
+        if machine is not None and not (machine.get("metadata") or {}).get("deletionTimestamp") and not ended:
+            # Deleted while its Machine lives: the MachineHealthCheck found it healthy (it deletes the request
+            # first, then marks the Machine).
+            msg = f"the Machine is healthy again ({_cycles(p)} power cycle(s))"
+            p.event("Normal", C.REMEDIATED_REASON, msg)
+        if mm is not None and sid and not ended:
             if p.status.step in _POWER_STEPS:
                 port = await self._connect(mm)
                 try:

@@ -87,7 +87,7 @@ class MaasRemediationStatus(K8sModel):
         None, description="Power-off requests sent to MAAS (at most one per power cycle)."
     )
     system_id: Annotated[str, StringConstraints(max_length=64)] | None = Field(
-        None, description="The MAAS server being remediated."
+        None, alias="systemID", description="The MAAS server being remediated."
     )
     last_remediated: Annotated[str, StringConstraints(max_length=64)] | None = Field(
         None, description="When the last remediation action was sent (RFC 3339)."

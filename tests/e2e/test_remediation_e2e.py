@@ -260,9 +260,16 @@ def test_a_persistent_fault_is_redeployed_on_the_same_server_then_replaced(
         rem = stack.wait_for(redeployed, "the same server allocated again for the redeploy", timeout=120)
         assert (rem["status"]["retryCount"], rem["status"]["systemID"]) == (1, w["sid"])
         # The MaasMachine deploys the same server under its own agent name; providerID unchanged.
-        stack.wait_for(
-            lambda: stack.machine_states()[w["sid"]]["status_name"] == "Deployed", "redeployed", timeout=60
-        )
+        seen: list[str] = []
+
+        def deployed_again() -> bool:
+            seen.append(stack.machine_states()[w["sid"]]["status_name"])
+            return seen[-1] == "Deployed"
+
+        try:
+            stack.wait_for(deployed_again, "redeployed", timeout=60)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; MAAS states seen: {seen}") from exc
         mm = get(stack.kubectl, "maasmachine", w["mm"]["metadata"]["name"], "-n", stack.namespace)
         assert mm["spec"]["providerID"] == w["mm"]["spec"]["providerID"]
         assert stack.machine_states()[w["sid"]]["agent_name"] == w["mm"]["metadata"]["uid"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote
@@ -54,8 +54,11 @@ class RemediationAdapter:
     """:class:`~capmaas.reconcilers.remediation.RemediationKube` over the shared Store, the fenced
     :class:`KubeHttp` and :class:`~capmaas.operator.kube.KubeAdapter`."""
 
-    def __init__(self, store: Store, http: KubeHttp, kube: KubePort) -> None:
+    def __init__(
+        self, store: Store, http: KubeHttp, kube: KubePort, wake_machine: Callable[[str], None]
+    ) -> None:
         self.store, self._http, self._kube = store, http, kube
+        self._wake_machine = wake_machine
 
     def get_machine(self, namespace: str, name: str) -> Body | None:
         return self.store.find("machines", namespace, name)
@@ -90,9 +93,11 @@ class RemediationAdapter:
     async def set_maasmachine_annotation(
         self, namespace: str, name: str, key: str, value: str | None
     ) -> None:
-        await self._kube.patch(
-            MAASMACHINE, namespace, name, {"metadata": {"annotations": {key: value}}}, status=False
-        )
+        """The write goes into the store, so its watch event is no news to the MaasMachine's loop: it is woken
+        here (a hold removed: it deploys or follows the server again)."""
+        body = {"metadata": {"annotations": {key: value}}}
+        await self._kube.patch(MAASMACHINE, namespace, name, body, status=False)
+        self._wake_machine(object_key(MAASMACHINE, namespace, name))
 
     async def owner_remediated_false(self, namespace: str, machine: str, reason: str, message: str) -> None:
         current = self.store.find("machines", namespace, machine) or {}
@@ -160,7 +165,7 @@ def register(
 ) -> None:
     """The MaasRemediation loops and the handlers that feed them (called once from app.py's ``register``)."""
     config = rt.config
-    adapter = RemediationAdapter(rt.store, rt.kube.http, rt.kube)
+    adapter = RemediationAdapter(rt.store, rt.kube.http, rt.kube, rt.machines.wake)
     connect = _connector(rt.kube, rt.store, rt.connections, default_credentials)
     reconciler = RemediationReconciler(adapter, connect)
     workers = Workers(

@@ -128,11 +128,10 @@ def _worker(stack: ProviderStack, cluster: str, md: str) -> dict[str, Any]:
     )
     name = machine["metadata"]["name"]
 
-    def checked() -> bool:  # CAPI sets no HealthCheckSucceeded=True on a Machine never remediated (external)
-        st = (get(stack.kubectl, "machinehealthcheck", md, "-n", stack.namespace) or {}).get("status") or {}
-        return st.get("expectedMachines") == 1 and st.get("currentHealthy") == 1
-
-    stack.wait_for(checked, f"the MachineHealthCheck sees {name} healthy", timeout=60)
+    # CAPI sets no HealthCheckSucceeded=True on a Machine never remediated (external remediation): its count.
+    stack.wait_for(
+        lambda: _healthy_count(stack, md), f"the MachineHealthCheck sees {name} healthy", timeout=60
+    )
     (mm,) = stack.maasmachines(cluster, selector)
     sid = mm["spec"]["systemID"]
     return {
@@ -147,6 +146,11 @@ def _worker(stack: ProviderStack, cluster: str, md: str) -> dict[str, Any]:
 def _healthy(stack: ProviderStack, machine: str) -> bool:
     m = get(stack.kubectl, "machine", machine, "-n", stack.namespace)
     return bool(m) and (condition(m, "HealthCheckSucceeded") or {}).get("status") == "True"
+
+
+def _healthy_count(stack: ProviderStack, md: str) -> bool:
+    st = (get(stack.kubectl, "machinehealthcheck", md, "-n", stack.namespace) or {}).get("status") or {}
+    return st.get("expectedMachines") == 1 and st.get("currentHealthy") == 1
 
 
 def _power_offs(stack: ProviderStack, sid: str) -> int:
@@ -228,12 +232,12 @@ def test_an_operator_killed_right_after_the_power_off_never_sends_a_second_one(
         wait_for(
             lambda: stack.operator.exited() is not None, "the operator killed at the power-off", timeout=60
         )
-        rem = _remediation(stack, w["name"]) or {}
-        assert (rem.get("status") or {}).get("step") == "PowerOff", rem.get("status")
+        at_kill = (_remediation(stack, w["name"]) or {}).get("status") or {}
         _restart_operator(stack)
         stack.wait_for(lambda: _healthy(stack, w["name"]), f"{w['name']} healthy again", timeout=90)
         stack.wait_for(lambda: _remediation(stack, w["name"]) is None, "MaasRemediation deleted", timeout=60)
     assert _power_offs(stack, w["sid"]) == 1
+    assert at_kill.get("step") == "PowerOff", at_kill  # recorded before the request
     assert stack.machine_states()[w["sid"]]["status_name"] == "Deployed"
     assert _worker(stack, cluster, md)["uid"] == w["uid"]
     assert stack.leaks() == []
@@ -273,13 +277,23 @@ def test_a_persistent_fault_is_redeployed_on_the_same_server_then_replaced(
         mm = get(stack.kubectl, "maasmachine", w["mm"]["metadata"]["name"], "-n", stack.namespace)
         assert mm["spec"]["providerID"] == w["mm"]["spec"]["providerID"]
         assert stack.machine_states()[w["sid"]]["agent_name"] == w["mm"]["metadata"]["uid"]
+
         # Still NotReady: the remediation gives up, CAPI's MachineSet replaces the Machine.
+        def old_gone() -> bool:
+            m = get(stack.kubectl, "machine", w["name"], "-n", stack.namespace)
+            return m is None or bool(m["metadata"].get("deletionTimestamp"))
+
+        stack.wait_for(old_gone, "the Machine deleted by its MachineSet", timeout=120)
+        t2 = time.monotonic()
         new = stack.wait_for(
             lambda: [m for m in stack.running_machines(cluster, f"{DEPLOYMENT_NAME_LABEL}={md}", 1) or []
                      if m["metadata"]["uid"] != w["uid"]] or None,
             "a replacement Machine Running", timeout=180,
         )  # fmt: skip
-        print(f"[remediation] persistent fault to a replacement Running: {time.monotonic() - t0:.1f}s")
+        t3 = time.monotonic()
+        stack.wait_for(lambda: _healthy_count(stack, md), "the replacement healthy", timeout=60)
+        print(f"[remediation] replacement: Machine deleted to a new one Running {t3 - t2:.1f}s, healthy "
+              f"{time.monotonic() - t2:.1f}s; NotReady to replacement Running {t3 - t0:.1f}s")  # fmt: skip
     assert new[0]["metadata"]["name"] != w["name"]
     assert _power_offs(stack, w["sid"]) == 1
     # markBrokenOnFailure: the server is out of the pool, not handed to the replacement.
@@ -288,4 +302,13 @@ def test_a_persistent_fault_is_redeployed_on_the_same_server_then_replaced(
     assert {"PowerCycled", "RedeployStarted", "Redeploying", "RemediationFailed", "MarkedBroken"} <= _events(
         stack, w["name"]
     )
-    wait_for(lambda: stack.leaks() == [], "no leaked MAAS machine", timeout=60)
+
+    # MAAS keeps a server marked Broken while on (``Node.mark_broken``: release path, then Broken, owner kept
+    # until a power-off is confirmed): held by our MAAS user for no MaasMachine, on purpose. Nothing else is.
+    def others() -> list[str]:
+        return [p for p in stack.leaks() if w["sid"] not in p]
+
+    wait_for(lambda: others() == [], "no leaked MAAS machine", timeout=60)
+    print(
+        f"[remediation] the Broken server in the leak report: {[p for p in stack.leaks() if w['sid'] in p]}"
+    )

@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 from e2e_support import (
-    CAPI_API,
     DEPLOYMENT_NAME_LABEL,
     INFRA_API,
     ProviderStack,
@@ -32,6 +31,7 @@ from e2e_support import (
     get,
     maasmachinetemplate,
     machinedeployment,
+    machinehealthcheck,
     wait_for,
 )
 
@@ -97,26 +97,7 @@ def _remediated_md(stack: ProviderStack, cluster: str, md: str, **strategy: Any)
             "metadata": {"name": md, "namespace": ns},
             "spec": {"template": {"spec": strategy}},
         },
-        {
-            "apiVersion": CAPI_API,
-            "kind": "MachineHealthCheck",
-            "metadata": {"name": md, "namespace": ns},
-            "spec": {
-                "clusterName": cluster,
-                "selector": {"matchLabels": {DEPLOYMENT_NAME_LABEL: md}},
-                "checks": {
-                    "nodeStartupTimeoutSeconds": 600,
-                    "unhealthyNodeConditions": [
-                        {"type": "Ready", "status": "False", "timeoutSeconds": 2},
-                        {"type": "Ready", "status": "Unknown", "timeoutSeconds": 2},
-                    ],
-                },
-                "remediation": {
-                    "triggerIf": {"unhealthyLessThanOrEqualTo": "100%"},
-                    "templateRef": {"apiVersion": INFRA_API, "kind": "MaasRemediationTemplate", "name": md},
-                },
-            },
-        },
+        machinehealthcheck(md, ns, cluster, md, timeout=2, template=md),
     )
 
 

@@ -155,6 +155,37 @@ def _restart_operator(stack: ProviderStack) -> None:
     op.start()
 
 
+def _kill_operator_on(stack: ProviderStack, method: str, sid: str) -> list[str]:
+    """SIGKILL the operator inside the simulator's ``method`` (a Lifecycle method whose first argument is the
+    machine) the first time it runs for ``sid``: MAAS acted, the answer never arrives, nothing after it is
+    written. Returns the list the calls for ``sid`` are appended to."""
+    pid, calls = stack.operator.pid, []
+
+    def install(sim: Any) -> None:
+        plain = getattr(type(sim), method)
+
+        def hooked(m: Any, *args: Any) -> Any:
+            result = plain(sim, m, *args)
+            if m.system_id == sid:
+                calls.append(method)
+                if len(calls) == 1:
+                    os.killpg(pid, signal.SIGKILL)
+            return result
+
+        setattr(sim, method, hooked)
+
+    stack.sim.call(install)
+    return calls
+
+
+def _resume_after_kill(stack: ProviderStack, name: str) -> dict[str, Any]:
+    """Wait for the kill, restart the operator; returns the MaasRemediation's status as the kill left it."""
+    wait_for(lambda: stack.operator.exited() is not None, "the operator killed", timeout=120)
+    at_kill: dict[str, Any] = (_remediation(stack, name) or {}).get("status") or {}
+    _restart_operator(stack)
+    return at_kill
+
+
 def test_a_power_cycle_heals_a_transient_fault_without_a_replacement(
     stack: ProviderStack, cluster: str
 ) -> None:
@@ -193,31 +224,14 @@ def test_an_operator_killed_right_after_the_power_off_never_sends_a_second_one(
     md = _md(cluster)
     _remediated_md(stack, cluster, md, retryLimit=1, timeoutSeconds=30, powerOffTimeoutSeconds=10)
     w = _worker(stack, cluster, md)
-    pid = stack.operator.pid
-
-    def kill_on_power_off(sim: Any) -> None:
-        plain = type(sim).power_action
-
-        def power_action(m: Any, state: str) -> bool:
-            sent = plain(sim, m, state)
-            if state == "off" and m.system_id == w["sid"] and "power_action" in vars(sim):
-                del sim.power_action  # once
-                os.killpg(pid, signal.SIGKILL)
-            return sent
-
-        sim.power_action = power_action
-
-    stack.sim.call(kill_on_power_off)
+    offs = _kill_operator_on(stack, "power_action", w["sid"])  # the power-off: its first power action
     with stack.stage("operator killed at the power-off, restarted, server power-cycled once"):
         stack.workload.set_ready(w["hostname"], False)
-        wait_for(
-            lambda: stack.operator.exited() is not None, "the operator killed at the power-off", timeout=60
-        )
-        at_kill = (_remediation(stack, w["name"]) or {}).get("status") or {}
-        _restart_operator(stack)
+        at_kill = _resume_after_kill(stack, w["name"])
         stack.wait_for(lambda: _healthy(stack, w["name"]), f"{w['name']} healthy again", timeout=90)
         stack.wait_for(lambda: _remediation(stack, w["name"]) is None, "MaasRemediation deleted", timeout=60)
     assert _power_offs(stack, w["sid"]) == 1
+    assert len(offs) == 2  # the power-off, then the restarted operator's power-on
     assert at_kill.get("step") == "PowerOff", at_kill  # recorded before the request
     assert stack.machine_states()[w["sid"]]["status_name"] == "Deployed"
     assert _worker(stack, cluster, md)["uid"] == w["uid"]
@@ -234,9 +248,16 @@ def test_a_persistent_fault_is_redeployed_on_the_same_server_then_replaced(
     )  # fmt: skip
     w = _worker(stack, cluster, md)
     FAULTY.add(w["hostname"])
-    with stack.stage("persistent fault: power cycle, redeploy of the same server, then a replacement"):
+    # The operator is killed inside MAAS's allocate of the redeploy: the server is allocated, the operator
+    # never hears of it. The restarted one finds the step recorded, looks the agent name up: no 2nd allocate.
+    allocations = _kill_operator_on(stack, "acquire", w["sid"])
+    with stack.stage(
+        "persistent fault: power cycle, redeploy of the same server (operator killed), replacement"
+    ):
         t0 = time.monotonic()
         stack.workload.set_ready(w["hostname"], False)
+        at_kill = _resume_after_kill(stack, w["name"])
+        assert at_kill.get("step") == "Allocate", at_kill
 
         def redeployed() -> dict[str, Any] | None:
             rem = _remediation(stack, w["name"]) or {}
@@ -277,6 +298,8 @@ def test_a_persistent_fault_is_redeployed_on_the_same_server_then_replaced(
               f"{time.monotonic() - t2:.1f}s; NotReady to replacement Running {t3 - t0:.1f}s")  # fmt: skip
     assert new[0]["metadata"]["name"] != w["name"]
     assert _power_offs(stack, w["sid"]) == 1
+    assert allocations == ["acquire"]  # allocated once for the redeploy, never again after the restart
+    assert stack.invariants() == []
     # markBrokenOnFailure: the server is out of the pool, not handed to the replacement.
     state = stack.machine_states()[w["sid"]]
     assert state["status_name"] == "Broken", state

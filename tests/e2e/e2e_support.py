@@ -144,6 +144,40 @@ def machinedeployment(
     }
 
 
+def machinehealthcheck(
+    name: str,
+    namespace: str,
+    cluster_name: str,
+    deployment: str,
+    *,
+    timeout: int,
+    template: str | None = None,
+) -> dict[str, Any]:
+    """A MachineHealthCheck of ``deployment``'s Machines: NotReady (or Unknown) for ``timeout`` seconds is
+    unhealthy; remediated by CAPI (delete) or, with ``template``, by that MaasRemediationTemplate."""
+    remediation: dict[str, Any] = {"triggerIf": {"unhealthyLessThanOrEqualTo": "100%"}}
+    if template is not None:
+        ref = {"apiVersion": INFRA_API, "kind": "MaasRemediationTemplate", "name": template}
+        remediation["templateRef"] = ref
+    return {
+        "apiVersion": CAPI_API,
+        "kind": "MachineHealthCheck",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "clusterName": cluster_name,
+            "selector": {"matchLabels": {DEPLOYMENT_NAME_LABEL: deployment}},
+            "checks": {
+                "nodeStartupTimeoutSeconds": 600,
+                "unhealthyNodeConditions": [
+                    {"type": "Ready", "status": "False", "timeoutSeconds": timeout},
+                    {"type": "Ready", "status": "Unknown", "timeoutSeconds": timeout},
+                ],
+            },
+            "remediation": remediation,
+        },
+    }
+
+
 def bootstrap_secret(
     name: str, namespace: str, cluster_name: str, value: str = "#cloud-config\n"
 ) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from e2e_support import (
-    CAPI_API,
     DEPLOYMENT_NAME_LABEL,
     ProviderStack,
     apply,
@@ -23,6 +22,7 @@ from e2e_support import (
     items,
     maasmachinetemplate,
     machinedeployment,
+    machinehealthcheck,
     wait_for,
 )
 
@@ -193,23 +193,7 @@ def test_machinehealthcheck_remediates_an_unhealthy_node(provider_stack: Provide
     apply(
         stack.kubectl,
         machinedeployment(md, ns, cluster, template, replicas=2, bootstrap_secret=f"{cluster}-userdata"),
-        {
-            "apiVersion": CAPI_API,
-            "kind": "MachineHealthCheck",
-            "metadata": {"name": md, "namespace": ns},
-            "spec": {
-                "clusterName": cluster,
-                "selector": {"matchLabels": {DEPLOYMENT_NAME_LABEL: md}},
-                "checks": {
-                    "nodeStartupTimeoutSeconds": 600,
-                    "unhealthyNodeConditions": [
-                        {"type": "Ready", "status": "False", "timeoutSeconds": 5},
-                        {"type": "Ready", "status": "Unknown", "timeoutSeconds": 5},
-                    ],
-                },
-                "remediation": {"triggerIf": {"unhealthyLessThanOrEqualTo": "100%"}},
-            },
-        },
+        machinehealthcheck(md, ns, cluster, md, timeout=5),
     )
     with stack.stage("MachineDeployment of 2 Running, MachineHealthCheck sees 2 healthy"):
         before = _provisioned(stack, cluster, md, 2)

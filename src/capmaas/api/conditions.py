@@ -29,6 +29,8 @@ NODE_PROVIDER_ID_CONDITION = "NodeProviderIDSet"  # MaasMachine: written once th
 SETTINGS_APPLIED_CONDITION = "SettingsApplied"  # every spec field the user set is applied through MAAS
 MAAS_TRANSPORT_SECURE_CONDITION = "MaasTransportSecure"  # MaasCluster: TLS verified (or loopback HTTP)
 MAAS_CAPACITY_CONDITION = "MaasCapacity"  # MaasMachineTemplate: capacity counted from MAAS's Ready servers
+POWER_CYCLED_CONDITION = "PowerCycled"  # MaasRemediation: MAAS powered the server off and on again
+REDEPLOYED_CONDITION = "Redeployed"  # MaasRemediation: the same server was released and deployed again
 
 # --- reasons: success -----------------------------------------------------------------------------
 
@@ -132,3 +134,17 @@ POOL_NOT_READY_REASON = "PoolNotReady"  # claim Ready=False: its MaasIPPool is m
 POOL_EXHAUSTED_REASON = "PoolExhausted"  # claim Ready=False: every address of the pool is held (CAPI's)
 ALLOCATION_FAILED_REASON = "AllocationFailed"  # claim Ready=False: an IPAddress of its name is another's
 ADDRESS_ALLOCATED_REASON = "AddressAllocated"  # claim Ready=True: its IPAddress exists, status.addressRef set
+
+# --- reasons: MaasRemediation (Cluster API external remediation) -------------------------------------
+
+REMEDIATING_REASON = "Remediating"  # Ready=False: a power cycle or redeploy is under way (message: which)
+REMEDIATED_REASON = "Remediated"  # Ready=True: the Machine was healthy again after the remediation
+POWER_CYCLE_REQUESTED_REASON = "PowerCycleRequested"  # PowerCycled=True: MAAS took power_off and power_on
+POWER_NOT_CONTROLLABLE_REASON = "PowerNotControllable"  # PowerCycled=False: manual power; MAAS sent nothing
+POWER_STATE_UNCONFIRMED_REASON = "PowerStateUnconfirmed"  # PowerCycled: MAAS never reported the server off
+NODE_NOT_HEALTHY_IN_TIME_REASON = "NodeNotHealthyInTime"  # the Machine stayed unhealthy after the step
+REDEPLOYING_REASON = "Redeploying"  # Redeployed=False: the same server is being released/allocated/deployed
+REDEPLOY_FAILED_REASON = "RedeployFailed"  # Redeployed=False: MAAS refused (the server was taken meanwhile)
+REMEDIATION_FAILED_REASON = "RemediationFailed"  # Ready=False: gave up; the Machine's owner replaces it
+NOTHING_TO_REMEDIATE_REASON = "NothingToRemediate"  # the Machine has no MaasMachine holding a MAAS server
+REMEDIATION_WAITING_REASON = "WaitingForRemediation"  # Machine OwnerRemediated=False (CAPI's): replace it

@@ -134,6 +134,16 @@ class MaasSession:
             await self.client.machines.power_on(system_id, comment=comment)
         self.poller.kick()
 
+    async def power_off(self, system_id: str, *, comment: str) -> maas.Machine | None:
+        """None when MAAS sent no power action (``manual`` power: it answers JSON ``null``)."""
+        async with self._writes:
+            m = await self.client.machines.power_off(system_id, comment=comment)
+        if m is None:
+            self.poller.kick()
+        else:
+            self.poller.put(m)
+        return m
+
     async def zones(self) -> Sequence[str]:
         now = time.monotonic()
         if self._zones is not None and now - self._zones[0] < self.ZONES_TTL:

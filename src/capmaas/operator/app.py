@@ -35,6 +35,7 @@ from capmaas.operator.leader import (
     default_lease_name,
     default_namespace,
 )
+from capmaas.operator.remediation import register as register_remediation
 from capmaas.operator.runtime import Runtime, build_runtime, default_credentials
 from capmaas.operator.templates import register as register_templates
 
@@ -53,9 +54,12 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     handlers.register(registry, rt)
     # MaasMachineTemplate status (capacity counted in MAAS) and the MachineDeployment Warnings.
     register_templates(registry, rt, default_credentials(rt.config), lambda: rt.machines.active)
+    selector = kopfsettings.label_selector(rt.config.kube.watch_filter)
     if rt.ipam is not None:
-        selector = kopfsettings.label_selector(rt.config.kube.watch_filter)
         register_ipam(registry, rt.ipam, wake_machine=rt.machines.wake, label_selector=selector)
+    register_remediation(
+        registry, rt, default_credentials=default_credentials(rt.config), label_selector=selector
+    )
 
 
 def lease_settings(config: OperatorConfig) -> LeaseSettings:

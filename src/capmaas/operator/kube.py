@@ -329,6 +329,11 @@ class KubeAdapter:
         self.writes = 0
         self.events = EventRecorder(http)
 
+    @property
+    def http(self) -> KubeHttp:
+        """The (fenced) client, for wiring modules with writes of their own (operator/remediation.py)."""
+        return self._http
+
     async def aclose(self) -> None:
         self._workload.clear()
         self._secrets.clear()

@@ -22,6 +22,7 @@ INFRA: Final = "infrastructure.cluster.x-k8s.io"
 CAPI: Final = "cluster.x-k8s.io"
 MAASMACHINES: Final = "maasmachines"
 MAASCLUSTERS: Final = "maasclusters"
+MAASREMEDIATIONS: Final = "maasremediations"
 MACHINES, CLUSTERS = "machines", "clusters"  # CAPI's
 DELETED = "DELETED"
 
@@ -129,6 +130,14 @@ def cluster_to_maasmachines(cache: Cache, event: Event) -> Iterable[str]:
     return cache.cluster_members(meta.namespace, meta.name)
 
 
+def machine_to_remediation(cache: Cache, event: Event) -> Iterable[str]:
+    """The MaasRemediation of a CAPI Machine (Cluster API names it after the Machine), if there is one: the
+    MachineHealthCheck's verdict arrives as a Machine condition."""
+    meta = event.meta
+    key = object_key(MAASREMEDIATIONS, meta.namespace, meta.name)
+    return (key,) if cache.get(key) is not None else ()
+
+
 #: The operator's wake-ups across kinds (each object's own loop is its handler's).
 ROUTES: tuple[Route, ...] = (
     Route(INFRA, MAASMACHINES, MAASCLUSTERS, maasmachine_to_maascluster),
@@ -136,6 +145,7 @@ ROUTES: tuple[Route, ...] = (
     Route(CAPI, MACHINES, MAASMACHINES, machine_to_maasmachine),
     Route(CAPI, CLUSTERS, MAASCLUSTERS, cluster_to_maascluster),
     Route(CAPI, CLUSTERS, MAASMACHINES, cluster_to_maasmachines),
+    Route(CAPI, MACHINES, MAASREMEDIATIONS, machine_to_remediation),
 )
 
 

@@ -58,6 +58,9 @@ AGENT_NAME = "agent-name"
 DEPLOY_REFUSED = "deploy-refused"
 #: The system ID being given back (see :mod:`capmaas.reconcilers.baremetal`).
 REPLACING = "replacing"
+#: The UID of the MaasRemediation holding the server (power cycle, redeploy): the MaasMachine sends nothing
+#: to MAAS meanwhile (:mod:`capmaas.reconcilers.remediation`).
+REMEDIATION = "remediation"
 #: The addresses pinned (or about to be) to the held server's NICs with MAAS ``reservedips/``, as
 #: ``ip@mac`` joined by commas; written before the pins are sent, so a crash leaves them known; cleared with
 #: the release (:mod:`capmaas.reconcilers.addresses`).

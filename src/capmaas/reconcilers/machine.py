@@ -21,7 +21,7 @@ from capmaas.reconcilers.baremetal import BareMetal
 from capmaas.reconcilers.credentials import DEFAULT_REF, connect_ref
 from capmaas.reconcilers.errors import ReconcileError, TransientError
 from capmaas.reconcilers.handoff import Handoff
-from capmaas.reconcilers.keys import MACHINE_FINALIZER
+from capmaas.reconcilers.keys import MACHINE_FINALIZER, REMEDIATION
 from capmaas.reconcilers.lifecycle import Lifecycle, MachineSettings, Provisioner
 from capmaas.reconcilers.lxd import Lxd
 from capmaas.reconcilers.owners import Owners, recheck
@@ -150,6 +150,10 @@ class MachineReconciler:
         if paused:
             return Requeue()
         scope.add_finalizer(MACHINE_FINALIZER)
+        # Remediation hook (issue 24): while a MaasRemediation holds the server (power cycle, redeploy) this
+        # object sends nothing to MAAS; removing the hold wakes it (capmaas.reconcilers.remediation).
+        if scope.annotation(REMEDIATION):
+            return Requeue()
         assert scope.cluster is not None
         assert scope.machine is not None
         if not scope.want.system_id:

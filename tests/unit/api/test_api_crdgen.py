@@ -34,6 +34,8 @@ def test_one_file_per_kind_named_like_controller_gen() -> None:
         "infrastructure.cluster.x-k8s.io_maasippools.yaml",
         "infrastructure.cluster.x-k8s.io_maasmachines.yaml",
         "infrastructure.cluster.x-k8s.io_maasmachinetemplates.yaml",
+        "infrastructure.cluster.x-k8s.io_maasremediations.yaml",
+        "infrastructure.cluster.x-k8s.io_maasremediationtemplates.yaml",
     ]
 
 

@@ -25,6 +25,7 @@ from capmaas.api.v1beta1 import (
     MaasMachineSpec,
     MaasMachineStatus,
     MaasMachineTemplate,
+    MaasRemediationTemplate,
     MachineAddress,
     find_condition,
     set_condition,
@@ -37,6 +38,7 @@ MODELS: dict[str, type[K8sModel]] = {
     "MaasMachineTemplate": MaasMachineTemplate,
     "MaasClusterTemplate": MaasClusterTemplate,
     "MaasIPPool": MaasIPPool,
+    "MaasRemediationTemplate": MaasRemediationTemplate,
 }
 
 

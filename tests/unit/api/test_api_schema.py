@@ -246,7 +246,7 @@ def test_crd_metadata_follows_the_capi_contract(kind: str) -> None:
 
 def test_short_names_are_unique() -> None:
     names = [n for crd in CRDS.values() for n in crd["spec"]["names"]["shortNames"]]
-    assert sorted(names) == ["maasc", "maasct", "maasip", "maasm", "maasmt"]
+    assert sorted(names) == ["maasc", "maasct", "maasip", "maasm", "maasmt", "maasr", "maasrt"]
 
 
 def test_machine_printer_columns() -> None:

@@ -117,3 +117,10 @@ def test_a_route_naming_a_key_of_another_kind_is_refused() -> None:
     body = {"metadata": {"name": "m0", "namespace": NS}, "spec": {"infrastructureRef": {"name": "w0"}}}
     with pytest.raises(ValueError, match="not a maasclusters key"):
         router.keys(CAPI, "machines", Store(), Event(None, body))
+
+
+def test_a_machine_wakes_its_remediation_only_when_there_is_one(cache: Store) -> None:
+    machine = {"metadata": {"name": "w0", "namespace": NS, "uid": "u-m-w0"}, "spec": {}}
+    assert keys(cache, CAPI, "machines", "MODIFIED", machine) == []
+    cache.put("maasremediations", {"metadata": {"name": "w0", "namespace": NS, "uid": "u-r-w0"}})
+    assert keys(cache, CAPI, "machines", "MODIFIED", machine) == ["maasremediations/team-a/w0"]

@@ -32,6 +32,8 @@ from capmaas.api.v1beta1 import (
     MaasIPPool,
     MaasMachine,
     MaasMachineTemplate,
+    MaasRemediation,
+    MaasRemediationTemplate,
 )
 
 #: CAPI reads ``cluster.x-k8s.io/<contract>: <versions joined by _>`` and tries v1beta2 first (capi ref §1.1);
@@ -181,6 +183,31 @@ KINDS: tuple[Kind, ...] = (
             _AGE_COLUMN,
         ),
         MOVE_HIERARCHY_LABELS,
+    ),
+    Kind(
+        MaasRemediationTemplate,
+        "MaasRemediationTemplate",
+        "maasremediationtemplates",
+        ("maasrt",),
+        (
+            _column("Retries", "integer", ".spec.template.spec.retryLimit", "Power cycles tried"),
+            _column("Redeploy", "boolean", ".spec.template.spec.redeploy", "Redeploy the same server"),
+            _AGE_COLUMN,
+        ),
+    ),
+    Kind(
+        MaasRemediation,
+        "MaasRemediation",
+        "maasremediations",
+        ("maasr",),
+        (
+            _CLUSTER_COLUMN,
+            _column("Phase", "string", ".status.phase", "Where the remediation is"),
+            _column("Step", "string", ".status.step", "The step recorded last"),
+            _column("Retries", "integer", ".status.retryCount", "Power cycles done"),
+            _column("SystemID", "string", ".status.systemID", "MAAS system ID"),
+            _AGE_COLUMN,
+        ),
     ),
 )
 

@@ -102,6 +102,19 @@ which the OwnerReferencesPermissionEnforcement admission plugin allows only with
 - apiGroups: [ipam.cluster.x-k8s.io]
   resources: [ipaddressclaims/finalizers]
   verbs: [update]
+{{- /* Cluster API external remediation (operator/remediation.py): MaasRemediations are watched, their status
+patched and their finalizer managed (created and deleted by CAPI's MachineHealthCheck, never by us); the
+Machine's OwnerRemediated condition is set by a server-side apply of machines/status when a remediation gives
+up. MaasRemediationTemplates are read by CAPI only. */}}
+- apiGroups: [infrastructure.cluster.x-k8s.io]
+  resources: [maasremediations]
+  verbs: [get, list, watch, patch]
+- apiGroups: [infrastructure.cluster.x-k8s.io]
+  resources: [maasremediations/status]
+  verbs: [patch]
+- apiGroups: [cluster.x-k8s.io]
+  resources: [machines/status]
+  verbs: [patch]
 - apiGroups: [""]
   resources: [secrets, configmaps]
   verbs: [get]

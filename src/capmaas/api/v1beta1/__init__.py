@@ -63,6 +63,14 @@ from capmaas.api.v1beta1.maasmachinetemplate import (
     NodeInfo,
     capacity_for,
 )
+from capmaas.api.v1beta1.maasremediation import (
+    MaasRemediation,
+    MaasRemediationSpec,
+    MaasRemediationStatus,
+    MaasRemediationTemplate,
+    MaasRemediationTemplateResource,
+    MaasRemediationTemplateSpec,
+)
 from capmaas.api.v1beta1.selection import DeviceFilter, ExtraDisk, InterfaceConstraint
 from capmaas.api.v1beta1.static_addresses import InterfaceAddress, IPPoolRef
 
@@ -109,6 +117,12 @@ __all__ = [
     "MaasMachineTemplateResource",
     "MaasMachineTemplateSpec",
     "MaasMachineTemplateStatus",
+    "MaasRemediation",
+    "MaasRemediationSpec",
+    "MaasRemediationStatus",
+    "MaasRemediationTemplate",
+    "MaasRemediationTemplateResource",
+    "MaasRemediationTemplateSpec",
     "MachineAddress",
     "NetworkLayout",
     "NodeInfo",

@@ -66,6 +66,7 @@ class Simulator(Lifecycle):
         clock: Callable[[], float] = time.monotonic,
         auth_clock: Callable[[], float] = time.time,
         on_deployed: DeployHook | None = None,
+        on_powered_on: DeployHook | None = None,
         tick_interval: float = 0.05,
     ) -> None:
         self.inventory = inventory if inventory is not None else Inventory()
@@ -77,6 +78,8 @@ class Simulator(Lifecycle):
         self.maas4 = maas4
         self.dynamic_compose = dynamic_compose
         self.on_deployed = on_deployed
+        self.on_powered_on = on_powered_on
+        self.power_log: list[tuple[str, str]] = []
         self.tick_interval = tick_interval
         self.violations: list[str] = []
         self._hook_tasks: set[asyncio.Future[Any]] = set()

@@ -23,6 +23,8 @@ class Timings:
     #: (min, max) seconds from the deploy request to the AUTO IP (MAAS claims it in a post-commit hook, so the
     #: deploy answer has ``ip_addresses: []``); drawn from the simulator's seeded RNG when min < max.
     auto_ip: tuple[float, float] = (0.0, 0.0)
+    #: From ``op=power_on`` of a Deployed machine that was off to its OS being up (``on_powered_on``).
+    boot: float = 0.0
 
     def __post_init__(self) -> None:
         low, high = self.auto_ip

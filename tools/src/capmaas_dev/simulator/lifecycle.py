@@ -34,6 +34,10 @@ class Lifecycle:
     rng: random.Random
     maas4: bool
     on_deployed: DeployHook | None
+    #: Runs when a Deployed machine powered on by ``op=power_on`` has booted (see :meth:`power_action`).
+    on_powered_on: DeployHook | None
+    #: (system_id, "on"/"off") of every power action MAAS sent for ``op=power_on``/``op=power_off``.
+    power_log: list[tuple[str, str]]
     violations: list[str]
     _hook_tasks: set[asyncio.Future[Any]]
 
@@ -57,6 +61,37 @@ class Lifecycle:
         ``power_state`` stays whatever it was, typically ``unknown``)."""
         if m.power_type != "manual":
             m.power_state = state
+
+    def power_action(self, m: Machine, state: str) -> bool:
+        """A power ON/OFF workflow the API asked for (``op=power_on`` outside Allocated, ``op=power_off``):
+        False when MAAS sends none (``manual`` power). Every one sent is logged in ``power_log``. Powering on
+        a Deployed machine that was off boots its OS: ``on_powered_on`` runs ``Timings.boot`` seconds later
+        (the workload's kubelet reporting again), unless it was powered off or changed state meanwhile."""
+        if m.power_type == "manual":
+            return False
+        was = m.power_state
+        self.power_log.append((m.system_id, state))
+        self.switch_power(m, state)
+        m.boot_due = None
+        if state == "on" and was != "on" and m.status is S.DEPLOYED:
+            m.boot_due = self.clock() + self.timings.boot
+            self._after(m, self.timings.boot, "booted")
+        return True
+
+    def _on_booted(self, m: Machine) -> None:
+        """A boot's timer; an earlier boot's (powered off and on again meanwhile) finds ``boot_due`` moved."""
+        due, m.boot_due = m.boot_due, None
+        if due is None or self.clock() < due or m.power_state != "on":
+            m.boot_due = due
+            return
+        if self.on_powered_on is not None:
+            self._run_hook(self.on_powered_on(machine_dict(self.state, m, self.maas4)))
+
+    def _run_hook(self, result: object) -> None:
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(result)
+            self._hook_tasks.add(task)
+            task.add_done_callback(self._hook_tasks.discard)
 
     # -- allocate / deploy ---------------------------------------------------------------------------------
     def acquire(self, m: Machine, username: str, agent_name: str = "", comment: str | None = None) -> None:
@@ -115,11 +150,7 @@ class Lifecycle:
         if (m.register_vmhost or m.install_kvm) and not self.state.hosts_of(m.system_id):
             self.register_vm_host(m)
         if self.on_deployed is not None:
-            result = self.on_deployed(machine_dict(self.state, m, self.maas4))
-            if inspect.isawaitable(result):
-                task = asyncio.ensure_future(result)
-                self._hook_tasks.add(task)
-                task.add_done_callback(self._hook_tasks.discard)
+            self._run_hook(self.on_deployed(machine_dict(self.state, m, self.maas4)))
 
     def abort(self, m: Machine) -> None:
         if m.status is S.DEPLOYING:

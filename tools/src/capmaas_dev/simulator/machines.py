@@ -425,21 +425,22 @@ def power_on(sim: Simulator, req: Request) -> Response:
             m.osystem, m.distro_series = resolve_distro(sim, "")
         sim.start_deploy(m)
     else:
-        sim.switch_power(m, "on")  # a manual machine: MAAS cannot start it, its power_state stays
+        # ``Node._start`` outside Allocated: a power ON workflow (never a cycle of a running machine), none at
+        # all for ``manual`` power (its power_state stays); the answer is the machine either way.
+        sim.power_action(m, "on")
         m.cached_json = None
     return machine_response(sim, m)
 
 
 @machine_res.op("POST", "power_off")
 def power_off(sim: Simulator, req: Request) -> Response:
-    """Power off."""
+    """Power off (``api/nodes.py`` ``power_off`` → ``Node._stop``): any status, no owner needed; the status
+    (Deployed included) and the owner stay. ``stop_mode`` is not validated (only the IPMI driver reads it,
+    ``soft`` or anything else = hard). A machine MAAS cannot stop (``manual`` power: ``can_be_stopped`` is
+    false) gets no power action and the answer is JSON ``null``."""
     m = editable_machine(sim, req)
-    stop_mode = req.form.get("stop_mode") or "hard"
-    if stop_mode not in ("soft", "hard"):
-        raise bad_request(
-            {"stop_mode": [f"Select a valid choice. {stop_mode} is not one of the available choices."]}
-        )
-    sim.switch_power(m, "off")
+    if not sim.power_action(m, "off"):
+        return json_response(None)
     m.cached_json = None
     return machine_response(sim, m)
 

@@ -464,6 +464,8 @@ class Machine:
     storage_layout: str = "flat"
     # Bumped on every status change: a pending timed transition scheduled in an older epoch is void.
     epoch: int = 0
+    #: When the OS booted by the last ``op=power_on`` of this Deployed machine is up (None: no boot pending).
+    boot_due: float | None = None
     cached_json: bytes | None = None
 
     @property

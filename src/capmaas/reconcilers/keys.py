@@ -61,6 +61,11 @@ REPLACING = "replacing"
 #: The UID of the MaasRemediation holding the server (power cycle, redeploy): the MaasMachine sends nothing
 #: to MAAS meanwhile (:mod:`capmaas.reconcilers.remediation`).
 REMEDIATION = "remediation"
+#: The system ID of the Deployed machine this MaasMachine adopts (``spec.adopt``), written before capmaas puts
+#: its marker on the machine's MAAS workload annotations and kept while it holds the machine: the durable
+#: record that ownership checks of this object go by the marker, not by the agent name
+#: (:mod:`capmaas.reconcilers.adoption`).
+ADOPTED = "adopted"
 #: The addresses pinned (or about to be) to the held server's NICs with MAAS ``reservedips/``, as
 #: ``ip@mac`` joined by commas; written before the pins are sent, so a crash leaves them known; cleared with
 #: the release (:mod:`capmaas.reconcilers.addresses`).
@@ -102,6 +107,7 @@ BOUND_ANNOTATIONS = frozenset(
     {
         ALLOCATING,
         AGENT_NAME,
+        ADOPTED,
         REPLACING,
         COMPOSING,
         DECOMPOSING,
@@ -118,6 +124,7 @@ GUARDED_ANNOTATIONS = frozenset(
     {
         ALLOCATING,
         AGENT_NAME,
+        ADOPTED,
         REPLACING,
         DEPLOY_STARTED,
         DEPLOY_REFUSED,

@@ -1,10 +1,10 @@
 """Adopting a machine MAAS already shows Deployed (``spec.adopt``, issue 24 item 3), against the simulator.
 
-MAAS 3.7 cannot change a machine's owner or agent name, so capmaas adopts only a machine owned by the MAAS user
-of the MaasMachine's identity, marks it in its workload annotations (``capmaas.held-by.<agent name>``) and holds
-it by that marker: no allocate, no deploy. Refused, with a condition and one Warning Event and nothing sent to
-the machine: a machine not Deployed, another user's, another MaasMachine's (its marker, or its
-``spec.systemID``). Two MaasMachines naming one machine at the same moment: one wins.
+MAAS 3.7 cannot change a machine's owner or agent name, so capmaas adopts only a machine owned by the MAAS
+user of the MaasMachine's identity, marks it in its workload annotations (``capmaas.held-by.<agent name>``)
+and holds it by that marker: no allocate, no deploy. Refused, with a condition and one Warning Event and
+nothing sent to the machine: a machine not Deployed, another user's, another MaasMachine's (its marker, or
+its ``spec.systemID``). Two MaasMachines naming one machine at the same moment: one wins.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def writes(env: Env) -> dict[str, int]:
 async def deploy_by_hand(env: Env, api_key: str | None = None) -> str:
     """A machine deployed outside capmaas: allocated with no agent name and deployed, by the operator's MAAS
     user (or by the user of ``api_key``)."""
-    async with maas.MaasClient(env.creds.endpoint, api_key=api_key or env.sim.api_key, transport=_asgi(env)) as c:
+    key = api_key or env.sim.api_key
+    async with maas.MaasClient(env.creds.endpoint, api_key=key, transport=_asgi(env)) as c:
         m = await c.machines.allocate(maas.AllocateConstraints(not_pod_type=("lxd",)))
         await c.machines.deploy(m.system_id, user_data=demo.CLOUD_CONFIG)
     for _ in range(20):

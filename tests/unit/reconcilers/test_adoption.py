@@ -22,6 +22,7 @@ from capmaas.api import conditions as C
 from capmaas.reconcilers.adoption import MARKER_PREFIX
 from capmaas.reconcilers.errors import TransientError
 from capmaas_dev import demo
+from capmaas_dev.simulator.models import NodeStatus
 
 PREFIX = "capmaas.infrastructure.cluster.x-k8s.io/"
 
@@ -112,7 +113,7 @@ async def refused(env: Env, name: str, reason: str) -> dict[str, Any]:
 
 async def test_a_machine_that_is_not_deployed_is_refused(env: Env) -> None:
     await env.cluster()
-    ready_sid = env.sim.machines_in(maas.NodeStatus.READY)[0]  # type: ignore[arg-type]
+    ready_sid = env.sim.machines_in(NodeStatus.READY)[0]
     env.sim.reset_counters()
     adopter(env, "w0", ready_sid)
     c = await refused(env, "w0", C.ADOPTION_NOT_DEPLOYED_REASON)

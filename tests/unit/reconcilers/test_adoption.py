@@ -21,6 +21,7 @@ from capmaas import maas
 from capmaas.api import conditions as C
 from capmaas.reconcilers.adoption import MARKER_PREFIX
 from capmaas.reconcilers.errors import TransientError
+from capmaas.reconcilers.machine import MachineReconciler
 from capmaas_dev import demo
 from capmaas_dev.simulator.models import NodeStatus
 
@@ -220,3 +221,24 @@ async def test_two_maasmachines_adopting_one_machine_at_once_one_wins(env: Env) 
     with contextlib.suppress(TransientError):
         await env.step(loser)
     assert not env.kube.get("maasmachines", loser)["spec"].get("systemID")
+
+
+async def test_after_a_restart_the_adopted_machine_is_still_proven_ours_by_its_marker(env: Env) -> None:
+    """A new process (no ownership memory) checks the recorded system ID as for any machine: MAAS shows no
+    agent name of ours on it, the owner and the marker prove it; it stays held, Ready, and nothing is sent."""
+    await env.cluster()
+    sid = await deploy_by_hand(env)
+    adopter(env, "w0", sid)
+    await env.drive(["w0"], ready)
+    env.machines = MachineReconciler(env.kube, env.connections, default_credentials=env.creds)
+    env.sim.reset_counters()
+    for _ in range(3):
+        await env.step("w0")
+        await env.settle()
+    mm = env.kube.get("maasmachines", "w0")
+    assert mm["spec"]["systemID"] == sid
+    assert mm["status"]["ready"] is True
+    assert writes(env) == {}
+    assert "MachineNotOurs" not in env.kube.reasons()
+    reads = sum(n for (method, _, op), n in env.sim.counters.items() if method == "GET" and op is None)
+    assert reads >= 1  # the ownership lookup was made (a GET of the machine), not skipped

@@ -52,6 +52,22 @@ def _not_found(body: str, name: str) -> bool:
     return bool(status.get("reason") == "NotFound" and details.get("name") == name)
 
 
+#: client-go's default number of retries of an answer with Retry-After.
+_RETRIES = 10
+
+
+def _retry_after(exc: urllib.error.HTTPError) -> float | None:
+    """The delay a 429 or 5xx answer asks for (client-go's rule: such a status with a Retry-After header),
+    None when it is not to be retried."""
+    if exc.code != 429 and exc.code < 500:
+        return None
+    value = exc.headers.get("Retry-After") if exc.headers is not None else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True)
 class Resource:
     group: str
@@ -140,15 +156,22 @@ class KubeReader:
         path = resource.path(namespace, name)
         if selector:
             path += "?" + urllib.parse.urlencode({"labelSelector": selector})
-        try:
-            obj = self._json(path)
-        except urllib.error.HTTPError as exc:
-            body = exc.read().decode(errors="replace")
-            if name and exc.code == 404 and _not_found(body, name):
-                return None
-            raise ReadError(f"GET {path}: {exc.code} {body[:500]}") from exc
-        except (OSError, ValueError) as exc:
-            raise ReadError(f"GET {path}: {exc}") from exc
+        for attempt in range(_RETRIES + 1):
+            try:
+                obj = self._json(path)
+                break
+            except urllib.error.HTTPError as exc:
+                body = exc.read().decode(errors="replace")
+                if name and exc.code == 404 and _not_found(body, name):
+                    return None
+                # As kubectl (client-go) does: a 429 (or 5xx) with Retry-After is retried after that delay,
+                # up to 10 times (a CRD just made answers 429 "storage is (re)initializing" for a moment).
+                delay = _retry_after(exc)
+                if delay is None or attempt == _RETRIES:
+                    raise ReadError(f"GET {path}: {exc.code} {body[:500]}") from exc
+                time.sleep(delay)
+            except (OSError, ValueError) as exc:
+                raise ReadError(f"GET {path}: {exc}") from exc
         if name:
             obj.get("metadata", {}).pop("managedFields", None)
             return obj

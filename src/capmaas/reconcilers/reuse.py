@@ -64,6 +64,8 @@ TEMPLATE_GROUPKIND = "MaasMachineTemplate.infrastructure.cluster.x-k8s.io"
 DEPLOYMENT_NAME_LABEL = "cluster.x-k8s.io/deployment-name"
 #: Entries kept per MaasCluster at most (the oldest dropped first): a few rollouts' worth of servers.
 MAX_RECORDS = 64
+#: Seconds between looks for a kept server while a new MaasMachine waits for one (cache reads, no request).
+REUSE_LOOK = 2.0
 #: MAAS release scripts (and their tags) that wipe disks: never sent when a server is kept for reuse.
 WIPE_SCRIPTS = frozenset({"wipe-disks", "wipe", "disk", "storage"})
 
@@ -198,9 +200,10 @@ class NodeReuse:
             return found.system_id
         left = self._left(scope, now)
         if left > 0 and self.template_reuses(scope):
-            msg = f"nodeReuse: waiting up to {int(left) + 1}s for a server released by {owner}"
+            # The same message every look (no status write per look); the record is read from the cache.
+            msg = f"nodeReuse: waiting {int(self.wait)}s from creation for a server released by {owner}"
             scope.wait(C.WAITING_FOR_REUSABLE_MACHINE_REASON, msg)
-            return Requeue(left)
+            return Requeue(min(left, REUSE_LOOK))
         return None
 
     def narrow(

@@ -27,14 +27,18 @@ RECORD = ANNOTATION_PREFIX + REUSABLE
 
 
 # --- the record's rules ----------------------------------------------------------------------------------
-def entry(sid: str, *, owner: str = "MachineDeployment/md-0", identity: str = "id-a", at: float = 100.0) -> Any:
+MD0 = "MachineDeployment/md-0"
+
+
+def entry(sid: str, *, owner: str = MD0, identity: str = "id-a", at: float = 100.0) -> reuse.Reusable:
     return reuse.Reusable(owner=owner, system_id=sid, identity=identity, released=at)
 
 
 def test_the_record_round_trips_and_an_unreadable_one_is_empty() -> None:
     records = [entry("abc"), entry("def", at=101.0)]
     text = reuse.dump(records)
-    assert text is not None and '"systemID":"abc"' in text
+    assert text is not None
+    assert '"systemID":"abc"' in text
     assert reuse.parse(text) == records
     assert reuse.parse("not json") == []
     assert reuse.parse('[{"owner": "x"}]') == []
@@ -51,8 +55,8 @@ def test_records_expire_and_stay_bounded() -> None:
 
 
 def test_adding_a_server_again_replaces_its_entry() -> None:
-    got = reuse.added([entry("abc", at=1.0)], entry("abc", at=5.0, owner="MachineDeployment/md-1"), 6.0, 100.0)
-    assert got == [entry("abc", at=5.0, owner="MachineDeployment/md-1")]
+    again = entry("abc", at=5.0, owner="MachineDeployment/md-1")
+    assert reuse.added([entry("abc", at=1.0)], again, 6.0, 100.0) == [again]
 
 
 def test_only_the_owners_entries_of_the_same_identity_are_candidates() -> None:
@@ -63,7 +67,8 @@ def test_only_the_owners_entries_of_the_same_identity_are_candidates() -> None:
         entry("ours-later", at=4.0),
     ]
     found = reuse.pick(records, "MachineDeployment/md-0", "id-a")
-    assert found is not None and found.system_id == "ours"
+    assert found is not None
+    assert found.system_id == "ours"
     assert reuse.pick(records, "MachineDeployment/md-0", "id-c") is None
 
 
@@ -143,10 +148,9 @@ async def deploy_and_delete_w0(env: Env, *, node_reuse: bool, identity: str | No
     await env.drive(["w0"], ready)
     sid = str(env.kube.get("maasmachines", "w0")["spec"]["systemID"])
     env.kube.get("maasmachines", "w0")["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    await env.step("w0")
-    erasing = env.sim.machine(sid)["status_name"] == "Disk erasing"
-    assert erasing is not node_reuse, env.sim.machine(sid)["status_name"]
     await delete(env, "w0", rounds=40)
+    # The one release sent: without erase when kept (releaseOptions asks for erase), with it otherwise.
+    assert [(s, erased) for s, erased in env.sim.release_log if s == sid] == [(sid, not node_reuse)]
     assert ("maasmachines", "ns", "w0") not in env.kube.objects
     assert env.sim.machine(sid)["status_name"] == "Ready"
     return sid

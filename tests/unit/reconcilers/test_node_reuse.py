@@ -9,16 +9,33 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from reconciler_env import ENDPOINT, Env, make_env
+import httpx
+import pytest
+from fakes import FakeKube
+from reconciler_env import (
+    CLIENT_RETRY,
+    CLIENT_TIMEOUT,
+    ENDPOINT,
+    TENANCY,
+    Env,
+    default_credentials,
+    make_env,
+)
 from test_release_options import delete
 from test_vmhost_delete import ready
 
+from capmaas import maas
 from capmaas.api import conditions as C
 from capmaas.api.related import CapiMachine
 from capmaas.api.v1beta1 import ReleaseOptions
+from capmaas.gateway import MaasConnections
 from capmaas.reconcilers import reuse
+from capmaas.reconcilers.cluster import ClusterReconciler
+from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, IDENTITY, REUSABLE
 from capmaas.reconcilers.lifecycle import MachineSettings
+from capmaas.reconcilers.machine import MachineReconciler
+from capmaas.reconcilers.ports import MaasCredentials
 from capmaas_dev import demo
 from capmaas_dev.demo import manifests
 from capmaas_dev.simulator import Simulator
@@ -232,3 +249,59 @@ async def test_another_identitys_machine_never_reuses_the_record(env: Env) -> No
     assert w1["spec"]["systemID"] != sid
     assert env.sim.machine(sid)["status_name"] == "Ready"  # not handed to tenant2
     assert records(env) == before
+
+
+class LoseOneAllocateAnswer(httpx.AsyncBaseTransport):
+    """The simulator's app; once armed, the next allocate is acted on by MAAS but its answer is lost (the
+    operator dies, or the connection drops, right after MAAS allocated)."""
+
+    def __init__(self, sim: Simulator) -> None:
+        self.inner = httpx.ASGITransport(app=sim.app)
+        self.armed = False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if self.armed and request.url.params.get("op") == "allocate":
+            self.armed = False
+            raise httpx.ReadTimeout("the answer was lost", request=request)
+        return response
+
+
+async def test_a_reused_allocate_whose_answer_is_lost_is_adopted_not_leaked(sim: Simulator) -> None:
+    """The reused server goes through the ordinary crash-safe path: ``…/allocating`` before the allocate, the
+    agent name looked up after a lost answer, the server adopted; nothing else allocated, nothing leaked."""
+    transport = LoseOneAllocateAnswer(sim)
+    kube = FakeKube()
+
+    def factory(c: MaasCredentials) -> maas.MaasClient:
+        return maas.MaasClient(
+            c.endpoint, api_key=c.api_key, transport=transport, timeout=CLIENT_TIMEOUT, retry=CLIENT_RETRY
+        )
+
+    conns = MaasConnections(client_factory=factory, fast=3600, idle=3600, batch_size=200, wake=lambda k: None)
+    creds = default_credentials(sim)
+    env = Env(
+        sim,
+        kube,
+        conns,
+        MachineReconciler(kube, conns, default_credentials=creds, tenancy=TENANCY),
+        ClusterReconciler(kube, conns, default_credentials=creds, tenancy=TENANCY),
+        creds,
+    )
+    try:
+        sid = await deploy_and_delete_w0(env, node_reuse=True)
+        template(env, "t-new", node_reuse=True)
+        md_machine(env, "w1", "t-new")
+        transport.armed = True
+        with pytest.raises(TransientError):
+            await env.step("w1")
+        assert not transport.armed  # the allocate was sent (by system ID) and MAAS acted on it
+        uid = env.kube.get("maasmachines", "w1")["metadata"]["uid"]
+        assert [m["system_id"] for m in sim.machines_by_agent(uid)] == [sid]
+        assert records(env) == []  # claimed before the allocate
+        await env.drive(["w1"], ready)
+        assert env.kube.get("maasmachines", "w1")["spec"]["systemID"] == sid
+        assert [m["system_id"] for m in sim.machines_by_agent(uid)] == [sid]  # adopted, not allocated again
+        assert sim.check_invariants() == []
+    finally:
+        await conns.aclose()

@@ -152,6 +152,8 @@ def kubectl(kube: ControlPlane) -> Kubectl:
 
         return run_kubectl(kubeconfig or kube.kubeconfig, *args, check=check, input=input, timeout=timeout)
 
+    # Whom it talks to, for helpers that read in-process instead of forking it (tests/e2e/e2e_support.get).
+    run.kubeconfig = kube.kubeconfig  # type: ignore[attr-defined]
     return run
 
 

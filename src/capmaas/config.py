@@ -218,6 +218,13 @@ class MachineSection(BaseModel):
     node_retry: float = 30.0
     """Seconds between looks for the workload Node whose providerID is still to be set."""
 
+    reuse_wait: float = 60.0
+    """Seconds a new MaasMachine of a ``nodeReuse`` template waits, from its creation, for a server released
+    by its MachineDeployment/control plane before it allocates a fresh one (docs/operating.md, Node reuse)."""
+
+    reuse_ttl: float = 1800.0
+    """Seconds a released server stays recorded as reusable for its owner; older records are dropped."""
+
 
 class ServerSection(BaseModel):
     """HTTP endpoints the operator exposes."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,13 +35,51 @@ class Kubectl(Protocol):
 
 
 def get(kubectl: Kubectl, *args: str) -> Any:
-    """``kubectl get ... -o json`` parsed; ``None`` when the object does not exist."""
+    """``kubectl get ... -o json`` parsed; ``None`` when the object does not exist.
+
+    In-process (``tests/operator/kube_reader.py``) when ``kubectl`` is the session's (it names its
+    ``kubeconfig``) and the arguments are ``KIND [NAME] -n NS [-l=SELECTOR]``: the waits poll every 0.5 s,
+    and a kubectl fork costs ~0.1 s of CPU (docs/benchmarks/test-durations.md). A KIND the reader cannot
+    resolve goes to kubectl, so no answer differs from kubectl's."""
+    found = _read(kubectl, args)
+    if found is not _FORK:
+        return found
     out = kubectl("get", *args, "-o", "json", check=False)
     if out.returncode != 0:
         if "NotFound" in out.stderr:
             return None
         raise AssertionError(f"kubectl get {' '.join(args)} failed: {out.stderr}")
     return json.loads(out.stdout)
+
+
+_FORK = object()
+
+
+def _read(kubectl: Kubectl, args: tuple[str, ...]) -> Any:
+    """``get``'s in-process read, or ``_FORK`` when kubectl must answer (see ``get``)."""
+    kubeconfig = getattr(kubectl, "kubeconfig", None)
+    rest = list(args)
+    namespace = selector = ""
+    if rest and rest[-1].startswith("-l="):
+        selector = rest.pop()[3:]
+    while len(rest) >= 2 and rest[-2] in ("-n", "-l"):
+        if rest[-2] == "-n":
+            namespace = rest[-1]
+        else:
+            selector = rest[-1]
+        del rest[-2:]
+    if kubeconfig is None or not namespace or not 1 <= len(rest) <= 2 or any(a.startswith("-") for a in rest):
+        return _FORK
+    operator_tests = str(REPO / "tests" / "operator")
+    if operator_tests not in sys.path:
+        sys.path.append(operator_tests)
+    from kube_reader import UNRESOLVED, ReadError, reader
+
+    try:
+        found = reader(Path(kubeconfig)).read(rest[0], namespace, rest[1] if len(rest) == 2 else "", selector)
+    except ReadError as exc:
+        raise AssertionError(f"kubectl get {' '.join(args)} failed: {exc}") from exc
+    return _FORK if found is UNRESOLVED else found
 
 
 def items(

@@ -202,7 +202,14 @@ def test_machinedeployment_is_defaulted_and_clones_maasmachines(capi: CapiManage
         assert any(r["kind"] == "Cluster" for r in tmpl["metadata"].get("ownerReferences", []))
 
         # Without a provider the Machines wait for the infrastructure; bootstrap is ready (dataSecretName).
-        for m in items(kubectl, "machines", ns, f"{CLUSTER_NAME_LABEL}={name}"):
+        # The Machine controller sets the phase on its first reconcile, which may come after the ownership
+        # above: read the Machines once every one has a phase (the reads are in-process now, faster than the
+        # kubectl forks that used to leave the controller that time).
+        def phased() -> list[dict[str, Any]] | None:
+            found = items(kubectl, "machines", ns, f"{CLUSTER_NAME_LABEL}={name}")
+            return found if found and all((m.get("status") or {}).get("phase") for m in found) else None
+
+        for m in wait_for(phased, "a phase on every Machine"):
             assert m["spec"]["bootstrap"]["dataSecretName"] == f"{name}-userdata"
             assert m["status"].get("phase") in {"Pending", "Provisioning"}
     finally:

@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,38 @@ from typing import Any, Final
 import yaml
 
 UNRESOLVED: Final = object()
+
+
+class ReadError(Exception):
+    """A read that kubectl would have failed on, other than the named object not being there."""
+
+
+def _not_found(body: str, name: str) -> bool:
+    """A 404's Status says that the object ``name`` is not found (not that the resource type is unknown)."""
+    try:
+        status = json.loads(body)
+    except ValueError:
+        return False
+    if not isinstance(status, dict):
+        return False
+    details = status.get("details") or {}
+    return bool(status.get("reason") == "NotFound" and details.get("name") == name)
+
+
+#: client-go's default number of retries of an answer with Retry-After.
+_RETRIES = 10
+
+
+def _retry_after(exc: urllib.error.HTTPError) -> float | None:
+    """The delay a 429 or 5xx answer asks for (client-go's rule: such a status with a Retry-After header),
+    None when it is not to be retried."""
+    if exc.code != 429 and exc.code < 500:
+        return None
+    value = exc.headers.get("Retry-After") if exc.headers is not None else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -108,6 +141,46 @@ class KubeReader:
             obj.setdefault("apiVersion", resource.api_version)
             obj.setdefault("kind", resource.kind)
         return items
+
+    def read(
+        self, kind: str, namespace: str, name: str = "", selector: str = ""
+    ) -> dict[str, Any] | object | None:
+        """Strictly as ``kubectl get KIND [NAME] -n NS [-l SELECTOR] -o json``: the object (without a name, a
+        ``List`` of the items), None when the named object is not found, :data:`UNRESOLVED` when KIND does not
+        resolve; any other failure (another status, a 404 that is not the object's, no answer) raises
+        :class:`ReadError`, as kubectl's exit status would. For the e2e waits (``tests/e2e/e2e_support``),
+        which tell a missing object from a failing read."""
+        resource = self._resolve(kind)
+        if resource is None:
+            return UNRESOLVED
+        path = resource.path(namespace, name)
+        if selector:
+            path += "?" + urllib.parse.urlencode({"labelSelector": selector})
+        for attempt in range(_RETRIES + 1):
+            try:
+                obj = self._json(path)
+                break
+            except urllib.error.HTTPError as exc:
+                body = exc.read().decode(errors="replace")
+                if name and exc.code == 404 and _not_found(body, name):
+                    return None
+                # As kubectl (client-go) does: a 429 (or 5xx) with Retry-After is retried after that delay,
+                # up to 10 times (a CRD just made answers 429 "storage is (re)initializing" for a moment).
+                delay = _retry_after(exc)
+                if delay is None or attempt == _RETRIES:
+                    raise ReadError(f"GET {path}: {exc.code} {body[:500]}") from exc
+                time.sleep(delay)
+            except (OSError, ValueError) as exc:
+                raise ReadError(f"GET {path}: {exc}") from exc
+        if name:
+            obj.get("metadata", {}).pop("managedFields", None)
+            return obj
+        items = obj.get("items") or []
+        for item in items:
+            item.get("metadata", {}).pop("managedFields", None)
+            item.setdefault("apiVersion", resource.api_version)
+            item.setdefault("kind", resource.kind)
+        return {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}
 
     def send(
         self,

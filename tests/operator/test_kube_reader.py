@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from kube_reader import UNRESOLVED, KubeReader
+import pytest
+from kube_reader import UNRESOLVED, KubeReader, ReadError
 from operator_harness import Harness
 
 FORMS = {
@@ -83,3 +84,41 @@ async def test_the_reader_lists_and_impersonates_as_kubectl_does(harness: Harnes
     r = await harness.k("--as=nobody", "get", "maasmachines", "m1", "-n", harness.namespace, "-o", "json")
     assert reader.get("maasmachines", "m1", harness.namespace, user="nobody") == json.loads(r.stdout)
     assert reader.get("machines.cluster.x-k8s.io", "m1", harness.namespace, user="nobody") is None
+
+
+async def test_the_strict_read_answers_as_kubectl_does(harness: Harness) -> None:
+    """``KubeReader.read`` (the e2e waits' ``get``): kubectl's JSON for an object and for a list, with a label
+    selector; None only for a missing object; a read kubectl fails on raises."""
+    await harness.cluster("c1", provision=False)
+    await harness.machine("m1", cp=True)
+    await harness.machine("m2", cp=False)
+    reader = KubeReader(harness.kube.kubeconfig)
+    ns = harness.namespace
+    for kind, name in FORMS.items():
+        r = await harness.k("get", kind, name, "-n", ns, "-o", "json")
+        assert reader.read(kind, ns, name) == json.loads(r.stdout), kind
+    lists = (
+        ("maasmachines", ""),
+        ("machines.cluster.x-k8s.io", ""),
+        ("secrets", ""),
+        ("machines", "cluster.x-k8s.io/control-plane"),
+        ("machines", "cluster.x-k8s.io/control-plane!="),
+        ("maasmachines", "no-such-label=x"),
+    )
+    for kind, selector in lists:
+        args = ["get", kind, "-n", ns, *([f"-l={selector}"] if selector else []), "-o", "json"]
+        want = json.loads((await harness.k(*args)).stdout)
+        got = reader.read(kind, ns, selector=selector)
+        assert isinstance(got, dict), kind
+        assert got["items"] == want["items"], (kind, selector)
+        assert (got["kind"], got["apiVersion"]) == (want["kind"], want["apiVersion"])
+    control_planes = reader.read("machines", ns, selector="cluster.x-k8s.io/control-plane")
+    assert isinstance(control_planes, dict)
+    assert [m["metadata"]["name"] for m in control_planes["items"]] == ["m1"]
+    assert reader.read("maasmachines", ns, "absent") is None
+    assert reader.read("nosuchkinds", ns, "x") is UNRESOLVED
+    # A selector the apiserver refuses: kubectl fails, the read raises (it is not "not found").
+    r = await harness.k("get", "machines", "-n", ns, "-l=a b c", check=False)
+    assert r.returncode != 0
+    with pytest.raises(ReadError, match="400"):
+        reader.read("machines", ns, selector="a b c")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import fcntl
+import hashlib
 import io
 import json
 import os
@@ -39,6 +40,7 @@ from capmaas_dev.demo.kube import MAASCLUSTERS, MAASMACHINES, Kube
 from capmaas_dev.demo.simthread import SimulatorThread
 from capmaas_dev.devcluster import MissingToolError, find_binary
 from capmaas_dev.devcluster.tools import cache_dir
+from capmaas_dev.release import verify as verify_module
 from capmaas_dev.release.build import Options, Release
 from capmaas_dev.release.verify import Names, Report, verify
 from capmaas_dev.simulator import SAMPLE_INVENTORY
@@ -120,6 +122,29 @@ def shared_build(root: Path) -> Built:
             )
         )
         return built
+
+
+def validate_each_sbom_once(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``verify``'s CycloneDX schema validation, run once per distinct SBOM text in a run (``root`` is shared
+    by the run's pytest-xdist workers): a text that passed is marked by its SHA-256 under ``root`` and passes
+    again without the validator. Why: the release tests verify the same ``dist/`` several times (the build's
+    own check, the other worker taking the build, the tampered copies, the previous release), and the
+    validator's IRI format checks (a Lark Earley parser per ``purl``) cost about 7 s of CPU per SBOM
+    (docs/benchmarks/test-durations.md). The validation is a function of the text alone; a text that failed
+    is never marked, so a failure is seen every time."""
+    real = verify_module._validate_cyclonedx
+    root.mkdir(parents=True, exist_ok=True)
+
+    def validate(text: str) -> str | None:
+        mark = root / hashlib.sha256(text.encode()).hexdigest()
+        if mark.is_file():
+            return None
+        error = real(text)
+        if error is None:
+            mark.touch()
+        return error
+
+    monkeypatch.setattr(verify_module, "_validate_cyclonedx", validate)
 
 
 # -- the previous release ------------------------------------------------------------------------------------

@@ -98,6 +98,7 @@ PLAINTEXT_ENDPOINT_REFUSED_REASON = "PlaintextEndpointRefused"  # http:// endpoi
 DNS_UPDATE_FAILED_REASON = "DNSUpdateFailed"  # MAAS refused to create/update the DNS resource
 RELEASE_REFUSED_REASON = "ReleaseRefused"  # MAAS refused spec.releaseOptions (its form errors follow)
 WAITING_FOR_IP_ADDRESS_REASON = "WaitingForIPAddress"  # a spec.addresses claim has no address yet
+WAITING_FOR_REUSABLE_MACHINE_REASON = "WaitingForReusableMachine"  # nodeReuse: no kept server yet
 LAYOUT_REFUSED_REASON = "LayoutRefused"  # server/MAAS refused spec.network/filesystems; released
 IP_ADDRESS_REFUSED_REASON = "IPAddressRefused"  # MAAS/the server refused an address; released
 VIP_UNAVAILABLE_REASON = "VIPUnavailable"  # MAAS refused to reserve spec.controlPlaneVIP (its words follow)

@@ -364,6 +364,9 @@ class KubeAdapter:
     def get_maascluster(self, namespace: str, name: str) -> Body | None:
         return self.store.find("maasclusters", namespace, name)
 
+    def get_template(self, namespace: str, name: str) -> Body | None:
+        return self.store.find(TEMPLATES, namespace, name)  # node reuse (issue 24)
+
     def in_shard(self, body: Body) -> bool:
         """Whether ``body`` (a MaasMachine or MaasCluster) is this shard's: no watch filter, or it matches."""
         return self._filter is None or carries_label(body, self._filter)

@@ -209,6 +209,8 @@ def build_runtime(
             retry_max=ms.retry_max_delay,
             power_on_retry=ms.power_on_retry,
             node_retry=ms.node_retry,
+            reuse_wait=ms.reuse_wait,  # node reuse (issue 24)
+            reuse_ttl=ms.reuse_ttl,
             allocate_in_doubt=maas.in_doubt_window(
                 config.maas.request_timeout, maas.RetryPolicy(max_retries=config.maas.max_retries)
             ),

@@ -55,7 +55,7 @@ from capmaas.api.v1beta1 import (
     ReleaseOptions,
 )
 from capmaas.maas import errors as maas_errors
-from capmaas.reconcilers import addresses, adoption, facts, layout, vmhost
+from capmaas.reconcilers import addresses, adoption, facts, layout, reuse, vmhost
 from capmaas.reconcilers.credentials import maas_step
 from capmaas.reconcilers.errors import TerminalError, TransientError
 from capmaas.reconcilers.keys import (
@@ -77,6 +77,7 @@ from capmaas.reconcilers.keys import (
 )
 from capmaas.reconcilers.lifecycle import Finished, Strategy
 from capmaas.reconcilers.ports import MaasPort
+from capmaas.reconcilers.reuse import NodeReuse
 from capmaas.reconcilers.scope import MachineScope, Requeue
 from capmaas.reconcilers.spread import Asking, ZoneSpread
 
@@ -117,6 +118,12 @@ class BareMetal(Strategy):
     def spread(self) -> ZoneSpread:
         """The zone spread of this process's allocations (soft memory of dry zones and choices)."""
         return ZoneSpread(self.clock)
+
+    @functools.cached_property
+    def reuse(self) -> NodeReuse:
+        """Node reuse: the servers released without erase for a MachineDeployment/control plane."""
+        settings = self.settings
+        return NodeReuse(self.kube, wait=settings.reuse_wait, ttl=settings.reuse_ttl, clock=self.clock)
 
     def provider_id(self, zone: str, system_id: str) -> str:
         return provider_id(BARE_METAL_SCHEME, zone, system_id)
@@ -199,7 +206,14 @@ class BareMetal(Strategy):
             raise TerminalError(
                 C.RETRIES_EXHAUSTED_REASON, f"{attempts} {self.tried} tried; delete the Machine to try again"
             )
+        # Node reuse hook (issue 24): a server released for this Machine's MachineDeployment/control plane
+        # (through this identity) is asked for first, on the same crash-safe path (capmaas.reconcilers.reuse).
+        reused = await self.reuse.claim(scope, port)
+        if isinstance(reused, Requeue):
+            return reused
         constraints, source = self._constraints(scope, port)
+        if reused:
+            constraints = self.reuse.narrow(constraints, reused, keep_zone=source == ZONE_FROM_USER)
         scope.set_annotation(ALLOCATING, str(int(self.clock())))
         scope.set_annotation(AGENT_NAME, agent)  # same patch: survives a move with the allocate in doubt
         await scope.flush()
@@ -207,7 +221,7 @@ class BareMetal(Strategy):
         # An allocate that may or may not have happened keeps the annotation: the next pass looks first.
         with maas_step("allocating"):
             try:
-                if source == ZONE_FROM_OPERATOR:
+                if source == ZONE_FROM_OPERATOR and not reused:
                     m, constraints = await self.spread.allocate(
                         port,
                         self._asking(scope, port, constraints),
@@ -218,6 +232,10 @@ class BareMetal(Strategy):
                 else:
                     m = await port.allocate(constraints, agent_name=agent, comment=f"capmaas {scope.key}")
             except maas_errors.NoMachineAvailableError as exc:
+                if reused:  # node reuse hook: taken, gone or no longer matching: a fresh server at once
+                    scope.set_annotation(ALLOCATING, None)
+                    self.reuse.taken(scope, reused, facts.maas_text(exc.body))
+                    return Requeue(0.0)
                 failures, delay = self._failed_allocate(scope)
                 msg = self._no_machine(constraints, source, facts.maas_text(exc.body))
                 if (which := port.explain_empty(scope.want, constraints.zone)) is not None:
@@ -613,6 +631,8 @@ class BareMetal(Strategy):
             return await self._clean_after_release(scope, port, sid)
         if m is None or m.status.released or (m.owner is None and not m.status.releasing):
             port.unwatch(sid)
+            if m is not None and m.status.released:  # node reuse hook: recorded for its owner, if kept
+                await self.reuse.released(scope, port, sid)
             scope.event("Normal", "MachineReleased", f"MAAS machine {sid} released")
             return Finished()
         scope.set_status(machine_state=m.status_name or m.status.name)
@@ -622,6 +642,8 @@ class BareMetal(Strategy):
         if (hosting := await vmhost.clear_for_release(scope, port, m, agent_name(scope))) is not None:
             return hosting
         opts = scope.want.release_options or ReleaseOptions()
+        if self.reuse.releasing_for(scope) is not None:  # node reuse hook: released without erase
+            opts = reuse.keeping(opts)
         # The ownership test, once, right before the only MAAS write of a deletion: spec.systemID is just a
         # field of an object someone created; MAAS must show the machine held under this object's agent name.
         # Shared with the other deletions under way (one list call for many).

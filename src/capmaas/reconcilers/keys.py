@@ -66,6 +66,13 @@ REMEDIATION = "remediation"
 #: record that ownership checks of this object go by the marker, not by the agent name
 #: (:mod:`capmaas.reconcilers.adoption`).
 ADOPTED = "adopted"
+#: Node reuse (:mod:`capmaas.reconcilers.reuse`). On a MaasCluster: the servers released without erase for
+#: its MachineDeployments/control planes, as a JSON list (owner, system ID, MAAS identity, time), bounded.
+REUSABLE = "reusable-machines"
+#: On a MaasMachine being deleted: the owner (``MachineDeployment/<name>``) its server is released for.
+REUSE_FOR = "reuse-for"
+#: On a new MaasMachine: the recorded server it asked MAAS for was taken or gone; no more waiting for one.
+REUSE_TRIED = "reuse-tried"
 #: The addresses pinned (or about to be) to the held server's NICs with MAAS ``reservedips/``, as
 #: ``ip@mac`` joined by commas; written before the pins are sent, so a crash leaves them known; cleared with
 #: the release (:mod:`capmaas.reconcilers.addresses`).

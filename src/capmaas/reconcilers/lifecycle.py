@@ -56,6 +56,10 @@ class MachineSettings:
     retry_max: float = 300.0
     power_on_retry: float = 60.0
     node_retry: float = 30.0
+    #: Node reuse (:mod:`capmaas.reconcilers.reuse`): how long a new MaasMachine of a ``nodeReuse`` template
+    #: waits for a server its owner released, and how long such a record lives.
+    reuse_wait: float = 60.0
+    reuse_ttl: float = 1800.0
     #: How long after an allocate was first sent a lookup by agent name that finds nothing still proves
     #: nothing (:func:`capmaas.maas.in_doubt_window` of the operator's MAAS client settings).
     allocate_in_doubt: float = maas.in_doubt_window(30.0, maas.RetryPolicy())

@@ -76,6 +76,10 @@ class KubePort(Protocol):
         """A MaasCluster from the watch cache."""
         ...
 
+    def get_template(self, namespace: str, name: str) -> Body | None:
+        """A MaasMachineTemplate from the watch cache (node reuse reads its ``spec.nodeReuse``)."""
+        ...
+
     async def read_unwatched(self, plural: CapiPlural, namespace: str, name: str) -> Unwatched | None:
         """After a cache miss of ``get_machine``/``get_cluster``: the object read from the apiserver if the
         operator's watch filter keeps it out of the cache. None without a watch filter, when the object does

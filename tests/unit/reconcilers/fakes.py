@@ -150,6 +150,9 @@ class FakeKube:
     def get_maascluster(self, namespace: str, name: str) -> Body | None:
         return self.objects.get(("maasclusters", namespace, name))
 
+    def get_template(self, namespace: str, name: str) -> Body | None:
+        return self.objects.get(("maasmachinetemplates", namespace, name))
+
     async def read_unwatched(self, plural: CapiPlural, namespace: str, name: str) -> Unwatched | None:
         self.unwatched_reads += 1
         return self.unwatched.get((plural, namespace, name))

@@ -2,6 +2,9 @@
 
 ``spec.template.spec`` is immutable (a CEL ``self == oldSelf`` rule, no webhook needed): a change is rolled
 out by creating a new template and pointing the MachineDeployment at it, as the CAPI book asks.
+``spec.nodeReuse`` is not part of it (as CAPM3's): it decides what happens to a server when its MaasMachine is
+deleted, so it may be switched on on the template in use before a rollout
+(:mod:`capmaas.reconcilers.reuse`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,16 @@ class MaasMachineTemplateSpec(K8sModel):
     """Desired state of a MaasMachineTemplate."""
 
     template: MaasMachineTemplateResource = Field(description="The MaasMachine to create for each Machine.")
+    node_reuse: bool | None = Field(
+        None,
+        description="Bare metal: when a MaasMachine created from this template is deleted, its server is "
+        "released without erasing its disks (whatever spec.template.spec.releaseOptions says) and kept for "
+        "the Machine's MachineDeployment or control plane; the next MaasMachine of that owner (a rollout's "
+        "new template) asks MAAS for that server first, and takes a fresh one when it is taken, gone, or "
+        "none is released within the operator's CAPMAAS_MACHINE__REUSE_WAIT. Mutable (outside "
+        "spec.template.spec): set it on the current template before a rollout. See docs/operating.md, Node "
+        "reuse.",
+    )
 
 
 class NodeInfo(K8sModel):

@@ -80,6 +80,8 @@ class Simulator(Lifecycle):
         self.on_deployed = on_deployed
         self.on_powered_on = on_powered_on
         self.power_log: list[tuple[str, str]] = []
+        #: Releases MAAS acted on, as (system ID, whether it erases the disks): what node reuse tests read.
+        self.release_log: list[tuple[str, bool]] = []
         self.tick_interval = tick_interval
         self.violations: list[str] = []
         self._hook_tasks: set[asyncio.Future[Any]] = set()

@@ -405,6 +405,7 @@ def release(sim: Simulator, req: Request) -> Response:
     if m.status not in RELEASABLE:
         raise conflict(f"Machine cannot be released in its current state ('{m.status.label}').")
     sim.remove_hosted_vm_hosts(m, force=force)
+    sim.release_log.append((m.system_id, erase))
     sim.start_release(m, erase)
     if m.system_id not in sim.state.machines:  # a dynamic (allocate-composed) VM is gone
         return json_response(machine_dict(sim.state, m, sim.maas4))

@@ -157,3 +157,43 @@ def test_the_policy_names_the_release_service_account_and_the_configured_subject
     assert "system:masters" not in privileged
     off = helm_template("--set", "admissionPolicy.enabled=false", namespace="capmaas-system")
     assert not [d for d in off if "protected" in d["metadata"]["name"]]
+
+
+def test_only_privileged_users_adopt_a_deployed_machine(
+    crds: None, kubectl: Any, policy: Installed, attacker: Tenant
+) -> None:
+    """Issue 24 item 3: ``spec.adopt`` takes a Deployed MAAS machine under a MaasMachine without a deploy (and
+    a deletion releases it), so it is guarded like ``spec.systemID``: a tenant can neither create a
+    MaasMachine with it nor add or change it afterwards; system:masters (a privileged group) can."""
+    ns = attacker.namespace
+    first = forged(ns, "adopt-0", adopt={"systemID": "abc123"})
+    probe = ["apply", "--dry-run=server", "-f", "-"]
+    wait_policy_active(lambda: attacker.k(*probe, input=yaml.safe_dump(first), check=False).returncode != 0)
+    denied = attacker.k("apply", "-f", "-", input=yaml.safe_dump(first), check=False)
+    assert denied.returncode != 0
+    assert "spec.adopt is set by privileged users only" in denied.stderr
+    assert "mallory" in denied.stderr
+    attacker.k("apply", "-f", "-", input=yaml.safe_dump(forged(ns, "plain")))
+    r = attacker.k(
+        "patch", "maasmachine", "plain", "--type=merge", "-p",
+        json.dumps({"spec": {"adopt": {"systemID": "abc123"}}}), check=False,
+    )  # fmt: skip
+    assert r.returncode != 0
+    assert "spec.adopt is set by privileged users only" in r.stderr
+    # A privileged subject (system:masters: the test's admin kubeconfig) may.
+    kubectl(
+        "-n",
+        ns,
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump(forged(ns, "adopted", adopt={"systemID": "abc123"})),
+    )
+    got = json.loads(kubectl("-n", ns, "get", "maasmachine", "adopted", "-o", "json").stdout)
+    assert got["spec"]["adopt"] == {"systemID": "abc123"}
+    # ... and the tenant cannot change it on that object either (nor can anyone: spec.adopt is immutable).
+    r = attacker.k(
+        "patch", "maasmachine", "adopted", "--type=merge", "-p",
+        json.dumps({"spec": {"adopt": {"systemID": "zzz999"}}}), check=False,
+    )  # fmt: skip
+    assert r.returncode != 0

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from capmaas import maas
 from capmaas.api.v1beta1 import MaasMachineSpec
@@ -128,6 +128,12 @@ class MaasSession:
         async with self._writes:
             await self.client.machines.mark_broken(system_id, comment=comment)
         self.poller.kick()
+
+    async def set_workload_annotations(self, system_id: str, annotations: Mapping[str, str]) -> maas.Machine:
+        async with self._writes:
+            m = await self.client.machines.set_workload_annotations(system_id, annotations)
+        self.poller.put(m)
+        return m
 
     async def power_on(self, system_id: str, *, comment: str) -> None:
         async with self._writes:

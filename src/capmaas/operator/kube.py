@@ -43,6 +43,7 @@ from capmaas.operator.ttlcache import TtlLru
 from capmaas.reconcilers.errors import ConflictError, TransientError
 from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL
 from capmaas.reconcilers.ports import (
+    MAASMACHINE,
     Body,
     CapiPlural,
     EventType,
@@ -431,6 +432,11 @@ class KubeAdapter:
         self._reading_unwatched.pop(key, None)
         if not task.cancelled():
             task.exception()
+
+    def maasmachines_naming(self, system_id: str) -> Sequence[Body]:
+        # A scan of the cache: only an adoption asks (issue 24), never a pass of every machine.
+        found = self.store.values(MAASMACHINE)
+        return [b for b in found if (b.get("spec") or {}).get("systemID") == system_id]
 
     def list_maasmachines(self, namespace: str, cluster_name: str) -> Sequence[Body]:
         out = []

@@ -55,10 +55,11 @@ from capmaas.api.v1beta1 import (
     ReleaseOptions,
 )
 from capmaas.maas import errors as maas_errors
-from capmaas.reconcilers import addresses, facts, layout, reuse, vmhost
+from capmaas.reconcilers import addresses, adoption, facts, layout, reuse, vmhost
 from capmaas.reconcilers.credentials import maas_step
 from capmaas.reconcilers.errors import TerminalError, TransientError
 from capmaas.reconcilers.keys import (
+    ADOPTED,
     AGENT_NAME,
     ALLOCATE_AFTER,
     ALLOCATING,
@@ -109,6 +110,11 @@ class BareMetal(Strategy):
     not_ours_reason = "MachineNotOurs"
 
     @functools.cached_property
+    def adopter(self) -> adoption.Adoption:
+        """Adopting a Deployed machine (``spec.adopt``): its claim, checks and ownership test."""
+        return adoption.Adoption(self.kube)
+
+    @functools.cached_property
     def spread(self) -> ZoneSpread:
         """The zone spread of this process's allocations (soft memory of dry zones and choices)."""
         return ZoneSpread(self.clock)
@@ -146,7 +152,14 @@ class BareMetal(Strategy):
                 return Requeue(0.0)
             scope.set_annotation(REPLACING, None)  # still ours: decide again below
             self.ownership.proved(scope, port, sid)
-        if not sid:
+        if not sid and adoption.wanted(scope):
+            # Adoption hook (issue 24): a Deployed machine is taken as it is; this object never allocates.
+            got = await self.adopter.acquire(scope, port, agent_name(scope), self.provider_id)
+            if isinstance(got, Requeue):
+                return got
+            sid = got
+            self.ownership.proved(scope, port, sid)
+        elif not sid:
             waiting = self._backing_off(scope)
             if waiting is not None:
                 return waiting
@@ -322,6 +335,8 @@ class BareMetal(Strategy):
             return await port.find_by_agent(agent_name(scope))
 
     async def _holds(self, scope: MachineScope, port: MaasPort, sid: str) -> bool:
+        if adoption.adopted(scope) == sid:  # adoption hook: MAAS shows no agent name for it, our marker
+            return await self.adopter.held(scope, port, sid, agent_name(scope)) is not None
         return sid in {m.system_id for m in await self._held(scope, port, f"checking who holds {sid}")}
 
     def _record(self, scope: MachineScope, m: maas.Machine, source: str | None = None) -> None:
@@ -571,6 +586,7 @@ class BareMetal(Strategy):
         """Status follows the machine held: none until the next one is seen (its state, power, host name and
         zone fill in then), not the one given back; a replacement under way is over."""
         scope.set_annotation(REPLACING, None)
+        scope.set_annotation(ADOPTED, None)  # adoption hook: the record goes with the machine
         scope.set_status(machine_state=None, machine_powered=None, hostname=None, failure_domain=None)
         if not scope.ready:
             scope.set_status(addresses=None)
@@ -578,6 +594,8 @@ class BareMetal(Strategy):
     async def _still_ours(self, scope: MachineScope, port: MaasPort, sid: str) -> maas.Machine | None:
         """After an interrupted replacement: the machine if MAAS still holds it under our agent name, else
         None (given back already, and maybe someone else's by now: not to be touched)."""
+        if adoption.adopted(scope) == sid:  # adoption hook: held by our marker, not an agent name
+            return await self.adopter.held(scope, port, sid, agent_name(scope))
         with maas_step("checking an interrupted replacement"):
             found = await port.find_by_agent(agent_name(scope))
         return next((m for m in found if m.system_id == sid), None)
@@ -593,6 +611,8 @@ class BareMetal(Strategy):
                 scope.set_spec(system_id=sid)
             scope.set_annotation(ALLOCATING, None)
             await scope.flush()
+        if not sid and adoption.adopted(scope):  # adoption hook: never recorded, so never ours: marker off
+            await self.adopter.abandon(scope, port, agent_name(scope))
         if not sid:
             return Finished()
         if scope.annotation(REPLACING) == sid:
@@ -627,8 +647,12 @@ class BareMetal(Strategy):
         # The ownership test, once, right before the only MAAS write of a deletion: spec.systemID is just a
         # field of an object someone created; MAAS must show the machine held under this object's agent name.
         # Shared with the other deletions under way (one list call for many).
-        with maas_step(f"checking who holds {sid}"):
-            held = await port.find_for_release(agent_name(scope), sid)
+        held: Sequence[maas.Machine]
+        if adoption.adopted(scope) == sid:  # adoption hook: held by the marker; nothing under the agent name
+            held = [x] if (x := await self.adopter.held(scope, port, sid, agent_name(scope))) else []
+        else:
+            with maas_step(f"checking who holds {sid}"):
+                held = await port.find_for_release(agent_name(scope), sid)
         if sid not in {m.system_id for m in held}:
             port.unwatch(sid)
             scope.event(

@@ -37,6 +37,7 @@ from capmaas.api import conditions as C
 from capmaas.api.related import MaasMachineView
 from capmaas.reconcilers.credentials import DEFAULT_REF, describe_ref, effective_ref, spec_ref
 from capmaas.reconcilers.keys import (
+    ADOPTED,
     AGENT_NAME,
     ALLOCATING,
     ANNOTATION_PREFIX,
@@ -55,7 +56,7 @@ from capmaas.reconcilers.ports import Body, KubePort, MaasPort
 from capmaas.reconcilers.scope import MachineScope, ObjectScope
 
 #: MaasMachine annotations that mean something may be held in MAAS (a machine, a VM, a request in doubt).
-_HOLDING = (ALLOCATING, COMPOSING, REPLACING, DECOMPOSING)
+_HOLDING = (ALLOCATING, COMPOSING, REPLACING, DECOMPOSING, ADOPTED)
 #: MaasMachine annotations forgotten with the references (the marks of steps on the forgotten machine).
 _FORGOTTEN = (*_HOLDING, AGENT_NAME, HOST_ID_ANNOTATION, DEPLOY_STARTED, IDENTITY, IDENTITY_REF)
 

@@ -61,6 +61,11 @@ REPLACING = "replacing"
 #: The UID of the MaasRemediation holding the server (power cycle, redeploy): the MaasMachine sends nothing
 #: to MAAS meanwhile (:mod:`capmaas.reconcilers.remediation`).
 REMEDIATION = "remediation"
+#: The system ID of the Deployed machine this MaasMachine adopts (``spec.adopt``), written before capmaas puts
+#: its marker on the machine's MAAS workload annotations and kept while it holds the machine: the durable
+#: record that ownership checks of this object go by the marker, not by the agent name
+#: (:mod:`capmaas.reconcilers.adoption`).
+ADOPTED = "adopted"
 #: Node reuse (:mod:`capmaas.reconcilers.reuse`). On a MaasCluster: the servers released without erase for
 #: its MachineDeployments/control planes, as a JSON list (owner, system ID, MAAS identity, time), bounded.
 REUSABLE = "reusable-machines"
@@ -109,6 +114,7 @@ BOUND_ANNOTATIONS = frozenset(
     {
         ALLOCATING,
         AGENT_NAME,
+        ADOPTED,
         REPLACING,
         COMPOSING,
         DECOMPOSING,
@@ -125,6 +131,7 @@ GUARDED_ANNOTATIONS = frozenset(
     {
         ALLOCATING,
         AGENT_NAME,
+        ADOPTED,
         REPLACING,
         DEPLOY_STARTED,
         DEPLOY_REFUSED,

@@ -162,7 +162,8 @@ class MachineReconciler:
                     C.WAITING_FOR_CLUSTER_INFRASTRUCTURE_REASON, "Cluster infrastructure not provisioned"
                 )
                 return Requeue()
-            if not scope.machine.bootstrap_secret:
+            # Adoption hook (issue 24): nothing is deployed on an adopted machine, so no bootstrap data.
+            if not scope.machine.bootstrap_secret and scope.want.adopt is None:
                 scope.wait(
                     C.WAITING_FOR_BOOTSTRAP_DATA_REASON, "Machine.spec.bootstrap.dataSecretName not set"
                 )

@@ -87,6 +87,11 @@ class KubePort(Protocol):
         cache."""
         ...
 
+    def maasmachines_naming(self, system_id: str) -> Sequence[Body]:
+        """Every cached MaasMachine, in any namespace, whose ``spec.systemID`` is ``system_id`` (adoption's
+        check that no other object holds the machine)."""
+        ...
+
     def list_maasmachines(self, namespace: str, cluster_name: str) -> Sequence[Body]:
         """MaasMachines labelled ``cluster.x-k8s.io/cluster-name=<cluster_name>``, from the watch cache."""
         ...
@@ -300,6 +305,11 @@ class MaasPort(VmHostPort, Protocol):
     ) -> maas.Machine | None: ...
 
     async def mark_broken(self, system_id: str, *, comment: str) -> None: ...
+
+    async def set_workload_annotations(self, system_id: str, annotations: Mapping[str, str]) -> maas.Machine:
+        """``op=set_workload_annotations`` (the owner only; an empty value deletes the key), the answer
+        folded into the poller's snapshot (:mod:`~capmaas.reconcilers.adoption`)."""
+        ...
 
     async def power_on(self, system_id: str, *, comment: str) -> None: ...
 

@@ -157,6 +157,13 @@ class FakeKube:
         self.unwatched_reads += 1
         return self.unwatched.get((plural, namespace, name))
 
+    def maasmachines_naming(self, system_id: str) -> Sequence[Body]:
+        return [
+            b
+            for (p, _, _), b in self.objects.items()
+            if p == "maasmachines" and (b.get("spec") or {}).get("systemID") == system_id
+        ]
+
     def list_maasmachines(self, namespace: str, cluster_name: str) -> Sequence[Body]:
         return [
             b

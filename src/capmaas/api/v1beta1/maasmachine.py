@@ -374,6 +374,19 @@ class ReleaseOptions(K8sModel):
     )
 
 
+class Adoption(K8sModel):
+    """A machine MAAS already shows Deployed, taken under this MaasMachine without a deploy (issue 24)."""
+
+    system_id: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=SYSTEM_ID_PATTERN)] = (
+        Field(
+            alias="systemID",
+            description="System ID of the MAAS machine to adopt: Deployed, owned by the MAAS user of the "
+            "cluster's identity, held by no other MaasMachine. Nothing is deployed; deleting the "
+            "MaasMachine releases it (releaseOptions apply).",
+        )
+    )
+
+
 class MaasMachineSpec(K8sModel):
     """Desired state of a MaasMachine: the MAAS constraints and how to deploy."""
 
@@ -559,6 +572,14 @@ class MaasMachineSpec(K8sModel):
     ) = Field(None, description="Kernel to deploy, for example hwe-22.04 or ga-22.04. Default: the image's.")
     release_options: ReleaseOptions | None = Field(
         None, description="Disk erasure when the machine is released on delete (bare metal only)."
+    )
+    adopt: Adoption | None = Field(
+        None,
+        description="Adopt a machine MAAS already shows Deployed instead of allocating and deploying one "
+        "(bare metal only; set by privileged users only, like systemID: the chart's admission policy). "
+        "MAAS cannot change a machine's owner or agent name: the machine must already be owned by the MAAS "
+        "user of the cluster's identity. Immutable.",
+        json_schema_extra=schema_extra(rules=[cel("self == oldSelf", "adopt is immutable")]),
     )
     addresses: Annotated[list[InterfaceAddress], Field(max_length=8)] | None = Field(
         None,

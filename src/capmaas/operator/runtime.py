@@ -149,6 +149,7 @@ def build_runtime(
         secret_ttl=config.kube.secret_cache_ttl,
         fence=fence,
         watch_filter=config.kube.watch_filter,
+        events_level=logging.getLevelNamesMapping()[config.logging.events_level],
     )
     first_pass: list[float] = []
     loops: dict[str, Workers] = {}

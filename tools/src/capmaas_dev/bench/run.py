@@ -7,8 +7,13 @@ What is measured, and where from:
 - MAAS requests per machine lifecycle: the simulator's per-endpoint counters, zeroed just before the first
   create and read once every MAAS machine is released, divided by N;
 - Kubernetes API writes per machine: ``apiserver_request_total`` deltas (non-read verbs) over the same
-  window, minus the benchmark's own writes (N creates, one delete-collection) and lease heartbeats;
-- operator peak RSS (VmHWM) and CPU time from /proc of the ``capmaas run`` process.
+  window (read once they stop moving: the last Events land after the last object is gone), minus the
+  benchmark's own writes (N creates, one delete-collection) and lease heartbeats; also by kind (metadata
+  patch, status patch, Event);
+- operator peak RSS (VmHWM), RSS before the first create and CPU time (per phase: to all Ready, deletion)
+  from /proc of the ``capmaas run`` process;
+- start-up (one operator process): the operator restarted once its MaasCluster is ready, with bytecode
+  compiled as in the image; process start to the first reconcile it logs, wall and its CPU seconds.
 The Machines and bootstrap Secrets (CAPI's objects) are created before the window opens.
 """
 

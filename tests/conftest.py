@@ -65,19 +65,24 @@ _TIMES: list[suite_plan.Times] = []
 def pytest_configure(config: pytest.Config) -> None:
     # pytest-xdist registers it; without xdist (a plain run) the groups only order the tests.
     config.addinivalue_line("markers", "xdist_group(name): tests that run on one xdist worker (suite_plan)")
+    # pytest-cov registers it too; here for a run without that plugin (suite_plan marks untraced tests).
+    config.addinivalue_line("markers", "no_cover: coverage.py's tracer paused in this test (suite_plan)")
     if not suite_plan.is_worker(config):
         _TIMES[:] = [suite_plan.Times()]
     config.pluginmanager.register(suite_plan.GroupNames(), "capmaas-suite-plan-group-names")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the xdist_group markers into node ids
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that uses a Kubernetes fixture is a k8s test even if it forgot the marker (``-m "not k8s"``).
-    Then the groups and order of ``suite_plan``."""
+    Then the groups and order of ``suite_plan``, and which tests coverage.py traces (``suite_plan.TRACED``);
+    under ``--cov`` the gate's packages are imported here, traced (``suite_plan.import_gated_packages``)."""
     for item in items:
         if K8S_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("k8s") is None:
             item.add_marker(pytest.mark.k8s)
     suite_plan.plan(items)
+    if config.pluginmanager.hasplugin("_cov"):  # pytest-cov registers it when coverage is on
+        suite_plan.import_gated_packages()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -23,6 +23,16 @@ Groups (``xdist_group``, honoured by ``--dist loadgroup``; without xdist they on
 Every worker has its own session fixtures (its own ``kube`` control plane): tests on different workers never
 share a cluster, so cluster-scoped objects (CRDs, webhooks, Nodes) of one cannot disturb another.
 
+Coverage (``make test`` runs pytest with ``--cov``): coverage.py's tracer is on only for the tests under
+``TRACED``, the ones whose coverage ``hack/coverage_gate.py`` reads (``capmaas/maas/`` and
+``capmaas_dev/simulator/`` at 90 % line+branch). Every other test runs with the tracer paused (pytest-cov's
+``no_cover`` marker, around the test's call). On Python 3.11 the tracer is called for every Python function
+and line, measured or not: it doubled the CPU of the in-process tests (docs/benchmarks/test-durations.md),
+on a run that is CPU-bound. The tests still run, all of them; only the report of the rest of the product is
+not made. ``CAPMAAS_COVERAGE=all`` (``make coverage``) traces every test, for the whole product's report.
+The operator subprocesses (``capmaas run``, the zygote's forks) and other child processes are not traced
+either way (no ``COVERAGE_PROCESS_START``).
+
 The per-group time table: every test report (setup, call, teardown) is added to its group's *work* (the sum
 of durations) and *span* (from its first start to its last end, wall clock); with several workers the spans
 overlap. ``CAPMAAS_TEST_TIMES`` names a JSON file to write it to (``hack/test.sh`` prints it with the phases).
@@ -30,8 +40,10 @@ overlap. ``CAPMAAS_TEST_TIMES`` names a JSON file to write it to (``hack/test.sh
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +53,21 @@ import pytest
 FIRST = ("chaos", "image", "pod", "upgrade", "e2e", "demo")
 CHAOS_MODULES = ("tests/operator/test_failover_chaos.py", "tests/operator/test_chaos.py")
 SCOPED = ("module", "class", "package")
+
+#: The tests coverage.py traces in ``make test``: those that give the gate's packages (``capmaas/maas/``,
+#: ``capmaas_dev/simulator/``, ``hack/coverage_gate.py``) their coverage. Found by measuring each
+#: directory's share (docs/benchmarks/test-durations.md); a directory added here costs its tests about twice
+#: their CPU, one left out lowers the gate's figures (the gate then fails if they fall under the bar).
+TRACED = (
+    "tests/unit/maas/",
+    "tests/unit/simulator/",
+    "tests/conformance/",
+    "tests/integration/",
+)
+#: The packages the gate reads: every module of them is imported at collection, while the tracer is on.
+GATED_PACKAGES = ("capmaas.maas", "capmaas_dev.simulator")
+#: ``CAPMAAS_COVERAGE=all``: every test traced (``make coverage``: the whole product's report).
+TRACE_ALL = "CAPMAAS_COVERAGE"
 
 
 def group_of(item: pytest.Item) -> str | None:
@@ -69,9 +96,25 @@ def group_of(item: pytest.Item) -> str | None:
     return None
 
 
+def traced(nodeid: str) -> bool:
+    """Whether coverage.py traces this test in ``make test`` (``TRACED``; module doc)."""
+    return os.environ.get(TRACE_ALL) == "all" or nodeid.startswith(TRACED)
+
+
+def import_gated_packages() -> None:
+    """Import every module of ``GATED_PACKAGES`` now, at collection, with the tracer on. A module is imported
+    once per process: if its first import came inside an untraced test, its import-time lines (``def``,
+    ``class``, constants) would never be measured, and the gate's figure would depend on which worker ran
+    which test first."""
+    for name in GATED_PACKAGES:
+        package = importlib.import_module(name)
+        for info in pkgutil.walk_packages(package.__path__, f"{name}."):
+            importlib.import_module(info.name)
+
+
 def plan(items: list[pytest.Item]) -> None:
     """Mark each grouped test and put the long groups first (stable: the same order on every worker, which
-    xdist requires)."""
+    xdist requires); mark the tests coverage.py does not trace (``no_cover``)."""
 
     def rank(pair: tuple[int, pytest.Item]) -> tuple[int, int]:
         index, item = pair
@@ -86,6 +129,8 @@ def plan(items: list[pytest.Item]) -> None:
         group = group_of(item)
         if group is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(group))
+        if not traced(item.nodeid):
+            item.add_marker(pytest.mark.no_cover)
     items[:] = ordered
 
 

@@ -47,6 +47,22 @@ def test_files_parse_as_one_crd_each_with_sorted_keys() -> None:
         assert list(docs[0]) == sorted(docs[0])
 
 
+def test_no_empty_list_the_apiserver_would_drop() -> None:
+    """The apiserver stores a CRD without empty ``required`` (and other empty) lists: a file carrying one is
+    never ``unchanged`` on re-apply, and every server-side apply by another manager conflicts on
+    ``.spec.versions`` (the 0.2.0 MaasRemediation CRD did, with ``required: []`` at its root)."""
+
+    def empties(node: object, path: str) -> list[str]:
+        if isinstance(node, dict):
+            return [p for k, v in node.items() for p in empties(v, f"{path}/{k}")]
+        if isinstance(node, list):
+            return [path] if not node else [p for i, v in enumerate(node) for p in empties(v, f"{path}[{i}]")]
+        return []
+
+    for name, text in crdgen.generate().items():
+        assert empties(yaml.safe_load(text), "") == [], name
+
+
 def test_cli_writes_then_check_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "crds"
     assert main(["crds", "--out", str(out)]) == 0

@@ -305,7 +305,9 @@ def openapi_schema(model: type[K8sModel]) -> dict[str, Any]:
         "description": "Kind is a string value representing the REST resource this object represents.",
     }
     props["metadata"] = {"type": "object"}
-    schema["required"] = [r for r in schema.get("required", []) if r in ("spec",)]
+    required = [r for r in schema.pop("required", []) if r in ("spec",)]
+    if required:  # an empty list is dropped by the apiserver: the stored CRD would differ from the file
+        schema["required"] = required
     return schema
 
 

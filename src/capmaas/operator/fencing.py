@@ -10,7 +10,6 @@ wherever it is. A request already on the wire is not covered: the reconcilers' c
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -67,18 +66,9 @@ class FencedKubeAdapter(KubeAdapter):
     """The Events and workload-cluster Node writes, fenced like the rest (the patches are, in KubeHttp)."""
 
     def __init__(
-        self,
-        store: Store,
-        http: KubeHttp,
-        *,
-        secret_ttl: float,
-        fence: Fence,
-        watch_filter: str | None,
-        events_level: int = logging.INFO,
+        self, store: Store, http: KubeHttp, *, secret_ttl: float, fence: Fence, watch_filter: str | None
     ) -> None:
-        super().__init__(
-            store, http, secret_ttl=secret_ttl, watch_filter=watch_filter, events_level=events_level
-        )
+        super().__init__(store, http, secret_ttl=secret_ttl, watch_filter=watch_filter)
         self._fence = fence
 
     async def set_node_provider_id(

@@ -12,7 +12,6 @@ finalizer from objects that have no handler requiring it, which would strip
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -48,14 +47,8 @@ def label_selector(watch_filter: str | None) -> str | None:
     return key if value is None else f"{key}={value}"
 
 
-def register(
-    registry: kopf.OperatorRegistry,
-    config: OperatorConfig,
-    *,
-    login: Callable[[], kopf.ConnectionInfo] | None = None,
-) -> None:
-    """The startup handler that applies the settings, and the login handler (``login``: the operator's own,
-    :mod:`capmaas.operator.apiserver`; None: through the ``kubernetes`` package)."""
+def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+    """The startup handler that applies the settings, and the login handler."""
     selector = label_selector(config.kube.watch_filter)
 
     @kopf.on.startup(registry=registry)
@@ -82,9 +75,7 @@ def register(
                 settings.watching.label_selectors[group, plural] = selector
 
     @kopf.on.login(registry=registry)
-    def log_in(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        """In-cluster service account, else the kubeconfig (``KUBECONFIG``)."""
-        if login is not None:
-            return login()
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        """In-cluster service account, else the kubeconfig (``KUBECONFIG``), via the kubernetes client."""
         info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
         return info

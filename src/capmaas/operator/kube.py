@@ -303,7 +303,6 @@ class KubeAdapter:
         workload_cache_size: int = WORKLOAD_CLIENT_CACHE_SIZE,
         workload_ttl: float = WORKLOAD_CLIENT_TTL,
         watch_filter: str | None = None,
-        events_level: int = logging.INFO,
     ) -> None:
         self.store = store
         self._http = http
@@ -329,7 +328,7 @@ class KubeAdapter:
         )
         self._closing: set[asyncio.Task[None]] = set()
         self.writes = 0
-        self.events = EventRecorder(http, level=events_level)
+        self.events = EventRecorder(http)
 
     @property
     def http(self) -> KubeHttp:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import asyncio.sslproto
 import contextlib
 import importlib.util
 import logging
@@ -87,8 +88,23 @@ def _lean_imports() -> None:
                 del sys.modules[name]
 
 
+#: Bytes of the read buffer of each TLS connection (asyncio's default: 256 KiB).
+TLS_READ_BUFFER = 64 * 1024
+
+
+def _small_tls_buffers() -> None:
+    """Every TLS connection asyncio makes holds a zero-filled read buffer of ``SSLProtocol.max_size`` bytes,
+    all of it resident, for as long as the connection lives; the operator keeps about 26 to its apiserver
+    (kopf's watch of each kind and its own requests, plus :data:`~capmaas.operator.app.KUBE_CONNECTIONS`):
+    6.8 MB at the default. A TLS record carries at most 16 KiB, so a 64 KiB buffer still takes several
+    records per read; a large answer (an initial listing) only takes more reads (docs/scaling.md, "Start-up
+    and memory")."""
+    asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
+
+
 def run(args: argparse.Namespace) -> int:
     _lean_imports()
+    _small_tls_buffers()
     from capmaas.operator.app import LeadershipLost, run_operator
     from capmaas.operator.metrics import setup_logging
     from capmaas.reconcilers.credentials import parse_selector

@@ -254,7 +254,8 @@ class LoggingSection(BaseModel):
     """Minimum level written to stderr."""
 
     events_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    """Minimum level of Kubernetes Events posted on objects (kopf ``posting.level``)."""
+    """Minimum level of Kubernetes Events posted on objects: Normal Events are INFO, Warnings WARNING
+    (``WARNING``: no Normal Event, two writes fewer per machine lifecycle; also kopf's ``posting.level``)."""
 
 
 class LeaderElectionSection(BaseModel):

@@ -24,7 +24,7 @@ import contextlib
 import kopf
 
 from capmaas.config import OperatorConfig
-from capmaas.operator import handlers, kopfsettings
+from capmaas.operator import apiserver, handlers, kopfsettings
 from capmaas.operator.fencing import FencedKubeHttp, always
 from capmaas.operator.ipam import register as register_ipam
 from capmaas.operator.kubehttp import KubeHttp, load_configuration
@@ -48,9 +48,10 @@ class LeadershipLost(Exception):
     """The Lease was not renewed in time: every loop has been stopped; the process must exit."""
 
 
-def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
-    """Attach every controller's handlers to ``registry``."""
-    kopfsettings.register(registry, rt.config)
+def register(registry: kopf.OperatorRegistry, rt: Runtime, *, api: apiserver.Apiserver | None = None) -> None:
+    """Attach every controller's handlers to ``registry`` (kopf logs in as ``api`` says; without one, through
+    the ``kubernetes`` package)."""
+    kopfsettings.register(registry, rt.config, login=api.login if api is not None else None)
     handlers.register(registry, rt)
     # MaasMachineTemplate status (capacity counted in MAAS) and the MachineDeployment Warnings.
     register_templates(registry, rt, default_credentials(rt.config), lambda: rt.machines.active)
@@ -81,7 +82,8 @@ async def run_operator(config: OperatorConfig, *, stop_flag: asyncio.Event | Non
     With leader election, kopf runs from the start in every process (the standbys' watch caches stay warm),
     but the per-object loops start only once the Lease is held, and every MAAS and Kubernetes write is fenced
     by it (see :mod:`capmaas.operator.leader`)."""
-    kube_cfg = load_configuration()
+    api = apiserver.load()
+    kube_cfg = api.target() if api is not None else load_configuration()
     elector: LeaseThread | None = None
     if config.leader_election.enabled:
         # On a thread of its own: renewals never wait behind reconciles on this loop (see leader.py).
@@ -94,7 +96,7 @@ async def run_operator(config: OperatorConfig, *, stop_flag: asyncio.Event | Non
     if elector is not None:
         rt.release = elector.release
     registry = kopf.OperatorRegistry()
-    register(registry, rt)
+    register(registry, rt, api=api)
     rt.metrics.serve(config.server.metrics_bind_address, config.server.metrics_port)
     liveness = (
         f"http://{config.server.bind_address}:{config.server.health_port}/healthz"

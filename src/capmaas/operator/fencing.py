@@ -10,6 +10,7 @@ wherever it is. A request already on the wire is not covered: the reconcilers' c
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -66,9 +67,18 @@ class FencedKubeAdapter(KubeAdapter):
     """The Events and workload-cluster Node writes, fenced like the rest (the patches are, in KubeHttp)."""
 
     def __init__(
-        self, store: Store, http: KubeHttp, *, secret_ttl: float, fence: Fence, watch_filter: str | None
+        self,
+        store: Store,
+        http: KubeHttp,
+        *,
+        secret_ttl: float,
+        fence: Fence,
+        watch_filter: str | None,
+        events_level: int = logging.INFO,
     ) -> None:
-        super().__init__(store, http, secret_ttl=secret_ttl, watch_filter=watch_filter)
+        super().__init__(
+            store, http, secret_ttl=secret_ttl, watch_filter=watch_filter, events_level=events_level
+        )
         self._fence = fence
 
     async def set_node_provider_id(

@@ -12,6 +12,7 @@ finalizer from objects that have no handler requiring it, which would strip
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -47,8 +48,14 @@ def label_selector(watch_filter: str | None) -> str | None:
     return key if value is None else f"{key}={value}"
 
 
-def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
-    """The startup handler that applies the settings, and the login handler."""
+def register(
+    registry: kopf.OperatorRegistry,
+    config: OperatorConfig,
+    *,
+    login: Callable[[], kopf.ConnectionInfo] | None = None,
+) -> None:
+    """The startup handler that applies the settings, and the login handler (``login``: the operator's own,
+    :mod:`capmaas.operator.apiserver`; None: through the ``kubernetes`` package)."""
     selector = label_selector(config.kube.watch_filter)
 
     @kopf.on.startup(registry=registry)
@@ -75,7 +82,9 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
                 settings.watching.label_selectors[group, plural] = selector
 
     @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        """In-cluster service account, else the kubeconfig (``KUBECONFIG``), via the kubernetes client."""
+    def log_in(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        """In-cluster service account, else the kubeconfig (``KUBECONFIG``)."""
+        if login is not None:
+            return login()
         info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
         return info

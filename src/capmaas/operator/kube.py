@@ -303,6 +303,7 @@ class KubeAdapter:
         workload_cache_size: int = WORKLOAD_CLIENT_CACHE_SIZE,
         workload_ttl: float = WORKLOAD_CLIENT_TTL,
         watch_filter: str | None = None,
+        events_level: int = logging.INFO,
     ) -> None:
         self.store = store
         self._http = http
@@ -328,7 +329,7 @@ class KubeAdapter:
         )
         self._closing: set[asyncio.Task[None]] = set()
         self.writes = 0
-        self.events = EventRecorder(http)
+        self.events = EventRecorder(http, level=events_level)
 
     @property
     def http(self) -> KubeHttp:

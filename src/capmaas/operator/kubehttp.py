@@ -34,7 +34,6 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
-import kubernetes
 
 from capmaas.operator.slots import PrioritySlots
 
@@ -87,7 +86,10 @@ class KubeHttpError(Exception):
 
 def load_configuration() -> Any:
     """The in-cluster service account, else the kubeconfig (``KUBECONFIG``), as a ``kubernetes``
-    Configuration."""
+    Configuration: for the kubeconfigs :mod:`capmaas.operator.apiserver` leaves to that package (imported
+    here, only then)."""
+    import kubernetes
+
     cfg = kubernetes.client.Configuration()
     try:
         kubernetes.config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import asyncio.sslproto
 import contextlib
 import importlib.util
 import logging
@@ -63,7 +64,47 @@ def _no_sniffio_lookups() -> None:
         sys.modules["sniffio"] = None  # type: ignore[assignment]
 
 
+#: Modules that libraries the operator imports pull in only if installed, and that the operator never uses:
+#: ``kubernetes`` (kopf imports it to recognise that client's model objects; about a third of the start-up
+#: and 10 MB) and ``httpx._main`` (httpx's command line: click, rich and pygments; 4 MB). Their cost:
+#: docs/scaling.md, "Start-up and memory".
+UNUSED_IMPORTS = ("kubernetes", "httpx._main")
+
+
+def _lean_imports() -> None:
+    """Import kopf and httpx with :data:`UNUSED_IMPORTS` absent: a None entry in ``sys.modules`` makes their
+    import fail at once, which both libraries take as "not installed". The entries go right after, so a
+    kubeconfig only the ``kubernetes`` package can read (:mod:`capmaas.operator.apiserver`) still imports
+    it."""
+    absent = [name for name in UNUSED_IMPORTS if name not in sys.modules]
+    for name in absent:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        import httpx  # noqa: F401
+        import kopf  # noqa: F401
+    finally:
+        for name in absent:
+            if sys.modules.get(name, False) is None:
+                del sys.modules[name]
+
+
+#: Bytes of the read buffer of each TLS connection (asyncio's default: 256 KiB).
+TLS_READ_BUFFER = 64 * 1024
+
+
+def _small_tls_buffers() -> None:
+    """Every TLS connection asyncio makes holds a zero-filled read buffer of ``SSLProtocol.max_size`` bytes,
+    all of it resident, for as long as the connection lives; the operator keeps about 26 to its apiserver
+    (kopf's watch of each kind and its own requests, plus :data:`~capmaas.operator.app.KUBE_CONNECTIONS`):
+    6.8 MB at the default. A TLS record carries at most 16 KiB, so a 64 KiB buffer still takes several
+    records per read; a large answer (an initial listing) only takes more reads (docs/scaling.md, "Start-up
+    and memory")."""
+    asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
+
+
 def run(args: argparse.Namespace) -> int:
+    _lean_imports()
+    _small_tls_buffers()
     from capmaas.operator.app import LeadershipLost, run_operator
     from capmaas.operator.metrics import setup_logging
     from capmaas.reconcilers.credentials import parse_selector

@@ -54,16 +54,35 @@ class RemediationAdapter:
     :class:`KubeHttp` and :class:`~capmaas.operator.kube.KubeAdapter`."""
 
     def __init__(
-        self, store: Store, http: KubeHttp, kube: KubePort, wake_machine: Callable[[str], None]
+        self,
+        store: Store,
+        http: KubeHttp,
+        kube: KubePort,
+        wake_machine: Callable[[str], None],
+        *,
+        in_shard: Callable[[Body], bool] = lambda body: True,
     ) -> None:
         self.store, self._http, self._kube = store, http, kube
         self._wake_machine = wake_machine
+        self._in_shard = in_shard
 
     def get_machine(self, namespace: str, name: str) -> Body | None:
         return self.store.find("machines", namespace, name)
 
-    def get_maasmachine(self, namespace: str, name: str) -> Body | None:
-        return self.store.find("maasmachines", namespace, name)
+    async def read_maasmachine(self, namespace: str, name: str) -> Body | None:
+        """The cached MaasMachine; on a miss (kopf has not delivered its listing yet) one GET. What the GET
+        finds is not put in the cache: the watch delivers it, with the events that start its own loop. One
+        outside this shard's watch filter is not this operator's: None, as the cache would say."""
+        cached = self.store.find(MAASMACHINE, namespace, name)
+        if cached is not None:
+            return cached
+        try:
+            body = await self._http.get_object(INFRA_API, MAASMACHINE, namespace, name)
+        except KubeHttpError as exc:
+            if exc.status == 404:
+                return None
+            raise TransientError("KubernetesError", f"reading {MAASMACHINE}/{name}: {exc}") from exc
+        return body if self._in_shard(body) else None
 
     def remediation_alive(self, namespace: str, uid: str) -> bool:
         for body in self.store.values(PLURAL):
@@ -156,7 +175,7 @@ def register(
 ) -> None:
     """The MaasRemediation loops and the handlers that feed them (called once from app.py's ``register``)."""
     config = rt.config
-    adapter = RemediationAdapter(rt.store, rt.kube.http, rt.kube, rt.machines.wake)
+    adapter = RemediationAdapter(rt.store, rt.kube.http, rt.kube, rt.machines.wake, in_shard=rt.kube.in_shard)
     connect = _connector(rt.kube, rt.store, rt.connections, default_credentials)
     reconciler = RemediationReconciler(adapter, connect)
     workers = Workers(

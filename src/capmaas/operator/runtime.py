@@ -149,8 +149,10 @@ def build_runtime(
         secret_ttl=config.kube.secret_cache_ttl,
         fence=fence,
         watch_filter=config.kube.watch_filter,
+        events_level=logging.getLevelNamesMapping()[config.logging.events_level],
     )
-    first_pass: list[float] = []
+    # Without leader election the process leads from its start (its first reconcile is its start-up time).
+    first_pass: list[float] = [time.time()] if active else []
     loops: dict[str, Workers] = {}
 
     def wake(key: str) -> None:  # the pollers': a MAAS change wakes the machine's loop
@@ -225,8 +227,10 @@ def build_runtime(
             if first_pass:
                 meta = body.get("metadata", {})
                 log.info(
-                    "first reconcile as leader: %s/%s at=%.3f (%.2fs after leadership began)",
+                    "first reconcile %s: %s/%s at=%.3f (%.2fs after %s; process CPU cpu=%.2fs)",
+                    "without leader election" if active else "as leader",
                     meta.get("namespace"), meta.get("name"), time.time(), time.time() - first_pass[0],
+                    "the runtime was built" if active else "leadership began", time.process_time(),
                 )  # fmt: skip
                 first_pass.clear()
             return await reconcile(body)

@@ -96,6 +96,9 @@ def agent_name(scope: MachineScope) -> str:
 
 #: Seconds between tries of a release MAAS refused for its form (spec.releaseOptions): a person fixes it.
 RELEASE_REFUSED_RETRY = 60.0
+#: Seconds after a release request before a deletion's "Releasing" status is written, if MAAS has not
+#: confirmed the release by then (the shared poller's release confirmations come within a few seconds).
+RELEASE_QUIET = 10.0
 #: Seconds between looks at claims still without an address (their watch events wake the object sooner).
 ADDRESS_WAIT = 60.0
 
@@ -698,6 +701,9 @@ class BareMetal(Strategy):
                     return Requeue(RELEASE_REFUSED_RETRY)
                 raise
         # No Event for the request itself: the condition says it, and MachineReleased follows when MAAS
-        # confirms (one Event fewer per machine lifecycle).
+        # confirms (one Event fewer per machine lifecycle). Nor a status write, unless MAAS takes longer than
+        # RELEASE_QUIET: a quick release is confirmed by the write that removes the finalizer (and the
+        # object); a slow one (disk erasing) says "Releasing" from the next pass on (docs/scaling.md).
         scope.set_deletion(C.RELEASING_REASON, f"{sid}: release requested")
-        return Requeue()
+        scope.hold_status()
+        return Requeue(RELEASE_QUIET)

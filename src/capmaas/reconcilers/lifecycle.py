@@ -351,8 +351,8 @@ class Lifecycle:
             started = scope.annotation(DEPLOY_STARTED)
             if started:
                 self.recorder.deploy_duration(self.clock() - float(started))
-            msg = f"{m.system_id} ({m.hostname}) is deployed and powered {m.power_state}"
-            scope.event("Normal", "MachineDeployed", msg)
+            # No Event: Ready turning True (its lastTransitionTime), machineState and machinePowered say
+            # it, and CAPI's Machine says it again; an Event would be a write per machine (docs/scaling.md).
         scope.set_status(ready=True, initialization={"provisioned": True}, addresses=facts.addresses(m))
         scope.set_condition(C.MACHINE_PROVISIONED_CONDITION, True, C.PROVISIONED_REASON, "")
         # Ready is written now, before the Node step: that step reads the kubeconfig Secret (a queued GET

@@ -35,8 +35,10 @@ finds ``PowerOff`` recorded does not know whether the power-off went out, and ne
 for MAAS to report off (bounded) and powers on; ``power_on`` of a Deployed server is harmless to repeat;
 ``release`` is a no-op on a Ready or Releasing server; ``Allocate`` looks the agent name up before
 allocating. A remediation deleted (the Machine healthy, or gone) while the server may be off powers it on
-before it lets go (its finalizer). **Leadership:** every Kubernetes and MAAS write of the operator is fenced
-by the Lease (:mod:`capmaas.operator.app`), so a standby sends nothing.
+before it lets go (its finalizer). A restarted operator may pass over a MaasRemediation before its watch
+cache has the MaasMachine: that is read from the apiserver then, never taken for gone
+(:meth:`RemediationKube.read_maasmachine`). **Leadership:** every Kubernetes and MAAS write of the operator
+is fenced by the Lease (:mod:`capmaas.operator.app`), so a standby sends nothing.
 """
 
 from __future__ import annotations
@@ -101,8 +103,12 @@ class RemediationKube(Protocol):
         """The CAPI Machine from the watch cache."""
         ...
 
-    def get_maasmachine(self, namespace: str, name: str) -> Body | None:
-        """A MaasMachine from the watch cache."""
+    async def read_maasmachine(self, namespace: str, name: str) -> Body | None:
+        """A MaasMachine from the watch cache, else from the apiserver: None only when it does not exist (or
+        is not this operator's). Not in the cache is not gone: a pass that runs right after the operator
+        started may come before kopf has delivered the MaasMachines' listing (only the CAPI Machines and
+        Clusters are indexed before any handler runs), and what a pass does without one (give up: the
+        Machine is replaced; let go without powering the server on) cannot be undone."""
         ...
 
     def remediation_alive(self, namespace: str, uid: str) -> bool:
@@ -228,7 +234,7 @@ class RemediationReconciler:
             await p.finalizer(True)
         ref = (machine.get("spec") or {}).get("infrastructureRef") or {}
         mm = (
-            self.kube.get_maasmachine(p.namespace, str(ref.get("name", "")))
+            await self.kube.read_maasmachine(p.namespace, str(ref.get("name", "")))
             if ref.get("kind") == "MaasMachine"
             else None
         )
@@ -486,7 +492,7 @@ class RemediationReconciler:
             return Requeue()
         machine = self.kube.get_machine(p.namespace, p.name)
         ref = ((machine or {}).get("spec") or {}).get("infrastructureRef") or {}
-        mm = self.kube.get_maasmachine(p.namespace, str(ref.get("name", ""))) if ref.get("name") else None
+        mm = await self.kube.read_maasmachine(p.namespace, str(ref["name"])) if ref.get("name") else None
         sid = p.status.system_id or ""
         ended = p.status.phase in ("Succeeded", "Failed")
         if machine is not None and not (machine.get("metadata") or {}).get("deletionTimestamp") and not ended:

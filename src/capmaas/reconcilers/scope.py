@@ -156,6 +156,8 @@ class ObjectScope:
         self.stale = False
         #: What a deletion is waiting for, as (reason, message): Ready says it while the object is deleted.
         self.deletion: tuple[str, str] | None = None
+        #: This pass's status changes are not written (:meth:`hold_status`).
+        self.status_held = False
         #: An owner (Machine, Cluster) was read outside the watch cache: no watch event wakes this object.
         self.unwatched_owner = False
         self._want: K8sModel | None = None
@@ -299,6 +301,13 @@ class ObjectScope:
         else:
             self.set_condition(C.PAUSED_CONDITION, False, C.NOT_PAUSED_REASON)
 
+    def hold_status(self) -> None:
+        """Write no status in this pass: a step that is likely over before anyone reads it (the caller
+        requeues soon, and the next pass, which derives the same status again, writes it if the step still
+        is not over). Only for status a pass derives afresh every time, never for what one pass records
+        for the next."""
+        self.status_held = True
+
     def event(self, type_: EventType, reason: str, message: str) -> None:
         self._events.append((type_, reason, message))
 
@@ -380,13 +389,18 @@ class ObjectScope:
 
         Spec before status: a reader that acts on status (CAPI copies ``spec.controlPlaneEndpoint`` once the
         MaasCluster says provisioned) must find the spec already there. The exception is a finalizer being
-        removed: that write may delete the object, so status goes first then."""
+        removed: that write may delete the object, so status goes first then (and is not written at all when
+        the write removes the last finalizer of an object being deleted)."""
         self._summarise()
         try:
-            if not set(self._orig_finalizers) - set(self.finalizers):
+            removing = set(self._orig_finalizers) - set(self.finalizers)
+            if not removing:
                 await self.flush()
+            # Removing the last finalizer of an object being deleted deletes it: its status is moot, and
+            # not written (one write fewer per deletion; with another finalizer left, it is written).
+            last = bool(removing) and self.deleting and not self.finalizers
             status_patch = self._status_patch()
-            if status_patch and not self.gone and not self.stale:
+            if status_patch and not self.gone and not self.stale and not last and not self.status_held:
                 new = await self.kube.patch(
                     self.plural, self.namespace, self.name, {"status": status_patch}, status=True
                 )

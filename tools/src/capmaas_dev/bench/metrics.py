@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,3 +65,37 @@ def percentile(values: Sequence[float], p: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(p / 100 * len(ordered)))
     return ordered[rank - 1]
+
+
+#: The operator's log line of its first reconcile (``capmaas.operator.runtime``), with its wall time.
+FIRST_RECONCILE = re.compile(
+    r"first reconcile (?:as leader|without leader election): .*?at=(\d+\.\d+)(?:.*?cpu=(\d+\.\d+))?"
+)
+
+#: Writes by what they are, from (verb, resource, subresource): what docs/scaling.md counts per machine.
+WRITE_KINDS = {
+    ("PATCH", "maasmachines", ""): "metadata/spec patch",
+    ("PATCH", "maasmachines", "status"): "status patch",
+    ("POST", "events", ""): "Event posted",
+    ("PATCH", "events", ""): "Event count patched (a repeat)",
+}
+
+
+def writes_by_kind(writes: Counter[WriteKey], own: Counter[WriteKey], machines: int) -> dict[str, float]:
+    """The operator's writes per machine by kind (:data:`WRITE_KINDS`; anything else by verb and resource),
+    the benchmark's own (``own``) left out."""
+    out: Counter[str] = Counter()
+    for key, total in writes.items():
+        if (count := total - own.get(key, 0)) > 0:
+            verb, resource, sub = key
+            out[WRITE_KINDS.get(key, f"{verb} {resource}{'/' + sub if sub else ''}")] += count
+    return {kind: round(count / machines, 2) for kind, count in out.most_common()}
+
+
+def first_reconcile_after(log_text: str) -> tuple[float, float | None] | None:
+    """The wall time of the first reconcile logged in ``log_text`` and the process's CPU seconds then (None
+    from an operator that does not log it), if any."""
+    match = FIRST_RECONCILE.search(log_text)
+    if match is None:
+        return None
+    return float(match.group(1)), float(match.group(2)) if match.group(2) else None

@@ -301,7 +301,7 @@ class Release:
 
         ``--no-validate``: :func:`~capmaas_dev.release.verify.verify` validates the written SBOM against the
         CycloneDX 1.6 schema at the end of the build (an invalid one stops the release there), with the
-        same library; cyclonedx-py's own validation of it first cost about 9 s of CPU a build, nearly all
+        same library; cyclonedx-py's own validation of it first cost about 12 s of CPU a build, nearly all
         of the step (docs/benchmarks/test-durations.md)."""
         t0 = time.monotonic()
         venv = self.work / "sbom-venv"

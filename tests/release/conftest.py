@@ -3,7 +3,7 @@ for the install tests (``test_release_dist``, in the ``pod`` group) and the upgr
 its Helm test in ``pod``, the others in ``upgrade``; ``tests/suite_plan.py``). On pytest-xdist workers the
 first worker to need it builds it and the others take that build (``release_support.shared_build``): the
 groups run on two workers while the build is paid once. Each SBOM's schema validation runs once per run
-(``release_support.validate_each_sbom_once``)."""
+(``release_support.validate_each_sbom_once``), the previous release's build included (``sbom_once``)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,16 @@ def _run_root(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
     return tmp_path_factory.mktemp(name)
 
 
+@pytest.fixture(scope="session")
+def sbom_marks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the run marks the SBOM texts that passed validation (``sbom_once``)."""
+    return _run_root(tmp_path_factory, "valid-sboms")
+
+
 @pytest.fixture(scope="session", autouse=True)
-def _sboms_validated_once(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def _sboms_validated_once(sbom_marks: Path) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
-        validate_each_sbom_once(_run_root(tmp_path_factory, "valid-sboms"), patch)
+        validate_each_sbom_once(sbom_marks, patch)
         yield
 
 

@@ -5,15 +5,17 @@ MaasCluster and machines to Ready on the MAAS simulator, the lot deleted and eve
 The previous release is found by its commit in ``releases.toml`` (a tracked file: a clone may come without
 tags), never by a tag alone; its sources are ``git archive`` of that commit and it is built by its own
 release tooling (``python -m capmaas_dev.release VERSION --no-reproducibility-check`` with that tree's code),
-as it was when it was cut. Its ``dist/`` is kept under ``$CAPMAAS_CACHE/releases/<version>-<commit>`` (checked
-against its ``SHA256SUMS`` when reused): a release is built once and then only installed, as users get it.
+as it was when it was cut, its SBOMs' schema validation shared with the run's (``sbom_once``). Its ``dist/``
+is kept under ``$CAPMAAS_CACHE/releases/<version>-<commit>`` (checked against its ``SHA256SUMS`` when
+reused): a release is built once and then only installed, as users get it. The commit is the whole key: the
+sources and the tooling that builds them are that commit's; what else the build used (the base image in
+buildah, the host's Python and pip index) is what a release's build ran on, not what the release is.
 """
 
 from __future__ import annotations
 
 import base64
 import fcntl
-import hashlib
 import io
 import json
 import os
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sbom_once
 import yaml
 
 from capmaas import __version__
@@ -126,25 +129,10 @@ def shared_build(root: Path) -> Built:
 
 def validate_each_sbom_once(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``verify``'s CycloneDX schema validation, run once per distinct SBOM text in a run (``root`` is shared
-    by the run's pytest-xdist workers): a text that passed is marked by its SHA-256 under ``root`` and passes
-    again without the validator. Why: the release tests verify the same ``dist/`` several times (the build's
-    own check, the other worker taking the build, the tampered copies, the previous release), and the
-    validator's IRI format checks (a Lark Earley parser per ``purl``) cost about 7 s of CPU per SBOM
-    (docs/benchmarks/test-durations.md). The validation is a function of the text alone; a text that failed
-    is never marked, so a failure is seen every time."""
-    real = verify_module._validate_cyclonedx
-    root.mkdir(parents=True, exist_ok=True)
-
-    def validate(text: str) -> str | None:
-        mark = root / hashlib.sha256(text.encode()).hexdigest()
-        if mark.is_file():
-            return None
-        error = real(text)
-        if error is None:
-            mark.touch()
-        return error
-
-    monkeypatch.setattr(verify_module, "_validate_cyclonedx", validate)
+    by the run's pytest-xdist workers and the previous release's build; ``sbom_once`` says why)."""
+    monkeypatch.setattr(
+        verify_module, "_validate_cyclonedx", sbom_once.remembering(verify_module._validate_cyclonedx, root)
+    )
 
 
 # -- the previous release ------------------------------------------------------------------------------------
@@ -197,17 +185,18 @@ def check_release_commit(past: PastRelease) -> None:
     assert f'__version__ = "{past.version}"' in init, f"{past.commit} is not version {past.version}"
 
 
-def build_previous(past: PastRelease, scratch: Path) -> Built:
-    """The release ``past`` as its own tooling built it (module doc), from the cache when built before."""
+def build_previous(past: PastRelease, scratch: Path, sbom_marks: Path) -> Built:
+    """The release ``past`` as its own tooling built it (module doc), from the cache when built before;
+    ``sbom_marks``: the run's ``validate_each_sbom_once`` directory."""
     check_release_commit(past)
     cached = cache_dir() / "releases" / f"{past.version}-{past.commit[:12]}"
     cached.mkdir(parents=True, exist_ok=True)
     with (cached / "lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another worker (or run) building it: wait, then take its build
-        return _build_previous(past, scratch, cached)
+        return _build_previous(past, scratch, cached, sbom_marks)
 
 
-def _build_previous(past: PastRelease, scratch: Path, cached: Path) -> Built:
+def _build_previous(past: PastRelease, scratch: Path, cached: Path, sbom_marks: Path) -> Built:
     dist = cached / "dist"
     names = Names(past.version)
     started = time.monotonic()
@@ -231,8 +220,9 @@ def _build_previous(past: PastRelease, scratch: Path, cached: Path) -> Built:
         env = {**os.environ, "PYTHONPATH": path, "SOURCE_DATE_EPOCH": epoch}
         partial = cached / "dist.partial"
         shutil.rmtree(partial, ignore_errors=True)
-        out = run([sys.executable, "-m", module, past.version, "--out", str(partial),
-                   "--no-reproducibility-check"], cwd=src, env=env, timeout=1800)  # fmt: skip
+        # ``python -m <module> ...``, its SBOM validation shared with this run's (``sbom_once``).
+        out = run([sys.executable, sbom_once.__file__, str(sbom_marks), module, past.version, "--out",
+                   str(partial), "--no-reproducibility-check"], cwd=src, env=env, timeout=1800)  # fmt: skip
         print(out[-1500:])
         partial.rename(dist)
         shutil.rmtree(src, ignore_errors=True)

@@ -66,10 +66,10 @@ NEW_MACHINE = MachineSpec("rel-worker-2", False, resource_pool="workers")
 
 
 @pytest.fixture(scope="session")
-def previous(tmp_path_factory: pytest.TempPathFactory) -> Built:
+def previous(tmp_path_factory: pytest.TempPathFactory, sbom_marks: Path) -> Built:
     """Session-scoped like ``built`` and named before it by the tests, so it is built first: the ``upgrade``
     group's worker builds the previous release while the ``pod`` group's builds the current one."""
-    return build_previous(previous_release(), tmp_path_factory.mktemp("previous"))
+    return build_previous(previous_release(), tmp_path_factory.mktemp("previous"), sbom_marks)
 
 
 def test_a_release_commit_missing_from_the_clone_fails_with_what_to_do() -> None:

@@ -25,7 +25,9 @@ from capmaas_dev.devcluster import (
     find_binary,
     run_kubectl,
 )
-from capmaas_dev.devcluster.process import pid_alive
+from capmaas_dev.devcluster.controlplane import PROFILING_ENV, _apiserver_args
+from capmaas_dev.devcluster.pki import Pki
+from capmaas_dev.devcluster.process import GO_GC_ENV, go_env, pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,6 +67,23 @@ def test_missing_binaries_fail_naming_make_controlplane(
         ControlPlane.start()
     assert f"etcd {ETCD_VERSION}" in str(err.value)
     assert not list(tmp_path.glob("capmaas-cp-*"))
+
+
+def test_apiserver_profiles_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PROFILING_ENV, raising=False)
+    pki = Pki.at(tmp_path)
+    assert "--profiling=false" in _apiserver_args(pki, "http://127.0.0.1:1", 2)
+    monkeypatch.setenv(PROFILING_ENV, "1")
+    assert "--profiling=true" in _apiserver_args(pki, "http://127.0.0.1:1", 2)
+
+
+def test_go_collector_pacing_is_filled_in_and_the_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in GO_GC_ENV:
+        monkeypatch.delenv(name, raising=False)
+    assert {k: go_env()[k] for k in GO_GC_ENV} == dict(GO_GC_ENV)
+    monkeypatch.setenv("GOGC", "150")
+    assert go_env()["GOGC"] == "150"
+    assert go_env()["GOMEMLIMIT"] == GO_GC_ENV["GOMEMLIMIT"]
 
 
 def test_build_script_reads_the_python_versions_and_go_mods_agree() -> None:
@@ -155,6 +174,16 @@ def test_controller_manager_collects_garbage_and_deletes_namespaces(kube, kubect
     kubectl("wait", "--for=delete", "configmap/child", "-n", ns, "--timeout=60s")
     kubectl("delete", "namespace", ns, "--timeout=90s")
     assert kubectl("get", "namespace", ns, check=False).returncode != 0
+
+
+@pytest.mark.k8s
+def test_control_plane_processes_run_with_the_go_collector_pacing(kube) -> None:
+    """etcd, the apiserver and the controller-manager get GO_GC_ENV (or the test run's own values)."""
+    expected = {k: os.environ.get(k, v) for k, v in GO_GC_ENV.items()}
+    for pid in kube.pids():
+        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        env = dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+        assert {k: env.get(k) for k in GO_GC_ENV} == expected, pid
 
 
 @pytest.mark.k8s

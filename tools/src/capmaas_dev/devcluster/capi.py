@@ -313,7 +313,7 @@ class CapiManager:
             *([f"--namespace={self.namespace}"] if self.namespace else []),
             *extra,
         ]
-        self.popen = process.spawn(args, self.log, detach=False)
+        self.popen = process.spawn(args, self.log, detach=False, env=process.go_env())
         self._wait_ready(began + timeout)
         self.startup_seconds = time.monotonic() - began
 

@@ -47,6 +47,8 @@ NODE_CONTROLLERS = "*"
 SERVICE_IP = "10.0.0.1"
 NODE_API_PORT = 443
 _PORT_RACE = "address already in use"
+#: ``1`` serves the apiserver's Go profiles (``/debug/pprof/profile?seconds=60`` with the admin certificate).
+PROFILING_ENV = "CAPMAAS_DEV_APISERVER_PROFILING"
 
 
 class StartError(RuntimeError):
@@ -234,7 +236,7 @@ class ControlPlane:
 
     def _spawn(self, name: str, binary: str, args: list[str], logs: Path) -> None:
         log = logs / f"{name}.log"
-        popen = process.spawn([binary, *args], log, detach=self.detached)
+        popen = process.spawn([binary, *args], log, detach=self.detached, env=process.go_env())
         self.components.append(Component(name, popen.pid, log, binary, popen))
 
     def _component(self, name: str) -> Component:
@@ -407,7 +409,8 @@ def _apiserver_args(pki: Pki, etcd_url: str, port: int, node_ip: str | None = No
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--allow-privileged=true",
         "--endpoint-reconciler-type=none",
-        "--profiling=false",
+        # /debug/pprof (admin certificate only) for finding where the apiserver's CPU goes; off by default.
+        f"--profiling={'true' if os.environ.get(PROFILING_ENV) == '1' else 'false'}",
     ]
     if node_ip is None:
         return [*args, "--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount"]

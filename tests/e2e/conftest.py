@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     from capmaas_dev.devcluster.capi import CapiManager
     from capmaas_dev.devcluster.workload import WorkloadCluster
 
-from e2e_support import TIMINGS, Kubectl, ProviderStack
+from e2e_support import TIMINGS, Kubectl, ProviderStack, start_operator
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -142,11 +142,9 @@ def provider_stack(
     """The MAAS simulator + ``capmaas run`` around the CAPI manager and the workload stand-in (module doc)."""
     import os
     import time
-    import urllib.request
 
     from capmaas_dev.demo.simthread import SimulatorThread
     from capmaas_dev.demo.stack import OperatorProcess
-    from capmaas_dev.devcluster.process import free_port
     from capmaas_dev.simulator import Inventory, Timings
 
     assert capi.namespace is not None
@@ -160,13 +158,10 @@ def provider_stack(
     hook = workload.deploy_hook()
     sim.sim.on_deployed = hook  # the kubelet's part: a Node per deployed machine
     workdir = tmp_path_factory.mktemp("provider")
-    health_port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAPMAAS_")}
-    env.update(
+    env.update(  # the health and metrics ports: start_operator's
         KUBECONFIG=str(kube.kubeconfig),
         CAPMAAS_SERVER__BIND_ADDRESS="127.0.0.1",
-        CAPMAAS_SERVER__HEALTH_PORT=str(health_port),
-        CAPMAAS_SERVER__METRICS_PORT=str(free_port()),
         CAPMAAS_LOGGING__FORMAT="text",
         CAPMAAS_LOGGING__LEVEL="INFO",
         CAPMAAS_POLLING__FAST_INTERVAL="0.3",
@@ -183,7 +178,7 @@ def provider_stack(
     # One operator serves every e2e test, each in a namespace of its own: this management cluster has one
     # tenant, so every namespace may use the default credentials (the explicit setting an admin gives).
     env["CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACES"] = "*"
-    operator = OperatorProcess(env, capi.namespace, workdir / "operator.log").start()
+    operator = OperatorProcess(env, capi.namespace, workdir / "operator.log")
     stack = ProviderStack(
         kubectl=kubectl,
         kubeconfig=kube.kubeconfig,
@@ -195,15 +190,7 @@ def provider_stack(
         test_id=lambda: _CURRENT.get("test", request.node.nodeid),
     )
     try:
-
-        def healthy() -> bool:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/healthz", timeout=2) as r:
-                    return bool(r.status == 200)
-            except OSError:
-                return False
-
-        stack.wait_for(healthy, "the capmaas operator's /healthz", timeout=60)
+        start_operator(operator)  # again on fresh ports if another process took one (its docstring)
         TIMINGS.append(
             (request.node.nodeid, "provider stack up (simulator + operator)", time.monotonic() - started)
         )

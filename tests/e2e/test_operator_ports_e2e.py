@@ -1,0 +1,80 @@
+"""``e2e_support.start_operator``: an operator whose health or metrics port was taken before it could bind it
+is started again on fresh ports, and a port another operator serves is not mistaken for its own.
+
+``free_port`` binds, closes and hands out a port; with two e2e workers (tests/suite_plan.py) each starting
+operators and control planes, another process can take that port first. Here the taken port is handed out on
+purpose (``ports=``): the first start must fail on its bind and the second must serve. The health case's
+port is held by a server that answers ``/healthz`` with 200, as another worker's operator would.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from e2e_support import PORT_TAKEN, listens, start_operator
+
+from capmaas_dev.demo.stack import OperatorProcess
+from capmaas_dev.devcluster.process import free_port
+
+if TYPE_CHECKING:
+    from capmaas_dev.devcluster import ControlPlane
+
+pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
+
+
+class _Healthy(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with 200, as another operator's ``/healthz`` does."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def taken() -> Iterator[int]:
+    """A loopback port held (listening, answering ``/healthz``) by someone else for the whole test."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Healthy)
+    thread = threading.Thread(target=server.serve_forever, name="port squatter", daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+@pytest.mark.parametrize("which", ["health", "metrics"])
+def test_an_operator_that_lost_its_port_starts_again_on_fresh_ones(
+    which: str, taken: int, kube: ControlPlane, capmaas_crds: None, namespace: str, tmp_path: Path
+) -> None:
+    # start_operator takes the health port, then the metrics port: the first start gets the taken one.
+    handed = [taken, free_port()] if which == "health" else [free_port(), taken]
+    handed += [free_port() for _ in range(8)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAPMAAS_")}
+    env.update(
+        KUBECONFIG=str(kube.kubeconfig), CAPMAAS_SERVER__BIND_ADDRESS="127.0.0.1", CAPMAAS_LOGGING__FORMAT="text"
+    )
+    operator = OperatorProcess(env, namespace, tmp_path / "operator.log")
+    try:
+        health = start_operator(operator, ports=lambda: handed.pop(0))
+        assert len(handed) == 6, "not exactly two starts"
+        assert taken not in (health, int(env["CAPMAAS_SERVER__METRICS_PORT"]))
+        assert health == int(env["CAPMAAS_SERVER__HEALTH_PORT"])
+        assert operator.exited() is None
+        assert listens(operator.pid, health), "the health port is not the operator's own"
+        assert not listens(operator.pid, taken)
+        assert PORT_TAKEN in operator.log.read_text().lower(), "the first start did not fail on its bind"
+    finally:
+        operator.stop()

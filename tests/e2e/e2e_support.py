@@ -291,13 +291,15 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
 
 
 # -- starting an operator on ports of its own ----------------------------------------------------------------
-#: How a listener's failed bind reads in the operator's log, whichever one lost: kopf's health server (aiohttp:
-#: "error while attempting to bind on address (...): address already in use") or the metrics server
-#: (``OSError: [Errno 98] Address already in use``). Compared in lower case.
+#: How a listener's failed bind reads in the operator's log, whichever one lost: kopf's health server
+#: (aiohttp: "error while attempting to bind on address (...): address already in use") or the metrics
+#: server (``OSError: [Errno 98] Address already in use``). Compared in lower case.
 PORT_TAKEN = "address already in use"
 
 
-def start_operator(operator: OperatorProcess, *, ports: Callable[[], int] | None = None, attempts: int = 5) -> int:
+def start_operator(
+    operator: OperatorProcess, *, ports: Callable[[], int] | None = None, attempts: int = 5
+) -> int:
     """Start ``operator`` (a ``capmaas_dev.demo.stack.OperatorProcess``) on fresh health and metrics ports and
     wait until it serves both itself; returns its health port (``operator.env`` keeps both ports).
 
@@ -317,33 +319,41 @@ def start_operator(operator: OperatorProcess, *, ports: Callable[[], int] | None
         operator.env.update(
             CAPMAAS_SERVER__HEALTH_PORT=str(health), CAPMAAS_SERVER__METRICS_PORT=str(metrics)
         )
-        log = operator.log
-        seen = log.stat().st_size if log.exists() else 0
-        operator.start()
-        pid = operator.pid
-        try:
-            wait_for(
-                lambda: operator.exited() is not None or _serving(pid, health, metrics),
-                f"capmaas run serving /healthz on 127.0.0.1:{health} (or exiting)",
-                timeout=60,
-                interval=0.2,
-            )
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{operator.tail()}") from None
-        code = operator.exited()
-        if code is None:
+        said = _start_once(operator, health, metrics)
+        if said is None:
             return health
-        with log.open("rb") as f:
-            f.seek(seen)
-            said = f.read().decode(errors="replace")
-        operator.stop()  # reaps it
         if PORT_TAKEN not in said.lower() or attempt == attempts:
             raise AssertionError(
-                f"capmaas run exited with code {code} (start {attempt} of {attempts}, health port {health}, "
-                f"metrics port {metrics}):\n{operator.tail()}"
+                f"capmaas run exited (start {attempt} of {attempts}, health port {health}, metrics port "
+                f"{metrics}): {said.splitlines()[0]}\n{operator.tail()}"
             )
         print(f"capmaas run lost port {health} or {metrics} to another process (start {attempt}); again")
     raise AssertionError("unreachable")
+
+
+def _start_once(operator: OperatorProcess, health: int, metrics: int) -> str | None:
+    """Start ``operator``; None once it serves, else its exit code and what it wrote to its log (reaped)."""
+    log = operator.log
+    seen = log.stat().st_size if log.exists() else 0
+    operator.start()
+    pid = operator.pid
+    try:
+        wait_for(
+            lambda: operator.exited() is not None or _serving(pid, health, metrics),
+            f"capmaas run serving /healthz on 127.0.0.1:{health} (or exiting)",
+            timeout=60,
+            interval=0.2,
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{operator.tail()}") from None
+    code = operator.exited()
+    if code is None:
+        return None
+    with log.open("rb") as f:
+        f.seek(seen)
+        said = f.read().decode(errors="replace")
+    operator.stop()
+    return f"(exit code {code})\n{said}"
 
 
 def _serving(pid: int, health: int, metrics: int) -> bool:

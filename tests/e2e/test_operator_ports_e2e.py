@@ -63,9 +63,8 @@ def test_an_operator_that_lost_its_port_starts_again_on_fresh_ones(
     handed = [taken, free_port()] if which == "health" else [free_port(), taken]
     handed += [free_port() for _ in range(8)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAPMAAS_")}
-    env.update(
-        KUBECONFIG=str(kube.kubeconfig), CAPMAAS_SERVER__BIND_ADDRESS="127.0.0.1", CAPMAAS_LOGGING__FORMAT="text"
-    )
+    env.update(KUBECONFIG=str(kube.kubeconfig), CAPMAAS_SERVER__BIND_ADDRESS="127.0.0.1")
+    env.update(CAPMAAS_LOGGING__FORMAT="text")
     operator = OperatorProcess(env, namespace, tmp_path / "operator.log")
     try:
         health = start_operator(operator, ports=lambda: handed.pop(0))

@@ -10,14 +10,14 @@ Groups (``xdist_group``, honoured by ``--dist loadgroup``; without xdist they on
   One group per module, not per test: three chaos tests on the three workers at once left nothing else
   running for their first minutes and put their timing-sensitive waits on a box loaded by each other;
 - ``image`` (the from-scratch image build) and ``pod`` (the one-node cluster) next: minutes of mostly I/O;
-- ``e2e-1`` and ``e2e-2`` next: the end-to-end modules in two halves (``E2E``), each on one worker, where one
-  CAPI core manager serves the half's modules (session-scoped ``capi``, so one per worker: its own control
+- ``e2e-1`` and ``e2e-2`` next: the end-to-end modules in two halves (``E2E``), each half on one worker, where
+  one CAPI core manager serves its modules (the session-scoped ``capi``: one per worker, with its own control
   plane, CAPI namespace and workload stand-in) and they run one after another as ``tests/e2e/conftest.py``
-  assumes. A module stays whole (its module-scoped ``provider_stack``). One group held every module until the
-  e2e span alone (926 s in the fresh-clone CI of 2026-11-27) was over the suite's target of 900 s;
+  assumes. A module stays whole (its module-scoped ``provider_stack``). In one group, the e2e span alone was
+  over the whole suite's target (docs/benchmarks/test-durations.md);
 - ``upgrade`` (``tests/release/test_upgrade.py`` but its Helm test, which needs the node: ``pod``) next: it
-  builds the previous release or takes ``pod``'s build of this checkout (``test_release_dist``), whichever
-  worker comes first builds (``tests/release/conftest.py``, ``release_support``);
+  builds the previous release while ``pod`` builds this checkout's (``test_release_dist``); each worker then
+  takes the other's build (``tests/release/conftest.py``, ``release_support``);
 - ``demo``: the ``capmaas demo``/bench runs one after another (each starts its own control planes);
 - any other module with a module- or class-scoped fixture: its module stays on one worker (the fixture is
   made once, as in a serial run);
@@ -26,15 +26,16 @@ Groups (``xdist_group``, honoured by ``--dist loadgroup``; without xdist they on
 Every worker has its own session fixtures (its own ``kube`` control plane): tests on different workers never
 share a cluster, so cluster-scoped objects (CRDs, webhooks, Nodes) of one cannot disturb another.
 
-Why this order: with ``--dist loadgroup --no-loadscope-reorder`` xdist hands each of the 3 workers the next
+Why this order: with ``--dist loadgroup --no-loadscope-reorder`` xdist gives each of the 3 workers the next
 unit (a group, or an ungrouped test) in this order, then at once a second one to each worker with at most 2
 tests pending, and later the next unit to the first worker whose pending tests drop to 2. The chaos modules
-(1 and 2 tests) and ``image`` (1 test) take the first three workers, so their partners are the next three:
-``pod`` after ``test_chaos``, ``e2e-1`` after the failover chaos (its ~550 s), ``e2e-2`` after ``image``
-(~150 s); ``upgrade`` (~240 s) then goes behind the half that ends first, ``e2e-2``. So ``e2e-1`` is the
-lighter half: it follows the longest unit. Placed before ``pod`` instead, a half would follow the failover
-chaos and ``pod`` (~700 s with this checkout's release build) would follow a half or the failover chaos:
-a chain of ~1,250 s. (Spans of the fresh-clone CI of 2026-11-27, docs/benchmarks/test-durations.md.)
+(1 and 2 tests) and ``image`` (1 test) take the three workers, and the next three units are their partners:
+``pod`` after ``test_chaos``, ``e2e-1`` after the failover chaos, ``e2e-2`` after ``image``; ``upgrade`` then
+goes behind the first of them to near its end, ``e2e-2`` (it follows the shortest unit). ``e2e-1`` is the
+lighter half because it follows the longest unit, the failover chaos. With the halves after ``upgrade`` (the
+order before the split), the second half queued behind the failover chaos and ``upgrade``; with them before
+``pod``, ``pod`` (with this checkout's release build) queued behind a half or the failover chaos: chains
+longer than the suite (the spans in docs/benchmarks/test-durations.md, "e2e in two halves").
 
 Coverage (``make test`` runs pytest with ``--cov``): coverage.py's tracer is on only for the tests under
 ``TRACED``, the ones whose coverage ``hack/coverage_gate.py`` reads (``capmaas/maas/`` and

@@ -29,8 +29,10 @@ Yields an ``e2e_support.ProviderStack`` (``from e2e_support import ProviderStack
   MaasMachines of the namespace agree one to one), ``.ready_in_maas(system_ids)``.
 - ``.operator``: ``capmaas run --namespace <capi.namespace> --no-leader-elect`` (``capmaas_dev.demo.stack.
   OperatorProcess``), default credentials from ``CAPMAAS_MAAS__ENDPOINT``/``CAPMAAS_MAAS__API_KEY``, fast
-  polling; its log is ``.operator.log`` under pytest's basetemp. A failing test that uses the fixture gets
-  the tails of the operator and CAPI manager logs in its report (``.logs()``).
+  polling; its log is ``.operator.log`` under pytest's basetemp. Started by ``e2e_support.start_operator``:
+  health and metrics ports from ``free_port``, started again on fresh ones if another process took one
+  before the operator bound it; a test that restarts it does the same. A failing test that uses the fixture
+  gets the tails of the operator and CAPI manager logs in its report (``.logs()``).
 - ``.namespace`` (= ``capi.namespace``), ``.kubectl``, ``.kubeconfig`` (management), ``.capi``, ``.workload``.
 - ``.create_cluster(name, identity=False, endpoint_host=None, control_plane=True)``: Cluster + MaasCluster (+
   with ``identity``, a MAAS admin user named after the cluster and an identityRef Secret holding its key) +
@@ -49,13 +51,20 @@ Yields an ``e2e_support.ProviderStack`` (``from e2e_support import ProviderStack
   ``.wait_for(check, what, timeout=)`` (fails at once if the operator died), ``.stage(what)`` (a context
   manager that prints ``[e2e timing] what: Ns`` and records it for the terminal summary).
 
-Isolation: the CAPI manager watches one namespace (``capi.namespace``), shared by every e2e module. That is
-fine because everything is scoped by cluster name: use a unique one (``<prefix>-<random hex>``) and select
-with the ``cluster.x-k8s.io/cluster-name`` label. The stack (simulator, operator) is per *module*, so each
-module's simulator starts fresh and its invariants and allocations concern that module only; teardown
-deletes the clusters it still knows (operator still running, so MAAS machines are released), stops the
-operator, strips leftover capmaas finalizers and removes the module's Nodes from the workload stand-in.
-Modules run one after another (no xdist), so two operators never reconcile the namespace at once.
+Isolation: the CAPI manager watches one namespace (``capi.namespace``), shared by every e2e module of the
+worker. That is fine because everything is scoped by cluster name: use a unique one (``<prefix>-<random
+hex>``) and select with the ``cluster.x-k8s.io/cluster-name`` label. The stack (simulator, operator) is per
+*module*, so each module's simulator starts fresh and its invariants and allocations concern that module
+only; teardown deletes the clusters it still knows (operator still running, so MAAS machines are released),
+stops the operator, strips leftover capmaas finalizers and removes the module's Nodes from the workload
+stand-in. The modules of a worker run one after another, so two operators never reconcile the namespace at
+once.
+
+With pytest-xdist (``make test``) the e2e modules are in two groups, ``e2e-1`` and ``e2e-2``
+(``tests/suite_plan.py``, ``E2E``), each on one worker. Every session fixture here is per worker: its own
+``kube``, CRDs, CAPI manager and namespace, workload stand-in, and basetemp for the logs; nothing is shared
+between the groups but the machine's ports (hence ``start_operator``'s retry). A module stays in one group
+(its module-scoped fixtures); a new module is named in ``suite_plan.E2E``.
 """
 
 from __future__ import annotations

@@ -13,12 +13,9 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from capmaas_dev.demo.manifests import identity_secret
-
-if TYPE_CHECKING:
-    from capmaas_dev.demo.stack import OperatorProcess
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
@@ -297,11 +294,27 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
 PORT_TAKEN = "address already in use"
 
 
-def start_operator(
-    operator: OperatorProcess, *, ports: Callable[[], int] | None = None, attempts: int = 5
-) -> int:
-    """Start ``operator`` (a ``capmaas_dev.demo.stack.OperatorProcess``) on fresh health and metrics ports and
-    wait until it serves both itself; returns its health port (``operator.env`` keeps both ports).
+class Operator(Protocol):
+    """A ``capmaas run`` child: ``capmaas_dev.demo.stack.OperatorProcess`` or ``move_support.Operator``."""
+
+    env: dict[str, str]
+    log: Path
+
+    @property
+    def pid(self) -> int: ...
+
+    def start(self) -> object: ...
+
+    def exited(self) -> int | None: ...
+
+    def stop(self) -> None: ...
+
+    def tail(self) -> str: ...
+
+
+def start_operator(operator: Operator, *, ports: Callable[[], int] | None = None, attempts: int = 5) -> int:
+    """Start ``operator`` on fresh health and metrics ports and wait until it serves both itself; returns its
+    health port (``operator.env`` keeps both ports).
 
     Why a retry: ``free_port`` binds, closes and hands out a port, so until the operator binds it another
     process may take it (another xdist worker's operator or control plane, which picked the same port from the
@@ -331,7 +344,7 @@ def start_operator(
     raise AssertionError("unreachable")
 
 
-def _start_once(operator: OperatorProcess, health: int, metrics: int) -> str | None:
+def _start_once(operator: Operator, health: int, metrics: int) -> str | None:
     """Start ``operator``; None once it serves, else its exit code and what it wrote to its log (reaped)."""
     log = operator.log
     seen = log.stat().st_size if log.exists() else 0

@@ -31,11 +31,11 @@ unit (a group, or an ungrouped test) in this order, then at once a second one to
 tests pending, and later the next unit to the first worker whose pending tests drop to 2. The chaos modules
 (1 and 2 tests) and ``image`` (1 test) take the three workers, and the next three units are their partners:
 ``pod`` after ``test_chaos``, ``e2e-1`` after the failover chaos, ``e2e-2`` after ``image``; ``upgrade`` then
-goes behind the first of them to near its end, ``e2e-2`` (it follows the shortest unit). ``e2e-1`` is the
-lighter half because it follows the longest unit, the failover chaos. With the halves after ``upgrade`` (the
-order before the split), the second half queued behind the failover chaos and ``upgrade``; with them before
-``pod``, ``pod`` (with this checkout's release build) queued behind a half or the failover chaos: chains
-longer than the suite (the spans in docs/benchmarks/test-durations.md, "e2e in two halves").
+goes behind the first of them to near its end (``pod`` or ``e2e-2``). ``e2e-1`` is the lighter half because it
+follows the longest of the three first units, the failover chaos, and ``e2e-2`` the shortest, ``image``. With
+the halves after ``upgrade`` (the order before the split), the second half queued behind the failover chaos
+and ``upgrade``; with them before ``pod``, ``pod`` (with this checkout's release build) queued behind a half
+or the failover chaos: longer chains (the spans in docs/benchmarks/test-durations.md, "e2e in two halves").
 
 Coverage (``make test`` runs pytest with ``--cov``): coverage.py's tracer is on only for the tests under
 ``TRACED``, the ones whose coverage ``hack/coverage_gate.py`` reads (``capmaas/maas/`` and
@@ -66,27 +66,27 @@ import pytest
 #: Groups that start first, in this order (module doc: which pairs of them share a worker).
 FIRST = ("chaos", "image", "pod", "e2e", "upgrade", "demo")
 CHAOS_MODULES = ("tests/operator/test_failover_chaos.py", "tests/operator/test_chaos.py")
-#: The e2e modules of each half, balanced by their durations in docs/benchmarks/test-durations.md ("e2e in
-#: two halves"), ``e2e-1`` the lighter (module doc). Every module of tests/e2e is named here
+#: The e2e modules of each half, by their measured times (docs/benchmarks/test-durations.md, "e2e in two
+#: halves"): ``e2e-1`` the lighter (module doc). Every module of tests/e2e is named here
 #: (tests/unit/test_suite_plan.py checks it): a new one is placed by its duration, not by default.
 E2E: dict[str, tuple[str, ...]] = {
     "e2e-1": (
-        "test_clusterclass.py",
-        "test_clusterctl_repo.py",  # with test_clusterclass: the only users of the session's kubeadm_crds
-        "test_node_reuse_e2e.py",
-        "test_operator_ports_e2e.py",
-        "test_remediation_e2e.py",
-    ),
-    "e2e-2": (
         "test_capi_harness.py",
         "test_clusterctl_move.py",
         "test_hypershift.py",
         "test_machinedeployment.py",
         "test_static_ips_e2e.py",
     ),
+    "e2e-2": (
+        "test_clusterclass.py",
+        "test_clusterctl_repo.py",  # with test_clusterclass: the only users of the session's kubeadm_crds
+        "test_node_reuse_e2e.py",
+        "test_operator_ports_e2e.py",
+        "test_remediation_e2e.py",
+    ),
 }
-#: A module missing from ``E2E`` still runs, in the second half (the unit test fails meanwhile).
-E2E_DEFAULT = "e2e-2"
+#: A module missing from ``E2E`` still runs, in the lighter half (the unit test fails meanwhile).
+E2E_DEFAULT = "e2e-1"
 SCOPED = ("module", "class", "package")
 
 #: The tests coverage.py traces in ``make test``: those that give the gate's packages (``capmaas/maas/``,

@@ -10,11 +10,14 @@ Groups (``xdist_group``, honoured by ``--dist loadgroup``; without xdist they on
   One group per module, not per test: three chaos tests on the three workers at once left nothing else
   running for their first minutes and put their timing-sensitive waits on a box loaded by each other;
 - ``image`` (the from-scratch image build) and ``pod`` (the one-node cluster) next: minutes of mostly I/O;
+- ``e2e-1`` and ``e2e-2`` next: the end-to-end modules in two halves (``E2E``), each half on one worker, where
+  one CAPI core manager serves its modules (the session-scoped ``capi``: one per worker, with its own control
+  plane, CAPI namespace and workload stand-in) and they run one after another as ``tests/e2e/conftest.py``
+  assumes. A module stays whole (its module-scoped ``provider_stack``). In one group, the e2e span alone was
+  over the whole suite's target (docs/benchmarks/test-durations.md);
 - ``upgrade`` (``tests/release/test_upgrade.py`` but its Helm test, which needs the node: ``pod``) next: it
   builds the previous release while ``pod`` builds this checkout's (``test_release_dist``); each worker then
   takes the other's build (``tests/release/conftest.py``, ``release_support``);
-- ``e2e``: every end-to-end module on one worker, so one CAPI core manager serves them all (session-scoped
-  ``capi``) and their modules run one after another as ``tests/e2e/conftest.py`` assumes;
 - ``demo``: the ``capmaas demo``/bench runs one after another (each starts its own control planes);
 - any other module with a module- or class-scoped fixture: its module stays on one worker (the fixture is
   made once, as in a serial run);
@@ -22,6 +25,17 @@ Groups (``xdist_group``, honoured by ``--dist loadgroup``; without xdist they on
 
 Every worker has its own session fixtures (its own ``kube`` control plane): tests on different workers never
 share a cluster, so cluster-scoped objects (CRDs, webhooks, Nodes) of one cannot disturb another.
+
+Why this order: with ``--dist loadgroup --no-loadscope-reorder`` xdist gives each of the 3 workers the next
+unit (a group, or an ungrouped test) in this order, then at once a second one to each worker with at most 2
+tests pending, and later the next unit to the first worker whose pending tests drop to 2. The chaos modules
+(1 and 2 tests) and ``image`` (1 test) take the three workers, and the next three units are their partners:
+``pod`` after ``test_chaos``, ``e2e-1`` after the failover chaos, ``e2e-2`` after ``image``; ``upgrade`` then
+goes behind the first of them to near its end (``pod`` or ``e2e-2``). ``e2e-1`` is the lighter half because it
+follows the longest of the three first units, the failover chaos, and ``e2e-2`` the shortest, ``image``. With
+the halves after ``upgrade`` (the order before the split), the second half queued behind the failover chaos
+and ``upgrade``; with them before ``pod``, ``pod`` (with this checkout's release build) queued behind a half
+or the failover chaos: longer chains (the spans in docs/benchmarks/test-durations.md, "e2e in two halves").
 
 Coverage (``make test`` runs pytest with ``--cov``): coverage.py's tracer is on only for the tests under
 ``TRACED``, the ones whose coverage ``hack/coverage_gate.py`` reads (``capmaas/maas/`` and
@@ -49,9 +63,30 @@ from pathlib import Path
 
 import pytest
 
-#: Groups that start first, longest first (by their durations in docs/benchmarks/).
-FIRST = ("chaos", "image", "pod", "upgrade", "e2e", "demo")
+#: Groups that start first, in this order (module doc: which pairs of them share a worker).
+FIRST = ("chaos", "image", "pod", "e2e", "upgrade", "demo")
 CHAOS_MODULES = ("tests/operator/test_failover_chaos.py", "tests/operator/test_chaos.py")
+#: The e2e modules of each half, by their measured times (docs/benchmarks/test-durations.md, "e2e in two
+#: halves"): ``e2e-1`` the lighter (module doc). Every module of tests/e2e is named here
+#: (tests/unit/test_suite_plan.py checks it): a new one is placed by its duration, not by default.
+E2E: dict[str, tuple[str, ...]] = {
+    "e2e-1": (
+        "test_capi_harness.py",
+        "test_clusterctl_move.py",
+        "test_hypershift.py",
+        "test_machinedeployment.py",
+        "test_static_ips_e2e.py",
+    ),
+    "e2e-2": (
+        "test_clusterclass.py",
+        "test_clusterctl_repo.py",  # with test_clusterclass: the only users of the session's kubeadm_crds
+        "test_node_reuse_e2e.py",
+        "test_operator_ports_e2e.py",
+        "test_remediation_e2e.py",
+    ),
+}
+#: A module missing from ``E2E`` still runs, in the lighter half (the unit test fails meanwhile).
+E2E_DEFAULT = "e2e-1"
 SCOPED = ("module", "class", "package")
 
 #: The tests coverage.py traces in ``make test``: those that give the gate's packages (``capmaas/maas/``,
@@ -72,7 +107,20 @@ TRACE_ALL = "CAPMAAS_COVERAGE"
 
 def group_of(item: pytest.Item) -> str | None:
     """The xdist group of a test, or None when it may run on any worker, alone."""
-    path = item.nodeid.split("::", 1)[0]
+    group = group_by_path(item.nodeid)
+    if group is not None:
+        return group
+    info = getattr(item, "_fixtureinfo", None)
+    if info is not None:
+        for defs in info.name2fixturedefs.values():
+            if defs and defs[-1].scope in SCOPED:
+                return f"module-{item.nodeid.split('::', 1)[0]}"
+    return None
+
+
+def group_by_path(nodeid: str) -> str | None:
+    """The group a test's path (node id) alone decides: ``group_of`` but the module-scoped fixture rule."""
+    path = nodeid.split("::", 1)[0]
     if path in CHAOS_MODULES:
         return f"chaos-{path}"
     if path == "tests/pod/test_image_from_scratch.py":
@@ -83,17 +131,23 @@ def group_of(item: pytest.Item) -> str | None:
         # The Helm upgrade runs on the one-node cluster: with the other node tests (one node at a time per
         # machine: a second one's clean-up removes the first's network namespace). The rest builds the
         # previous release while the pod group builds this one, both builds shared (tests/release).
-        return "pod" if "::test_helm_" in item.nodeid else "upgrade"
+        return "pod" if "::test_helm_" in nodeid else "upgrade"
     if path.startswith("tests/e2e/"):
-        return "e2e"
+        module = path.removeprefix("tests/e2e/")
+        return next((group for group, modules in E2E.items() if module in modules), E2E_DEFAULT)
     if path == "tests/demo/test_demo.py":
         return "demo"
-    info = getattr(item, "_fixtureinfo", None)
-    if info is not None:
-        for defs in info.name2fixturedefs.values():
-            if defs and defs[-1].scope in SCOPED:
-                return f"module-{path}"
     return None
+
+
+def start_rank(group: str | None, index: int) -> tuple[int, str, int]:
+    """Where a test of ``group`` (None: ungrouped), collected ``index``-th, starts: the ``FIRST`` groups in
+    that order (``e2e-1`` before ``e2e-2``), then the other groups, then ungrouped tests, each in collection
+    order."""
+    head = (group or "").split("-", 1)[0]
+    if head in FIRST:
+        return FIRST.index(head), group or "", index
+    return len(FIRST) + (0 if group else 1), "", index
 
 
 def traced(nodeid: str) -> bool:
@@ -116,13 +170,9 @@ def plan(items: list[pytest.Item]) -> None:
     """Mark each grouped test and put the long groups first (stable: the same order on every worker, which
     xdist requires); mark the tests coverage.py does not trace (``no_cover``)."""
 
-    def rank(pair: tuple[int, pytest.Item]) -> tuple[int, int]:
+    def rank(pair: tuple[int, pytest.Item]) -> tuple[int, str, int]:
         index, item = pair
-        group = group_of(item) or ""
-        head = group.split("-", 1)[0]
-        if head in FIRST:
-            return FIRST.index(head), index
-        return len(FIRST) + (0 if group else 1), index
+        return start_rank(group_of(item), index)
 
     ordered = [item for _, item in sorted(enumerate(items), key=rank)]
     for item in ordered:

@@ -29,8 +29,10 @@ Yields an ``e2e_support.ProviderStack`` (``from e2e_support import ProviderStack
   MaasMachines of the namespace agree one to one), ``.ready_in_maas(system_ids)``.
 - ``.operator``: ``capmaas run --namespace <capi.namespace> --no-leader-elect`` (``capmaas_dev.demo.stack.
   OperatorProcess``), default credentials from ``CAPMAAS_MAAS__ENDPOINT``/``CAPMAAS_MAAS__API_KEY``, fast
-  polling; its log is ``.operator.log`` under pytest's basetemp. A failing test that uses the fixture gets
-  the tails of the operator and CAPI manager logs in its report (``.logs()``).
+  polling; its log is ``.operator.log`` under pytest's basetemp. Started by ``e2e_support.start_operator``:
+  health and metrics ports from ``free_port``, started again on fresh ones if another process took one
+  before the operator bound it; a test that restarts it does the same. A failing test that uses the fixture
+  gets the tails of the operator and CAPI manager logs in its report (``.logs()``).
 - ``.namespace`` (= ``capi.namespace``), ``.kubectl``, ``.kubeconfig`` (management), ``.capi``, ``.workload``.
 - ``.create_cluster(name, identity=False, endpoint_host=None, control_plane=True)``: Cluster + MaasCluster (+
   with ``identity``, a MAAS admin user named after the cluster and an identityRef Secret holding its key) +
@@ -49,13 +51,20 @@ Yields an ``e2e_support.ProviderStack`` (``from e2e_support import ProviderStack
   ``.wait_for(check, what, timeout=)`` (fails at once if the operator died), ``.stage(what)`` (a context
   manager that prints ``[e2e timing] what: Ns`` and records it for the terminal summary).
 
-Isolation: the CAPI manager watches one namespace (``capi.namespace``), shared by every e2e module. That is
-fine because everything is scoped by cluster name: use a unique one (``<prefix>-<random hex>``) and select
-with the ``cluster.x-k8s.io/cluster-name`` label. The stack (simulator, operator) is per *module*, so each
-module's simulator starts fresh and its invariants and allocations concern that module only; teardown
-deletes the clusters it still knows (operator still running, so MAAS machines are released), stops the
-operator, strips leftover capmaas finalizers and removes the module's Nodes from the workload stand-in.
-Modules run one after another (no xdist), so two operators never reconcile the namespace at once.
+Isolation: the CAPI manager watches one namespace (``capi.namespace``), shared by every e2e module of the
+worker. That is fine because everything is scoped by cluster name: use a unique one (``<prefix>-<random
+hex>``) and select with the ``cluster.x-k8s.io/cluster-name`` label. The stack (simulator, operator) is per
+*module*, so each module's simulator starts fresh and its invariants and allocations concern that module
+only; teardown deletes the clusters it still knows (operator still running, so MAAS machines are released),
+stops the operator, strips leftover capmaas finalizers and removes the module's Nodes from the workload
+stand-in. The modules of a worker run one after another, so two operators never reconcile the namespace at
+once.
+
+With pytest-xdist (``make test``) the e2e modules are in two groups, ``e2e-1`` and ``e2e-2``
+(``tests/suite_plan.py``, ``E2E``), each on one worker. Every session fixture here is per worker: its own
+``kube``, CRDs, CAPI manager and namespace, workload stand-in, and basetemp for the logs; nothing is shared
+between the groups but the machine's ports (hence ``start_operator``'s retry). A module stays in one group
+(its module-scoped fixtures); a new module is named in ``suite_plan.E2E``.
 """
 
 from __future__ import annotations
@@ -72,7 +81,7 @@ if TYPE_CHECKING:
     from capmaas_dev.devcluster.capi import CapiManager
     from capmaas_dev.devcluster.workload import WorkloadCluster
 
-from e2e_support import TIMINGS, Kubectl, ProviderStack
+from e2e_support import TIMINGS, Kubectl, ProviderStack, start_operator
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -142,11 +151,9 @@ def provider_stack(
     """The MAAS simulator + ``capmaas run`` around the CAPI manager and the workload stand-in (module doc)."""
     import os
     import time
-    import urllib.request
 
     from capmaas_dev.demo.simthread import SimulatorThread
     from capmaas_dev.demo.stack import OperatorProcess
-    from capmaas_dev.devcluster.process import free_port
     from capmaas_dev.simulator import Inventory, Timings
 
     assert capi.namespace is not None
@@ -160,13 +167,10 @@ def provider_stack(
     hook = workload.deploy_hook()
     sim.sim.on_deployed = hook  # the kubelet's part: a Node per deployed machine
     workdir = tmp_path_factory.mktemp("provider")
-    health_port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAPMAAS_")}
-    env.update(
+    env.update(  # the health and metrics ports: start_operator's
         KUBECONFIG=str(kube.kubeconfig),
         CAPMAAS_SERVER__BIND_ADDRESS="127.0.0.1",
-        CAPMAAS_SERVER__HEALTH_PORT=str(health_port),
-        CAPMAAS_SERVER__METRICS_PORT=str(free_port()),
         CAPMAAS_LOGGING__FORMAT="text",
         CAPMAAS_LOGGING__LEVEL="INFO",
         CAPMAAS_POLLING__FAST_INTERVAL="0.3",
@@ -183,7 +187,7 @@ def provider_stack(
     # One operator serves every e2e test, each in a namespace of its own: this management cluster has one
     # tenant, so every namespace may use the default credentials (the explicit setting an admin gives).
     env["CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACES"] = "*"
-    operator = OperatorProcess(env, capi.namespace, workdir / "operator.log").start()
+    operator = OperatorProcess(env, capi.namespace, workdir / "operator.log")
     stack = ProviderStack(
         kubectl=kubectl,
         kubeconfig=kube.kubeconfig,
@@ -195,15 +199,7 @@ def provider_stack(
         test_id=lambda: _CURRENT.get("test", request.node.nodeid),
     )
     try:
-
-        def healthy() -> bool:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/healthz", timeout=2) as r:
-                    return bool(r.status == 200)
-            except OSError:
-                return False
-
-        stack.wait_for(healthy, "the capmaas operator's /healthz", timeout=60)
+        start_operator(operator)  # again on fresh ports if another process took one (its docstring)
         TIMINGS.append(
             (request.node.nodeid, "provider stack up (simulator + operator)", time.monotonic() - started)
         )

@@ -6,9 +6,11 @@ A plain module (not conftest) so tests import it by name: pytest puts ``tests/e2
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -283,6 +285,126 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
         if c.get("type") == type_:
             return dict(c)
     return None
+
+
+# -- starting an operator on ports of its own ----------------------------------------------------------------
+#: How a listener's failed bind reads in the operator's log, whichever one lost: kopf's health server
+#: (aiohttp: "error while attempting to bind on address (...): address already in use") or the metrics
+#: server (``OSError: [Errno 98] Address already in use``). Compared in lower case.
+PORT_TAKEN = "address already in use"
+
+
+class Operator(Protocol):
+    """A ``capmaas run`` child: ``capmaas_dev.demo.stack.OperatorProcess`` or ``move_support.Operator``."""
+
+    env: dict[str, str]
+    log: Path
+
+    @property
+    def pid(self) -> int: ...
+
+    def start(self) -> object: ...
+
+    def exited(self) -> int | None: ...
+
+    def stop(self) -> None: ...
+
+    def tail(self) -> str: ...
+
+
+def start_operator(operator: Operator, *, ports: Callable[[], int] | None = None, attempts: int = 5) -> int:
+    """Start ``operator`` on fresh health and metrics ports and wait until it serves both itself; returns its
+    health port (``operator.env`` keeps both ports).
+
+    Why a retry: ``free_port`` binds, closes and hands out a port, so until the operator binds it another
+    process may take it (another xdist worker's operator or control plane, which picked the same port from the
+    kernel). The operator then exits saying :data:`PORT_TAKEN` (kopf stops when its health server cannot
+    bind; the metrics server fails before kopf starts): that start is made again on fresh ports, up to
+    ``attempts`` times. Any other exit fails at once, with the log's tail. "Serves itself" is read from the
+    sockets (:func:`listens`), not only from a ``/healthz`` answer: a port another operator took answers
+    ``/healthz`` too. ``ports`` hands out the ports (``free_port`` when None)."""
+    if ports is None:
+        from capmaas_dev.devcluster.process import free_port
+
+        ports = free_port
+    for attempt in range(1, attempts + 1):
+        health, metrics = ports(), ports()
+        operator.env.update(
+            CAPMAAS_SERVER__HEALTH_PORT=str(health), CAPMAAS_SERVER__METRICS_PORT=str(metrics)
+        )
+        said = _start_once(operator, health, metrics)
+        if said is None:
+            return health
+        if PORT_TAKEN not in said.lower() or attempt == attempts:
+            raise AssertionError(
+                f"capmaas run exited (start {attempt} of {attempts}, health port {health}, metrics port "
+                f"{metrics}): {said.splitlines()[0]}\n{operator.tail()}"
+            )
+        print(f"capmaas run lost port {health} or {metrics} to another process (start {attempt}); again")
+    raise AssertionError("unreachable")
+
+
+def _start_once(operator: Operator, health: int, metrics: int) -> str | None:
+    """Start ``operator``; None once it serves, else its exit code and what it wrote to its log (reaped)."""
+    log = operator.log
+    seen = log.stat().st_size if log.exists() else 0
+    operator.start()
+    pid = operator.pid
+    try:
+        wait_for(
+            lambda: operator.exited() is not None or _serving(pid, health, metrics),
+            f"capmaas run serving /healthz on 127.0.0.1:{health} (or exiting)",
+            timeout=60,
+            interval=0.2,
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{operator.tail()}") from None
+    code = operator.exited()
+    if code is None:
+        return None
+    with log.open("rb") as f:
+        f.seek(seen)
+        said = f.read().decode(errors="replace")
+    operator.stop()
+    return f"(exit code {code})\n{said}"
+
+
+def _serving(pid: int, health: int, metrics: int) -> bool:
+    if not (listens(pid, health) and listens(pid, metrics)):
+        return False
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a TCP socket listening on ``port`` (IPv4, any address): the inode of the
+    listener in ``/proc/net/tcp`` among the sockets of ``/proc/<pid>/fd``."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, state, inode = fields[1], fields[3], fields[9]
+        if state == _TCP_LISTEN and int(local.rsplit(":", 1)[1], 16) == port:
+            inodes.add(f"socket:[{inode}]")
+    if not inodes:
+        return False
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except (FileNotFoundError, PermissionError):
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(fd) in inodes:
+                return True
+        except OSError:  # closed since the listing
+            continue
+    return False
+
+
+#: ``TCP_LISTEN`` as ``/proc/net/tcp`` writes the state (hex).
+_TCP_LISTEN = "0A"
 
 
 class ProviderStack:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from e2e_support import CAPI_API, CLUSTER_NAME_LABEL, INFRA_API, INFRA_GROUP, REPO, TIMINGS
+from e2e_support import CAPI_API, CLUSTER_NAME_LABEL, INFRA_API, INFRA_GROUP, REPO, TIMINGS, start_operator
 
 from capmaas_dev import clusterctl_repo
 from capmaas_dev.devcluster import CAPI_VERSION, ControlPlane, process, run_kubectl
@@ -46,7 +46,6 @@ from capmaas_dev.devcluster.capi import (
     capi_source_dir,
     load_yaml_dir,
 )
-from capmaas_dev.devcluster.process import free_port
 
 if TYPE_CHECKING:
     from capmaas_dev.demo.simthread import SimulatorThread
@@ -128,6 +127,15 @@ class Operator:
         # an operator whose apiserver is gone would otherwise retry for ever on a shared box.
         process.register_cleanup(id(self), self.stop)
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "the operator was not started"
+        return self.proc.pid
+
+    def exited(self) -> int | None:
+        """Its exit code once it has exited, else None (``e2e_support.start_operator``)."""
+        return None if self.proc is None else self.proc.poll()
+
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -161,9 +169,7 @@ def operator_env(kubeconfig: Path, sim: SimulatorThread) -> dict[str, str]:
         "CAPMAAS_MAAS__DEFAULT_IDENTITY_NAMESPACES": "*",  # one tenant: the moved namespaces may use them
         "CAPMAAS_POLLING__FAST_INTERVAL": "0.2",
         "CAPMAAS_POLLING__IDLE_INTERVAL": "2",
-        "CAPMAAS_SERVER__BIND_ADDRESS": "127.0.0.1",
-        "CAPMAAS_SERVER__HEALTH_PORT": str(free_port()),
-        "CAPMAAS_SERVER__METRICS_PORT": str(free_port()),
+        "CAPMAAS_SERVER__BIND_ADDRESS": "127.0.0.1",  # the health and metrics ports: start_operator's
         "CAPMAAS_LOGGING__FORMAT": "text",
         "CAPMAAS_LOGGING__LEVEL": "INFO",
         "CAPMAAS_MACHINE__RETRY_BASE_DELAY": "0.5",
@@ -281,7 +287,7 @@ def start_management(
         mgmt.install(*inventory)
         times["CRDs + inventory"] = time.monotonic() - t
         mgmt.operator.env = operator_env(cp.kubeconfig, sim)
-        mgmt.operator.start()
+        start_operator(mgmt.operator)  # again on fresh ports if another process took one (its docstring)
     except BaseException:
         mgmt.stop()
         raise

@@ -32,6 +32,7 @@ from e2e_support import (
     maasmachinetemplate,
     machinedeployment,
     machinehealthcheck,
+    start_operator,
     wait_for,
 )
 
@@ -148,11 +149,12 @@ def _events(stack: ProviderStack, name: str) -> set[str]:
 
 
 def _restart_operator(stack: ProviderStack) -> None:
-    """The same :class:`OperatorProcess` started again (the fixture's teardown stops that object)."""
+    """The same :class:`OperatorProcess` started again (the fixture's teardown stops that object), on fresh
+    health and metrics ports: the killed one's may have been taken since (``start_operator``)."""
     op: OperatorProcess = stack.operator
     assert op.popen is not None
     op.popen.wait(timeout=30)
-    op.start()
+    start_operator(op)
 
 
 def _kill_operator_on(stack: ProviderStack, method: str, sid: str) -> list[str]:

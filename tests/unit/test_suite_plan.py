@@ -1,0 +1,68 @@
+"""``tests/suite_plan.py``: which xdist group each test is in and where each group starts (its module doc)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import suite_plan
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def test_every_e2e_module_is_in_exactly_one_half() -> None:
+    """A new e2e module is placed by its duration (``E2E``), not left to the default half unseen."""
+    on_disk = sorted(p.name for p in (TESTS / "e2e").glob("test_*.py"))
+    named = [module for modules in suite_plan.E2E.values() for module in modules]
+    assert sorted(named) == on_disk
+    assert set(suite_plan.E2E) == {"e2e-1", "e2e-2"}
+    assert all(suite_plan.E2E.values()), "an empty half"
+
+
+def test_each_e2e_module_runs_in_its_half_and_nothing_else_does() -> None:
+    for group, modules in suite_plan.E2E.items():
+        for module in modules:
+            assert suite_plan.group_by_path(f"tests/e2e/{module}::test_x") == group
+            assert suite_plan.group_by_path(f"tests/e2e/{module}::test_x[param]") == group
+    assert suite_plan.group_by_path("tests/e2e/test_not_yet_placed.py::test_x") == suite_plan.E2E_DEFAULT
+    assert suite_plan.group_by_path("tests/unit/test_suite_plan.py::test_x") is None
+    assert suite_plan.group_by_path("tests/demo/test_demo.py::test_x") == "demo"
+
+
+def test_the_e2e_halves_start_after_pod_and_before_upgrade_the_lighter_first() -> None:
+    """The order the module doc reasons about: chaos, image, pod, e2e-1, e2e-2, upgrade, demo, the other
+    groups, then ungrouped tests; within a group, collection order."""
+    collected = [
+        ("tests/demo/test_demo.py::test_a", "demo"),
+        (None, None),
+        ("tests/e2e/x::test_b", "e2e-2"),
+        ("tests/release/test_upgrade.py::test_c", "upgrade"),
+        ("tests/e2e/y::test_d", "e2e-1"),
+        ("tests/k8s/test_m.py::test_e", "module-tests/k8s/test_m.py"),
+        ("tests/pod/test_pod.py::test_f", "pod"),
+        ("tests/e2e/x::test_g", "e2e-2"),
+        ("tests/pod/test_image_from_scratch.py::test_h", "image"),
+        ("tests/operator/test_failover_chaos.py::test_i", "chaos-tests/operator/test_failover_chaos.py"),
+        ("tests/operator/test_chaos.py::test_j", "chaos-tests/operator/test_chaos.py"),
+        ("tests/e2e/y::test_k", "e2e-1"),
+    ]
+    ranked = sorted(range(len(collected)), key=lambda i: suite_plan.start_rank(collected[i][1], i))
+    assert [collected[i][1] for i in ranked] == [
+        "chaos-tests/operator/test_chaos.py",
+        "chaos-tests/operator/test_failover_chaos.py",
+        "image",
+        "pod",
+        "e2e-1",
+        "e2e-1",
+        "e2e-2",
+        "e2e-2",
+        "upgrade",
+        "demo",
+        "module-tests/k8s/test_m.py",
+        None,
+    ]
+    assert [collected[i][0] for i in ranked][4:8] == [
+        "tests/e2e/y::test_d",
+        "tests/e2e/y::test_k",
+        "tests/e2e/x::test_b",
+        "tests/e2e/x::test_g",
+    ]

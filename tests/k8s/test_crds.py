@@ -31,7 +31,6 @@ from capmaas_dev import crdgen
 pytestmark = pytest.mark.k8s
 
 REPO = Path(__file__).resolve().parents[2]
-CRDS = REPO / "crds"
 EXAMPLES = REPO / "examples" / "manifests"
 API = "infrastructure.cluster.x-k8s.io/v1beta1"
 
@@ -39,14 +38,11 @@ Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
 
 @pytest.fixture(scope="module")
-def crds(kube: Any, kubectl: Kubectl) -> list[str]:
-    """Install crds/ the way a user would (kubectl apply -f crds/) and wait until every CRD is Established;
-    then the template-immutability admission policy the chart and clusterctl install next to them."""
-    kubectl("apply", "-f", str(CRDS))
-    names = [kind.crd_name for kind in crdgen.KINDS]
-    kubectl("wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{n}" for n in names))
+def crds(crds: list[str], kubectl: Kubectl) -> list[str]:
+    """The CRDs installed as a user would (tests/k8s/conftest.py), then the template-immutability admission
+    policy the chart and clusterctl install next to them."""
     install_template_immutability_policy(kubectl)
-    return names
+    return crds
 
 
 def install_template_immutability_policy(kubectl: Kubectl) -> None:

@@ -30,7 +30,6 @@ from capmaas.api.v1beta1 import (
     MaasCluster,
     MaasMachineTemplate,
 )
-from capmaas_dev import crdgen
 
 pytestmark = pytest.mark.k8s
 
@@ -68,13 +67,6 @@ OBJECTS = objects()
 IDS = [f"{f.split('__')[1]}:{o['kind']}/{o['metadata']['name']}" for f, o in OBJECTS]
 
 
-@pytest.fixture(scope="module")
-def crds(kube: Any, kubectl: Kubectl) -> None:
-    kubectl("apply", "-f", str(REPO / "crds"))
-    names = [f"crd/{kind.crd_name}" for kind in crdgen.KINDS]
-    kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
-
-
 def test_fixtures_cover_every_template_and_example_file() -> None:
     names = {p.name for p in FIXTURES.glob("*.yaml")}
     assert names == {
@@ -93,7 +85,7 @@ def test_fixtures_cover_every_template_and_example_file() -> None:
 
 @pytest.mark.parametrize(("source", "obj"), OBJECTS, ids=IDS)
 def test_go_provider_object_applies_unchanged(
-    crds: None, kubectl: Kubectl, namespace: str, source: str, obj: dict[str, Any]
+    crds: list[str], kubectl: Kubectl, namespace: str, source: str, obj: dict[str, Any]
 ) -> None:
     body = json.loads(json.dumps(obj))
     body["metadata"].pop("namespace", None)  # the examples say `default`; each test has its own namespace
@@ -131,7 +123,7 @@ def _stored(kubectl: Kubectl, namespace: str, fixture: str, kind: str, name: str
     return out
 
 
-def test_lxd_template_means_an_lxd_vm_here(crds: None, kubectl: Kubectl, namespace: str) -> None:
+def test_lxd_template_means_an_lxd_vm_here(crds: list[str], kubectl: Kubectl, namespace: str) -> None:
     """cluster-template-lxd.yaml: spec.lxd.enabled + vmConfig.diskSize = provisioningMode lxd, that disk."""
     fixture = "templates__cluster-template-lxd.yaml"
     cp = MaasMachineTemplate.from_body(
@@ -152,7 +144,7 @@ def test_lxd_template_means_an_lxd_vm_here(crds: None, kubectl: Kubectl, namespa
 
 
 def test_hcp_cluster_means_vm_hosts_and_reports_what_maas_cannot_apply(
-    crds: None, kubectl: Kubectl, namespace: str
+    crds: list[str], kubectl: Kubectl, namespace: str
 ) -> None:
     """cluster-template-hcp.yaml: lxdConfig.enabled; storageBackend/storageSize have no MAAS equivalent."""
     stored = _stored(kubectl, namespace, "templates__cluster-template-hcp.yaml", "MaasCluster", "go-demo")
@@ -165,7 +157,7 @@ def test_hcp_cluster_means_vm_hosts_and_reports_what_maas_cannot_apply(
     assert cluster.failure_domains == ["az1", "default"]
 
 
-def test_string_storage_size_and_network_bridge(crds: None, kubectl: Kubectl, namespace: str) -> None:
+def test_string_storage_size_and_network_bridge(crds: list[str], kubectl: Kubectl, namespace: str) -> None:
     """sample-lxd-cluster.yaml's lxdConfig without the undefined lxdControlPlaneCluster: storageSize '50'
     (a string, as the Go CRD types it) and the legacy networkBridge."""
     [obj] = [o for f, o in OBJECTS if f == "examples__sample-lxd-cluster.yaml" and o["kind"] == "MaasCluster"]

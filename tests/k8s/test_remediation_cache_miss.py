@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,23 +26,14 @@ from capmaas.operator.kubehttp import KubeHttp
 from capmaas.operator.remediation import RemediationAdapter
 from capmaas.reconcilers.errors import TransientError
 from capmaas.reconcilers.remediation import FINALIZER, RemediationMaas, RemediationReconciler
-from capmaas_dev import crdgen
 from capmaas_dev.demo.manifests import machine
 from capmaas_dev.devcluster import ControlPlane
 
 pytestmark = pytest.mark.k8s
 
-CRDS = Path(__file__).resolve().parents[2] / "crds"
 INFRA_API = "infrastructure.cluster.x-k8s.io/v1beta1"
 SID = "abc123"
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture(scope="module")
-def crds(kube: ControlPlane, kubectl: Kubectl) -> None:
-    kubectl("apply", "-f", str(CRDS))
-    names = [kind.crd_name for kind in crdgen.KINDS]
-    kubectl("wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{n}" for n in names))
 
 
 class Setting:
@@ -108,7 +98,9 @@ def _request() -> maas_errors.RequestInfo:
 
 
 @pytest.fixture
-async def setting(crds: None, kube: ControlPlane, kubectl: Kubectl, namespace: str) -> AsyncIterator[Setting]:
+async def setting(
+    crds: list[str], kube: ControlPlane, kubectl: Kubectl, namespace: str
+) -> AsyncIterator[Setting]:
     s = Setting(kube, kubectl, namespace)
     try:
         yield s

@@ -7,28 +7,18 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import kubernetes
 import pytest
 
 from capmaas.operator.kubehttp import KubeHttp, KubeHttpError
-from capmaas_dev import crdgen
 from capmaas_dev.devcluster import ControlPlane
 
 pytestmark = pytest.mark.k8s
 
-CRDS = Path(__file__).resolve().parents[2] / "crds"
 API = "infrastructure.cluster.x-k8s.io/v1beta1"
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture(scope="module")
-def crds(kube: ControlPlane, kubectl: Kubectl) -> None:
-    kubectl("apply", "-f", str(CRDS))
-    names = [kind.crd_name for kind in crdgen.KINDS]
-    kubectl("wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{n}" for n in names))
 
 
 def http(kube: ControlPlane, field_validation: str | None) -> KubeHttp:
@@ -48,7 +38,7 @@ def maasmachine(kubectl: Kubectl, namespace: str) -> None:
 
 
 async def test_strict_refuses_a_mistyped_status_key(
-    crds: None, kube: ControlPlane, kubectl: Kubectl, namespace: str
+    crds: list[str], kube: ControlPlane, kubectl: Kubectl, namespace: str
 ) -> None:
     maasmachine(kubectl, namespace)
     strict = http(kube, "Strict")
@@ -67,7 +57,7 @@ async def test_strict_refuses_a_mistyped_status_key(
 
 
 async def test_the_default_drops_it_without_a_word(
-    crds: None, kube: ControlPlane, kubectl: Kubectl, namespace: str
+    crds: list[str], kube: ControlPlane, kubectl: Kubectl, namespace: str
 ) -> None:
     maasmachine(kubectl, namespace)
     lax = http(kube, None)

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from capmaas.api.v1beta1 import API_VERSION
-from capmaas_dev import crdgen
 from capmaas_dev.demo.stack import OperatorProcess
 from capmaas_dev.devcluster.process import free_port
 
@@ -27,15 +26,8 @@ REPO = Path(__file__).resolve().parents[2]
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
 
-@pytest.fixture(scope="module")
-def crds(kube: Any, kubectl: Kubectl) -> None:
-    kubectl("apply", "-f", str(REPO / "crds"))
-    names = [f"crd/{kind.crd_name}" for kind in crdgen.KINDS]
-    kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
-
-
 @pytest.fixture
-def operator(crds: None, kube: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+def operator(crds: list[str], kube: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAPMAAS_")}
     env.update(
         KUBECONFIG=str(kube.kubeconfig),

@@ -8,7 +8,6 @@ import copy
 import json
 import subprocess
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -19,21 +18,12 @@ from capmaas.operator.kubehttp import KubeHttp
 from capmaas.reconcilers.errors import ConflictError
 from capmaas.reconcilers.keys import ALLOCATING, ANNOTATION_PREFIX, FAILURES
 from capmaas.reconcilers.scope import MachineScope
-from capmaas_dev import crdgen
 from capmaas_dev.devcluster import ControlPlane
 
 pytestmark = pytest.mark.k8s
 
-CRDS = Path(__file__).resolve().parents[2] / "crds"
 API = "infrastructure.cluster.x-k8s.io/v1beta1"
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture(scope="module")
-def crds(kube: ControlPlane, kubectl: Kubectl) -> None:
-    kubectl("apply", "-f", str(CRDS))
-    names = [kind.crd_name for kind in crdgen.KINDS]
-    kubectl("wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{n}" for n in names))
 
 
 def adapter(kube: ControlPlane) -> KubeAdapter:
@@ -47,7 +37,7 @@ def current(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
 
 
 async def test_a_stale_copy_gets_409_from_the_apiserver_and_the_store_is_refreshed(
-    crds: None, kube: ControlPlane, kubectl: Kubectl, namespace: str
+    crds: list[str], kube: ControlPlane, kubectl: Kubectl, namespace: str
 ) -> None:
     obj = {
         "apiVersion": API,

@@ -31,7 +31,9 @@ from capmaas_dev import demo
 
 pytestmark = pytest.mark.k8s
 
-TOKEN = secrets.token_hex(3)
+#: A label value: a letter first, so no YAML reader takes it for a number (``6906e3`` is a float to kubectl's
+#: YAML parser, a string to PyYAML, which therefore did not quote it).
+TOKEN = f"s{secrets.token_hex(3)}"
 SUITE = {"capmaas.test/suite": TOKEN}
 TRUSTED = ("capmaas.test/default-maas", f"allowed-{TOKEN}")
 

@@ -53,7 +53,7 @@ async def test_a_same_named_cluster_in_another_namespace_cannot_take_the_dns_rec
     harness: Harness, kubectl: Any, policy: Installed, attacker: Tenant
 ) -> None:
     h = harness
-    token = secrets.token_hex(4)
+    token = f"s{secrets.token_hex(4)}"  # a letter first: no YAML parser reads it as a number (1234e567)
     h.operator.namespace = ""  # every namespace
     h.operator.extra_args += ["--watch-filter", f"{FILTER_KEY}={token}"]
     h.operator.start()

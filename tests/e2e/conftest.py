@@ -30,7 +30,7 @@ Yields an ``e2e_support.ProviderStack`` (``from e2e_support import ProviderStack
 - ``.operator``: ``capmaas run --namespace <capi.namespace> --no-leader-elect`` (``capmaas_dev.demo.stack.
   OperatorProcess``), default credentials from ``CAPMAAS_MAAS__ENDPOINT``/``CAPMAAS_MAAS__API_KEY``, fast
   polling; its log is ``.operator.log`` under pytest's basetemp. Started by ``e2e_support.start_operator``:
-  health and metrics ports from ``free_port``, started again on fresh ones if another process took one
+  health and metrics ports from ``free_port``, started again on fresh ones if another program took one
   before the operator bound it; a test that restarts it does the same. A failing test that uses the fixture
   gets the tails of the operator and CAPI manager logs in its report (``.logs()``).
 - ``.namespace`` (= ``capi.namespace``), ``.kubectl``, ``.kubeconfig`` (management), ``.capi``, ``.workload``.

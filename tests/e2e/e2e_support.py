@@ -316,9 +316,9 @@ def start_operator(operator: Operator, *, ports: Callable[[], int] | None = None
     """Start ``operator`` on fresh health and metrics ports and wait until it serves both itself; returns its
     health port (``operator.env`` keeps both ports).
 
-    Why a retry: ``free_port`` binds, closes and hands out a port, so until the operator binds it another
-    process may take it (another xdist worker's operator or control plane, which picked the same port from the
-    kernel). The operator then exits saying :data:`PORT_TAKEN` (kopf stops when its health server cannot
+    Why a retry: ``free_port`` claims its ports across our processes and hands out none the kernel gives to
+    others, but a program that is not ours may still bind one between the hand-out and the operator's bind.
+    The operator then exits saying :data:`PORT_TAKEN` (kopf stops when its health server cannot
     bind; the metrics server fails before kopf starts): that start is made again on fresh ports, up to
     ``attempts`` times. Any other exit fails at once, with the log's tail. "Serves itself" is read from the
     sockets (:func:`listens`), not only from a ``/healthz`` answer: a port another operator took answers

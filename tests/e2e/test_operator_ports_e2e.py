@@ -1,8 +1,8 @@
 """``e2e_support.start_operator``: an operator whose health or metrics port was taken before it could bind it
 is started again on fresh ports, and a port another operator serves is not mistaken for its own.
 
-``free_port`` binds, closes and hands out a port; with two e2e workers (tests/suite_plan.py) each starting
-operators and control planes, another process can take that port first. Here the taken port is handed out on
+``free_port`` claims its ports across our processes, but a program that is not ours can still bind one
+between the hand-out and the operator's bind. Here the taken port is handed out on
 purpose (``ports=``): the first two starts must fail on their binds and the third must serve. The port is
 held by a server that answers ``/healthz`` with 200, as another worker's operator would.
 """

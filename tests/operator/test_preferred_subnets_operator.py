@@ -93,6 +93,13 @@ async def test_the_configmap_picks_the_address_and_junk_in_it_is_a_condition(har
     pxe_ip, api_ip = (i.ip for i in h.sim.state.machines[sid].interfaces)
     assert record() == [api_ip]
     assert pxe_ip not in record()
+
+    # The record is written to MAAS first, the condition by the status write that ends the same pass.
+    async def recorded() -> bool:
+        c = await h.condition("maasclusters", "c1", C.DNS_READY_CONDITION)
+        return c is not None and c["status"] == "True"
+
+    await h.wait("DNSReady=True", recorded, within=30)
     c = await h.condition("maasclusters", "c1", C.DNS_READY_CONDITION)
     assert c is not None
     assert (c["status"], c["reason"], c["message"]) == ("True", C.DNS_RECORD_READY_REASON, api_ip)

@@ -14,10 +14,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import fcntl
 import os
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -40,20 +42,64 @@ GO_GC_ENV: Mapping[str, str] = {"GOGC": "400", "GOMEMLIMIT": "2GiB"}
 
 
 def free_port() -> int:
-    """A loopback TCP port nobody listens on now and this process has not handed out before.
+    """A loopback TCP port nobody listens on now and no live process of ours has handed out.
 
-    The bind-then-close dance leaves a small race with other processes; callers retry a start that fails with
-    "address already in use".
+    ``bind(0)``-then-close is not enough on a machine that runs several test processes at once: the port it
+    returns comes from the kernel's ephemeral range, the same range every outgoing connection and every other
+    ``bind(0)`` takes ports from, so between the hand-out and its user's bind another process may take it (CI
+    saw an operator exit with "address already in use"). So the port comes from below the ephemeral range
+    (:func:`port_range`), where the kernel never picks, and is claimed across processes with a one-byte record
+    lock at offset ``port`` of one shared lock file (:data:`PORT_CLAIMS`): the lock is held for the life of
+    the process that claimed it and dropped by the kernel when that process ends, however it ends. A bind test
+    skips ports someone (of ours or not) listens on.
     """
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port: int = s.getsockname()[1]
-        with _lock:
-            if port not in _handed_out:
-                _handed_out.add(port)
+    with _lock:
+        claims = _claims_fd()
+        ports = port_range()
+        start = (os.getpid() * 7919) % len(ports)  # each process starts its walk elsewhere
+        for i in range(len(ports)):
+            port = ports[(start + i) % len(ports)]
+            if port in _handed_out:
+                continue
+            try:
+                fcntl.lockf(claims, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port)
+            except OSError:  # a live process of ours holds it
+                continue
+            _handed_out.add(port)  # held from here on, used or not: our own record locks never conflict
+            if _bindable(port):
                 return port
-    raise RuntimeError("no free loopback port found")
+    raise RuntimeError(f"no free loopback port in {port_range()}")
+
+
+#: The lock file of :func:`free_port`'s claims, one per user (record locks do not cross users' files).
+PORT_CLAIMS = Path(tempfile.gettempdir()) / f"capmaas-ports-{os.getuid()}.lock"
+_claims: list[int] = []  # the one descriptor of PORT_CLAIMS: closing any other would drop every claim
+
+
+def _claims_fd() -> int:
+    if not _claims:
+        _claims.append(os.open(PORT_CLAIMS, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    return _claims[0]
+
+
+def port_range() -> range:
+    """The ports :func:`free_port` hands out: the 16,384 below the kernel's ephemeral range
+    (``net.ipv4.ip_local_port_range``), never under 1024."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    low = max(low, 2048)
+    return range(max(1024, low - 16384), low)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child

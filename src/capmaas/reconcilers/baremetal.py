@@ -332,6 +332,19 @@ class BareMetal(Strategy):
             )
             self.recorder.extra_machine_released()
 
+    async def _releasing_unseen(self, port: MaasPort, sid: str) -> bool:
+        """Whether MAAS is releasing ``sid`` although the poller still shows it held: a release of ours that
+        MAAS took after the client gave up on its answer (the pass ended in an error) clears the agent name,
+        so the ownership lookup no longer lists the machine. One fresh read tells it from a machine someone
+        else holds; the deletion then waits for MAAS as after any release of its own (the read is folded into
+        the snapshot, so later passes take the usual path) and writes nothing."""
+        with maas_step(f"reading {sid}"):
+            try:
+                fresh = await port.read_machine(sid)
+            except maas_errors.NotFoundError:
+                return False
+        return fresh.status.releasing
+
     async def _held(self, scope: MachineScope, port: MaasPort, doing: str) -> Sequence[maas.Machine]:
         """The machines MAAS shows held under this object's agent name (the ownership test)."""
         with maas_step(doing):
@@ -657,6 +670,9 @@ class BareMetal(Strategy):
             with maas_step(f"checking who holds {sid}"):
                 held = await port.find_for_release(agent_name(scope), sid)
         if sid not in {m.system_id for m in held}:
+            if await self._releasing_unseen(port, sid):
+                scope.set_deletion(C.RELEASING_REASON, f"{sid}: MAAS is releasing it")
+                return Requeue(RELEASE_QUIET)
             port.unwatch(sid)
             scope.event(
                 "Warning",

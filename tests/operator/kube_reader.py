@@ -14,11 +14,18 @@ found (a CRD applied later). When a name is ambiguous or unknown, :meth:`KubeRea
 
 ``user`` impersonates as ``kubectl --as=USER`` does (the ``Impersonate-User`` header): the hostile-tenant
 tests poll what a tenant can see, and a refused read is None as kubectl's failure is.
+
+Each thread keeps one keep-alive HTTPS connection per reader: a new TLS connection per GET (``urlopen``) made
+the apiserver do a full handshake for each of the waits' thousands of polls, a measurable share of its CPU on
+a run that is CPU-bound (docs/benchmarks/test-durations.md, "apiserver CPU"). When a reused connection
+fails (the apiserver closed it meanwhile), a GET is sent once more on a new one.
 """
 
 from __future__ import annotations
 
 import base64
+import http.client
+import io
 import json
 import ssl
 import tempfile
@@ -26,7 +33,6 @@ import threading
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -103,6 +109,9 @@ class KubeReader:
             key.write_bytes(base64.b64decode(user["client-key-data"]))
             ctx.load_cert_chain(str(cert), str(key))
         self._ssl = ctx
+        parts = urllib.parse.urlsplit(self.server)
+        self._host, self._port = parts.hostname or "127.0.0.1", parts.port or 443
+        self._local = threading.local()  # .conn: this thread's keep-alive connection
         self._lock = threading.Lock()
         self._names: dict[str, set[Resource]] = {}
         self._discovered = 0.0
@@ -193,17 +202,11 @@ class KubeReader:
         ``path``; the HTTP status, error or not (0 when the apiserver could not be reached). For the
         fixtures' own plain writes (a namespace, the finalizers left at teardown)."""
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.server + path, data=data, method=method, headers={"Content-Type": content_type}
-        )
         try:
-            with urllib.request.urlopen(request, timeout=30, context=self._ssl) as resp:
-                resp.read()
-                return int(resp.status)
-        except urllib.error.HTTPError as exc:
-            return int(exc.code)
-        except OSError:
+            status, _, _, _ = self._request(method, path, {"Content-Type": content_type}, data)
+        except (OSError, http.client.HTTPException):
             return 0
+        return status
 
     def path(self, kind: str, namespace: str, name: str = "") -> str | None:
         """The API path of ``kind`` (resolved as :meth:`get` does), None when it does not resolve."""
@@ -211,13 +214,51 @@ class KubeReader:
         return None if resource is None else resource.path(namespace, name)
 
     def _json(self, path: str, user: str | None = None) -> dict[str, Any]:
+        """The JSON object at ``path``; an error status raises :class:`urllib.error.HTTPError` (with the
+        answer's body and headers), as ``urlopen`` did."""
         headers = {} if user is None else {"Impersonate-User": user}
-        request = urllib.request.Request(self.server + path, headers=headers)
-        with urllib.request.urlopen(request, timeout=30, context=self._ssl) as resp:
-            data = json.loads(resp.read())
+        try:
+            status, reason, answer_headers, body = self._request("GET", path, headers)
+        except http.client.HTTPException as exc:
+            raise OSError(f"GET {path}: {exc!r}") from exc
+        if status >= 400:
+            url = self.server + path
+            raise urllib.error.HTTPError(url, status, reason, answer_headers, io.BytesIO(body))
+        data = json.loads(body)
         if not isinstance(data, dict):
             raise ValueError(f"{path}: not a JSON object")
         return data
+
+    def _request(
+        self, method: str, path: str, headers: dict[str, str], body: bytes | None = None
+    ) -> tuple[int, str, http.client.HTTPMessage, bytes]:
+        """One request on this thread's keep-alive connection: status, reason, headers, body."""
+        for attempt in range(2):
+            conn: http.client.HTTPSConnection | None = getattr(self._local, "conn", None)
+            reused = conn is not None
+            if conn is None:
+                conn = http.client.HTTPSConnection(self._host, self._port, timeout=30, context=self._ssl)
+                self._local.conn = conn
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                self._local.conn = None
+                # A reused connection may have been closed meanwhile: a GET is sent again on a new one; a
+                # write only when nothing can have been taken (the peer had closed it).
+                closed_meanwhile = isinstance(
+                    exc, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+                )
+                if reused and attempt == 0 and (method == "GET" or closed_meanwhile):
+                    continue
+                raise
+            if resp.will_close:
+                conn.close()
+                self._local.conn = None
+            return resp.status, resp.reason, resp.headers, data
+        raise AssertionError("unreachable")
 
     def _resolve(self, kind: str) -> Resource | None:
         key = kind.lower()

@@ -4,6 +4,7 @@ name a kind, and step aside (UNRESOLVED, so kubectl answers) for a name it canno
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 from kube_reader import UNRESOLVED, KubeReader, ReadError
@@ -122,3 +123,22 @@ async def test_the_strict_read_answers_as_kubectl_does(harness: Harness) -> None
     assert r.returncode != 0
     with pytest.raises(ReadError, match="400"):
         reader.read("machines", ns, selector="a b c")
+
+
+async def test_reads_share_one_connection_per_thread_and_outlive_its_close(harness: Harness) -> None:
+    """Keep-alive: the reads of one thread go over one TLS connection (a handshake per poll was a share of
+    the apiserver's CPU); when the connection is gone (closed under it, as an apiserver may close an idle
+    one), the next read opens another and answers as before."""
+    await harness.cluster("c1", provision=False)
+    reader = KubeReader(harness.kube.kubeconfig)
+    first = reader.get("maasclusters", "c1", harness.namespace)
+    conn = reader._local.conn
+    assert conn is not None
+    for _ in range(20):
+        assert reader.get("maasclusters", "c1", harness.namespace) == first
+    assert reader._local.conn is conn  # the same connection all along
+    assert conn.sock is not None
+    conn.sock.shutdown(socket.SHUT_RDWR)  # the connection dies under the reader
+    assert reader.get("maasclusters", "c1", harness.namespace) == first
+    assert reader._local.conn is not conn
+    assert reader.get("maasclusters", "absent", harness.namespace) is None  # errors keep their meaning

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Self
 
-from capmaas_dev.demo.stack import OperatorProcess
+from capmaas_dev.demo.stack import OperatorProcess, _die_with_parent
 
 
 class ProfiledOperator(OperatorProcess):
@@ -41,6 +41,7 @@ class ProfiledOperator(OperatorProcess):
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - a SIGKILL of the benchmark takes it down too
             )
         return self
 

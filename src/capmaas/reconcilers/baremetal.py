@@ -78,7 +78,7 @@ from capmaas.reconcilers.lifecycle import Finished, Strategy
 from capmaas.reconcilers.ports import MaasPort
 from capmaas.reconcilers.reuse import NodeReuse
 from capmaas.reconcilers.scope import MachineScope, Requeue
-from capmaas.reconcilers.siblings import SiblingViews
+from capmaas.reconcilers.siblings import SiblingZones
 from capmaas.reconcilers.spread import Asking, ZoneSpread
 
 #: MAAS power type of composed LXD VMs: a bare-metal allocate never takes one (they are Ready between
@@ -123,10 +123,10 @@ class BareMetal(Strategy):
         return ZoneSpread(self.clock)
 
     @functools.cached_property
-    def siblings(self) -> SiblingViews:
-        """The cluster's sibling MaasMachines as views, each parsed once per version (the spread reads them
-        at every allocation)."""
-        return SiblingViews()
+    def siblings(self) -> SiblingZones:
+        """The cluster's sibling MaasMachines as the spread counts them, each parsed once per version (the
+        spread reads them at every allocation)."""
+        return SiblingZones()
 
     @functools.cached_property
     def reuse(self) -> NodeReuse:
@@ -437,9 +437,9 @@ class BareMetal(Strategy):
         counts: dict[str, int] = {}
         cluster = scope.cluster_name or ""
         siblings = self.kube.list_maasmachines(scope.namespace, cluster)
-        for sibling in self.siblings.views(scope.namespace, cluster, siblings):
-            uid = sibling.metadata.uid
-            z = sibling.spec.failure_domain or self.spread.chosen_zone(uid)
+        for sibling in self.siblings.read(scope.namespace, cluster, siblings):
+            uid = sibling.uid
+            z = sibling.failure_domain or self.spread.chosen_zone(uid)
             if z and uid != scope.uid:
                 counts[z] = counts.get(z, 0) + 1
         zone = placement.choose_zone(counts, wet or domains, machine=scope.name)

@@ -1,11 +1,11 @@
-"""The sibling views the zone spread reads: a view is reused only for the very body at the very version it was
-parsed from; a changed, new or gone sibling is seen as it is now."""
+"""The siblings the zone spread reads: one is reused only for the very body at the very version it was parsed
+from; a changed, new or gone sibling is seen as it is now."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from capmaas.reconcilers.siblings import SiblingViews
+from capmaas.reconcilers.siblings import SiblingZones
 
 
 def body(name: str, rv: str | None, zone: str | None) -> dict[str, Any]:
@@ -16,42 +16,42 @@ def body(name: str, rv: str | None, zone: str | None) -> dict[str, Any]:
 
 
 def test_an_unchanged_sibling_keeps_its_view() -> None:
-    views = SiblingViews()
+    views = SiblingZones()
     a, b = body("a", "1", "z1"), body("b", "2", "z2")
-    first = views.views("ns", "c", [a, b])
-    again = views.views("ns", "c", [a, b])
-    assert [v.spec.failure_domain for v in again] == ["z1", "z2"]
+    first = views.read("ns", "c", [a, b])
+    again = views.read("ns", "c", [a, b])
+    assert [v.failure_domain for v in again] == ["z1", "z2"]
     assert again[0] is first[0]
     assert again[1] is first[1]
 
 
 def test_a_sibling_updated_in_place_is_parsed_again() -> None:
-    views = SiblingViews()
+    views = SiblingZones()
     a = body("a", "1", None)
-    views.views("ns", "c", [a])
+    views.read("ns", "c", [a])
     a["spec"]["failureDomain"] = "z3"
     a["metadata"]["resourceVersion"] = "7"
-    assert views.views("ns", "c", [a])[0].spec.failure_domain == "z3"
+    assert views.read("ns", "c", [a])[0].failure_domain == "z3"
 
 
 def test_a_new_body_of_the_same_sibling_is_parsed_again() -> None:
-    views = SiblingViews()
-    views.views("ns", "c", [body("a", "1", None)])
-    assert views.views("ns", "c", [body("a", "1", "z2")])[0].spec.failure_domain == "z2"
+    views = SiblingZones()
+    views.read("ns", "c", [body("a", "1", None)])
+    assert views.read("ns", "c", [body("a", "1", "z2")])[0].failure_domain == "z2"
 
 
 def test_a_body_without_resource_version_is_never_reused() -> None:
-    views = SiblingViews()
+    views = SiblingZones()
     a = body("a", None, "z1")
-    views.views("ns", "c", [a])
+    views.read("ns", "c", [a])
     a["spec"]["failureDomain"] = "z2"
-    assert views.views("ns", "c", [a])[0].spec.failure_domain == "z2"
+    assert views.read("ns", "c", [a])[0].failure_domain == "z2"
 
 
 def test_clusters_are_apart_and_gone_siblings_are_dropped() -> None:
-    views = SiblingViews()
+    views = SiblingZones()
     a, b = body("a", "1", "z1"), body("b", "1", "z2")
-    views.views("ns", "c1", [a, b])
-    assert [v.metadata.name for v in views.views("ns", "c2", [b])] == ["b"]
-    assert [v.metadata.name for v in views.views("ns", "c1", [b])] == ["b"]
-    assert views.views("ns", "c1", []) == []
+    views.read("ns", "c1", [a, b])
+    assert [v.uid for v in views.read("ns", "c2", [b])] == ["uid-b"]
+    assert [v.uid for v in views.read("ns", "c1", [b])] == ["uid-b"]
+    assert views.read("ns", "c1", []) == []

@@ -83,11 +83,22 @@ class K8sModel(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=exclude_unset)
 
 
+#: JSON's scalar types: returned as they are, before the (slow, ABC) ``Mapping`` check.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def plain(value: Any) -> Any:
-    """Deep-copy mappings and sequences into plain dicts and lists (kopf hands out mapping views)."""
-    if isinstance(value, Mapping):
+    """Deep-copy mappings and sequences into plain dicts and lists (kopf hands out mapping views).
+
+    The exact-type checks come first: bodies are mostly JSON scalars and dicts, and ``isinstance(x, Mapping)``
+    (an ABC check) was most of this function's cost, itself the largest of the operator's (profile:
+    docs/benchmarks/per-machine.md)."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict or isinstance(value, Mapping):
         return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
+    if kind is list or isinstance(value, list | tuple):
         return [plain(v) for v in value]
     return value
 

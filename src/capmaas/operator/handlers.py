@@ -25,7 +25,7 @@ import kopf
 
 from capmaas.api.related import CapiCluster, ObjectMeta
 from capmaas.operator.kopfsettings import label_selector
-from capmaas.operator.kube import object_key
+from capmaas.operator.kube import object_key, without_managed_fields
 from capmaas.operator.routing import (
     CAPI,
     CLUSTERS,
@@ -97,7 +97,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
     def moved_out(body: kopf.Body) -> bool:
         """Deleted for ``clusterctl move`` while its Cluster was paused (what the reconcilers honour): what it
         held lives on under the target's operator."""
-        meta = ObjectMeta.from_body(body.get("metadata", {}))
+        meta = ObjectMeta.from_body(without_managed_fields(body.get("metadata", {})))
         if DELETE_FOR_MOVE_ANNOTATION not in meta.annotations:
             return False
         owner = meta.owner("Cluster")

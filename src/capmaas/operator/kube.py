@@ -149,6 +149,14 @@ def object_key(plural: str, namespace: str, name: str) -> str:
     return f"{plural}/{namespace}/{name}"
 
 
+def without_managed_fields(meta: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``metadata`` without ``managedFields``: capmaas never reads them, and they are most of a small object's
+    size (what the cache would hold, what a parse would deep-copy)."""
+    if "managedFields" not in meta:
+        return meta
+    return {k: v for k, v in meta.items() if k != "managedFields"}
+
+
 def kube_failure(doing: str, exc: KubeHttpError) -> TransientError:
     """A Kubernetes API error as a retryable outcome that says what was being done."""
     detail = f"HTTP {exc.status}: {exc}" if exc.status else str(exc)
@@ -231,9 +239,8 @@ class Store:
                 return False
             if old_rv == new_rv and old_rv:
                 return False
-        if "managedFields" in meta:  # never read here; it is most of a small object's size
-            meta = {k: v for k, v in meta.items() if k != "managedFields"}
-            body = {**body, "metadata": meta}
+        if "managedFields" in meta:
+            body = {**body, "metadata": without_managed_fields(meta)}
         self._objects[key] = dict(body)
         if plural == "maasmachines":
             self._index(key, old, body)

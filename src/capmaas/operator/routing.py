@@ -10,12 +10,13 @@ kopf handlers (:mod:`capmaas.operator.handlers`) keep the caches and the object'
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from capmaas.api.related import CapiCluster, CapiMachine, ObjectMeta
-from capmaas.operator.kube import object_key
+from capmaas.operator.kube import object_key, without_managed_fields
 from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL
 
 INFRA: Final = "infrastructure.cluster.x-k8s.io"
@@ -49,9 +50,11 @@ class Event:
     type: str | None
     body: Mapping[str, Any]
 
-    @property
+    @functools.cached_property
     def meta(self) -> ObjectMeta:
-        return ObjectMeta.from_body(self.body.get("metadata") or {})
+        """The typed metadata, parsed once for all the routes that read it, without ``managedFields``: never
+        read, and most of a watched object's metadata (the parse deep-copies what it is given)."""
+        return ObjectMeta.from_body(without_managed_fields(self.body.get("metadata") or {}))
 
     @property
     def deleted(self) -> bool:

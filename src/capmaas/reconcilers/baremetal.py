@@ -48,7 +48,6 @@ from collections.abc import Sequence
 
 from capmaas import maas, placement
 from capmaas.api import conditions as C
-from capmaas.api.related import MaasMachineView
 from capmaas.api.v1beta1 import (
     PROVISIONING_MODE_BARE_METAL,
     MaasClusterStatus,
@@ -79,6 +78,7 @@ from capmaas.reconcilers.lifecycle import Finished, Strategy
 from capmaas.reconcilers.ports import MaasPort
 from capmaas.reconcilers.reuse import NodeReuse
 from capmaas.reconcilers.scope import MachineScope, Requeue
+from capmaas.reconcilers.siblings import SiblingZones
 from capmaas.reconcilers.spread import Asking, ZoneSpread
 
 #: MAAS power type of composed LXD VMs: a bare-metal allocate never takes one (they are Ready between
@@ -121,6 +121,12 @@ class BareMetal(Strategy):
     def spread(self) -> ZoneSpread:
         """The zone spread of this process's allocations (soft memory of dry zones and choices)."""
         return ZoneSpread(self.clock)
+
+    @functools.cached_property
+    def siblings(self) -> SiblingZones:
+        """The cluster's sibling MaasMachines as the spread counts them, each parsed once per version (the
+        spread reads them at every allocation)."""
+        return SiblingZones()
 
     @functools.cached_property
     def reuse(self) -> NodeReuse:
@@ -442,10 +448,11 @@ class BareMetal(Strategy):
         asking = self._asking(scope, port, asked)
         wet = [d for d in domains if not self.spread.is_dry(asking, d)]
         counts: dict[str, int] = {}
-        siblings = self.kube.list_maasmachines(scope.namespace, scope.cluster_name or "")
-        for sibling in MaasMachineView.all(siblings):
-            uid = sibling.metadata.uid
-            z = sibling.spec.failure_domain or self.spread.chosen_zone(uid)
+        cluster = scope.cluster_name or ""
+        siblings = self.kube.list_maasmachines(scope.namespace, cluster)
+        for sibling in self.siblings.read(scope.namespace, cluster, siblings):
+            uid = sibling.uid
+            z = sibling.failure_domain or self.spread.chosen_zone(uid)
             if z and uid != scope.uid:
                 counts[z] = counts.get(z, 0) + 1
         zone = placement.choose_zone(counts, wet or domains, machine=scope.name)

@@ -136,6 +136,9 @@ def _foreign(scope: ObjectScope, port: MaasPort, held: str) -> str | None:
 def check_machine(scope: MachineScope, port: MaasPort) -> bool:
     """False when the MaasMachine's references came from another identity than ``port``'s: they are forgotten
     (written with the next flush) with a Warning Event, and the caller sends nothing to MAAS in this pass."""
+    was = bound(scope)
+    if was is None or was == port.identity:  # every pass asks: decided without parsing the whole object
+        return True
     foreign = _foreign(scope, port, ", ".join(machine_references(scope.body)))
     if foreign is None:
         return True

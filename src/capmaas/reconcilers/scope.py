@@ -40,7 +40,7 @@ import pydantic
 
 from capmaas.api import conditions as C
 from capmaas.api.related import CapiCluster, CapiMachine, ObjectMeta
-from capmaas.api.schema import K8sModel
+from capmaas.api.schema import K8sModel, plain
 from capmaas.api.v1beta1 import MaasMachineSpec, MaasMachineStatus
 from capmaas.reconcilers.errors import ConflictError, TerminalError
 from capmaas.reconcilers.keys import (
@@ -139,9 +139,11 @@ class ObjectScope:
         self.name: str = meta.get("name", "")
         self.uid: str = meta.get("uid", "")
         self.generation: int = int(meta.get("generation") or 0)
-        self.spec: dict[str, Any] = copy.deepcopy(dict(body.get("spec") or {}))
-        self.status: dict[str, Any] = copy.deepcopy(dict(body.get("status") or {}))
-        self._orig_status = copy.deepcopy(self.status)
+        # Copies of the body as read (JSON: dicts, lists, scalars), by plain() rather than copy.deepcopy,
+        # which cost ~10x as much and, three times per pass, was the largest copy cost of a pass.
+        self.spec: dict[str, Any] = plain(body.get("spec") or {})
+        self.status: dict[str, Any] = plain(body.get("status") or {})
+        self._orig_status = plain(self.status)
         self.annotations: dict[str, str] = dict(meta.get("annotations") or {})
         self.labels: dict[str, str] = dict(meta.get("labels") or {})
         #: The metadata as read (typed; ``annotations``/``labels`` above are what this pass writes).

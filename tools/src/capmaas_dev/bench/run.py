@@ -27,6 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -41,6 +42,7 @@ from capmaas_dev.bench.metrics import (
     proc_stats,
     writes_by_kind,
 )
+from capmaas_dev.bench.profiled import ProfiledOperator
 from capmaas_dev.bench.shards import WATCH_FILTER_LABEL, ShardCapi, ShardOperator, shard_settings, shard_value
 from capmaas_dev.bench.stackrun import run_on_stack
 from capmaas_dev.demo.capi import Capi, MachineSpec, parallel
@@ -75,9 +77,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--small", type=int, default=3, help="--fairness: the small tenant's machines a round (3)")
     p.add_argument("--rounds", type=int, default=3, help="--fairness: rounds alone and under the stream (3)")
+    p.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="run the operator under cProfile from the first create to the last release and write its"
+        " stats to FILE (pstats); slows the operator: read shares, not times (capmaas_dev.bench.profiled)",
+    )
     args = p.parse_args(argv)
     if args.fairness and (args.shards != 1 or args.small < 1 or args.rounds < 1):
         p.error("--fairness runs one operator process (no --shards); --small and --rounds at least 1")
+    if args.profile and (args.fairness or args.shards != 1):
+        p.error("--profile profiles the one operator process of a plain run (no --fairness, no --shards)")
     if args.machines < 1:
         p.error("--machines must be at least 1")
     if not 1 <= args.shards <= args.machines:
@@ -168,7 +178,8 @@ class Bench:
         for shard in shards:
             shard.capi.wait_infrastructure(60 * len(shards), check=check_operators)
         if len(shards) == 1:
-            self._startup(shards[0].proc, check_operators)
+            shards[0].proc = stack.operator = self._startup(shards[0].proc, check_operators)
+        profiled = shards[0].proc if isinstance(shards[0].proc, ProfiledOperator) else None
         specs = []
         for i in range(n):
             shard = shards[i % len(shards)]
@@ -193,6 +204,8 @@ class Bench:
             for shard in shards:
                 before = proc_stats(shard.proc.pid)
                 shard.cpu0, shard.rss0 = before.cpu_seconds, before.rss_mb
+            if profiled is not None:
+                profiled.profile_start()
             t0 = time.time()
             parallel(
                 lambda s: shard_of[s.name].capi.create_maasmachine(s, uids[s.name]), specs, self.args.threads
@@ -241,6 +254,9 @@ class Bench:
             writes = _settled_writes(kube)
             writes.subtract(writes0)
             at_end = {shard.index: proc_stats(shard.proc.pid) for shard in shards}
+            if profiled is not None:
+                profiled.profile_stop()
+                self.say(f"  profile (create..released) written to {profiled.out}")
         finally:
             watcher.stop()
         first = shards[0]
@@ -287,11 +303,15 @@ class Bench:
                 json.dump(self.figures, f, indent=2)
         return 0 if ready == n and gone == n and held == 0 else 1
 
-    def _startup(self, proc: Any, check: Callable[[], None], timeout: float = 60.0) -> None:
+    def _startup(
+        self, proc: OperatorProcess, check: Callable[[], None], timeout: float = 60.0
+    ) -> OperatorProcess:
         """Start-up: the operator restarted with its MaasCluster in place and its bytecode compiled; process
-        start (just before the fork) to its first reconcile, as it logs it. The restarted process is the one
-        measured after."""
+        start (just before the fork) to its first reconcile, as it logs it. The restarted process (returned;
+        under the profiler with ``--profile``) is the one measured after."""
         proc.stop()
+        if self.args.profile:
+            proc = ProfiledOperator(proc.env, proc.namespace, proc.log, Path(self.args.profile).resolve())
         # Bytecode as the image has it (compiled at build time): a development venv run with
         # PYTHONDONTWRITEBYTECODE would compile every module of the product at every start.
         env = {k: v for k, v in proc.env.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -315,9 +335,10 @@ class Bench:
                     self.figures["startup_cpu_seconds"] = round(cpu, 2)
                     cpu_text = f" ({cpu:.2f}s of operator CPU)"
                 self.say(f"  start-up: process start to first reconcile {at - started:.2f}s{cpu_text}")
-                return
+                return proc
             time.sleep(0.05)
         self.say(f"  start-up: no first reconcile within {timeout:.0f}s")
+        return proc
 
     def _figures(
         self,

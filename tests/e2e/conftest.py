@@ -179,7 +179,7 @@ def provider_stack(
         CAPMAAS_POLLING__IDLE_INTERVAL="2",
         CAPMAAS_MACHINE__RETRY_BASE_DELAY="0.5",
         CAPMAAS_MACHINE__RETRY_MAX_DELAY="3",
-        CAPMAAS_MACHINE__NODE_RETRY="1",
+        CAPMAAS_MACHINE__NODE_RETRY="0.3",  # the workload Node is registered ~0.5 s after the deploy
         CAPMAAS_KUBE__SECRET_CACHE_TTL="1",
         CAPMAAS_KUBE__FIELD_VALIDATION="Strict",  # a wrong key in any write fails the test
     )

@@ -40,7 +40,7 @@ def get(kubectl: Kubectl, *args: str) -> Any:
     """``kubectl get ... -o json`` parsed; ``None`` when the object does not exist.
 
     In-process (``tests/operator/kube_reader.py``) when ``kubectl`` is the session's (it names its
-    ``kubeconfig``) and the arguments are ``KIND [NAME] -n NS [-l=SELECTOR]``: the waits poll every 0.5 s,
+    ``kubeconfig``) and the arguments are ``KIND [NAME] -n NS [-l=SELECTOR]``: the waits poll every 0.25-0.5 s,
     and a kubectl fork costs ~0.1 s of CPU (docs/benchmarks/test-durations.md). A KIND the reader cannot
     resolve goes to kubectl, so no answer differs from kubectl's."""
     found = _read(kubectl, args)
@@ -465,13 +465,14 @@ class ProviderStack:
             raise AssertionError(f"capmaas run exited with code {code}:\n{self.operator.tail()}")
 
     def wait_for(self, check: Callable[[], T | None], what: str, *, timeout: float = 120.0) -> T:
-        """:func:`wait_for` that fails at once if the operator died."""
+        """:func:`wait_for` that fails at once if the operator died. Every 0.25 s: its checks read in process
+        (:func:`get`), and a test waits on a chain of these (each poll's delay adds up along it)."""
 
         def checked() -> T | None:
             self.check_operator()
             return check()
 
-        return wait_for(checked, what, timeout=timeout, interval=0.5)
+        return wait_for(checked, what, timeout=timeout, interval=0.25)
 
     # -- clusters --------------------------------------------------------------------------------------------
     def create_cluster(

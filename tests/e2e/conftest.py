@@ -2,8 +2,10 @@
 
 - ``capi`` (session): :class:`capmaas_dev.devcluster.capi.CapiManager` started with ``--namespace`` on a
   namespace of its own (``capi.namespace``), webhooks limited to it, so the CAPI controllers never touch
-  objects that other test packages create in ``kube`` while playing CAPI themselves. Its log is kept under
-  pytest's basetemp (``.../capi0/cluster-api.log``).
+  objects that other test packages create in ``kube`` while playing CAPI themselves. Its reconcile rate
+  limit is off (``capi.UNTHROTTLED_FEATURE_GATES``): a reconcile an event asks for runs at once; a
+  stand-alone control-plane Machine then needs ``e2e_support.nudge_machine`` to find its Node. Its log is
+  kept under pytest's basetemp (``.../capi0/cluster-api.log``).
 - ``capmaas_crds`` (session): capmaas' CRDs (``crds/``) applied server-side and Established.
 - ``kubeadm_crds`` (session): the kubeadm bootstrap/control-plane CRDs of the same CAPI release, from the Go
   module cache (no kubeadm controllers run: only the schemas, for validating cluster templates).
@@ -113,14 +115,17 @@ def capi(
     kube: ControlPlane, kubectl: Kubectl, capmaas_crds: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[CapiManager]:
     from capmaas_dev.devcluster import MissingToolError
-    from capmaas_dev.devcluster.capi import CapiManager, CapiStartError
+    from capmaas_dev.devcluster.capi import UNTHROTTLED_FEATURE_GATES, CapiManager, CapiStartError
 
     namespace = f"capi-e2e-{secrets.token_hex(3)}"
     kubectl("create", "namespace", namespace)
     problem = None
     try:
         mgr = CapiManager.start(
-            kube.kubeconfig, watch_namespace=namespace, workdir=tmp_path_factory.mktemp("capi")
+            kube.kubeconfig,
+            watch_namespace=namespace,
+            workdir=tmp_path_factory.mktemp("capi"),
+            feature_gates=UNTHROTTLED_FEATURE_GATES,  # no 1 s / 15 s deferral of a reconcile (its doc)
         )
     except MissingToolError as exc:
         problem = f"e2e test needs the Cluster API manager: {exc}"

@@ -37,6 +37,7 @@ from e2e_support import (
 )
 
 from capmaas_dev.demo.stack import OperatorProcess
+from capmaas_dev.devcluster.workload import machine_addresses
 
 pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
 
@@ -51,12 +52,17 @@ FAULTY: set[str] = set()
 def stack(provider_stack: ProviderStack) -> Iterator[ProviderStack]:
     """The module's provider stack with realistic (scaled) times and kubelets that honour :data:`FAULTY`."""
     workload = provider_stack.workload
-    register = workload.deploy_hook()
 
-    async def deployed(machine: dict[str, Any]) -> None:
-        await register(machine)
-        if machine["hostname"] in FAULTY:
-            await asyncio.to_thread(workload.set_ready, str(machine["hostname"]), False)
+    async def deployed(machine: dict[str, Any]) -> None:  # the kubelet registers; a faulty one NotReady
+        # At once NotReady, not Ready then NotReady: CAPI's health check (no rate limit here, conftest) would
+        # see the moment between as a healthy Node, and the remediation would end "healthy again".
+        hostname = str(machine["hostname"])
+        await asyncio.to_thread(
+            workload.register_node,
+            hostname,
+            addresses=machine_addresses(machine),
+            ready=hostname not in FAULTY,
+        )
 
     async def booted(machine: dict[str, Any]) -> None:  # the power cycle's boot: the kubelet reports again
         await asyncio.to_thread(

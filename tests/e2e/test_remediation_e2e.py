@@ -4,7 +4,8 @@ the servers in the MAAS simulator, and the workload stand-in plays the kubelets.
 
 The simulator's times are realistic ones scaled by :data:`SCALE` (deploy 10 minutes, a power cycle's boot 2
 minutes): the "[e2e timing]" lines of the transient-fault test and of the replacement give the
-time-to-healthy of a power cycle and of a replacement (docs/operating.md "Remediation").
+time-to-healthy of a power cycle and of a replacement (docs/operating.md "Remediation"), with CAPI's reconcile
+rate limit off (conftest): a CAPI v1.13 installation's health check acts on a NotReady Node up to 15 s later.
 
 A *faulty* server is one whose Node stays NotReady whatever happens to it (power cycle, redeploy): its
 hostname is in :data:`FAULTY`, which the simulator hooks below read.

@@ -67,19 +67,19 @@ import pytest
 FIRST = ("chaos", "image", "pod", "e2e", "upgrade", "demo")
 CHAOS_MODULES = ("tests/operator/test_failover_chaos.py", "tests/operator/test_chaos.py")
 #: The e2e modules of each half, by their measured times (docs/benchmarks/test-durations.md, "e2e in two
-#: halves"): ``e2e-1`` the lighter (module doc). Every module of tests/e2e is named here
+#: halves" and "The e2e waits"): ``e2e-1`` the lighter (module doc). Every module of tests/e2e is named here
 #: (tests/unit/test_suite_plan.py checks it): a new one is placed by its duration, not by default.
 E2E: dict[str, tuple[str, ...]] = {
     "e2e-1": (
         "test_capi_harness.py",
         "test_clusterctl_move.py",
-        "test_hypershift.py",
         "test_machinedeployment.py",
         "test_static_ips_e2e.py",
     ),
     "e2e-2": (
         "test_clusterclass.py",
         "test_clusterctl_repo.py",  # with test_clusterclass: the only users of the session's kubeadm_crds
+        "test_hypershift.py",
         "test_node_reuse_e2e.py",
         "test_operator_ports_e2e.py",
         "test_remediation_e2e.py",

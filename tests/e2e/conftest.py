@@ -2,8 +2,10 @@
 
 - ``capi`` (session): :class:`capmaas_dev.devcluster.capi.CapiManager` started with ``--namespace`` on a
   namespace of its own (``capi.namespace``), webhooks limited to it, so the CAPI controllers never touch
-  objects that other test packages create in ``kube`` while playing CAPI themselves. Its log is kept under
-  pytest's basetemp (``.../capi0/cluster-api.log``).
+  objects that other test packages create in ``kube`` while playing CAPI themselves. Its reconcile rate
+  limit is off (``capi.UNTHROTTLED_FEATURE_GATES``): a reconcile an event asks for runs at once; a
+  stand-alone control-plane Machine then needs ``e2e_support.nudge_machine`` to find its Node. Its log is
+  kept under pytest's basetemp (``.../capi0/cluster-api.log``).
 - ``capmaas_crds`` (session): capmaas' CRDs (``crds/``) applied server-side and Established.
 - ``kubeadm_crds`` (session): the kubeadm bootstrap/control-plane CRDs of the same CAPI release, from the Go
   module cache (no kubeadm controllers run: only the schemas, for validating cluster templates).
@@ -18,7 +20,8 @@ Missing binaries fail (never skip) the tests, as in ``tests/conftest.py``.
 Yields an ``e2e_support.ProviderStack`` (``from e2e_support import ProviderStack`` for the type) with:
 
 - ``.sim``: the MAAS simulator (``capmaas_dev.demo.simthread.SimulatorThread``) serving on 127.0.0.1 from its
-  own thread: 16 machines (2+ CPUs, 4+ GiB, ubuntu/noble) over zones az1..az3, deploy 1.5s, release 0.5s.
+  own thread: 16 machines (2+ CPUs, 4+ GiB, ubuntu/noble) over zones az1..az3, deploy 0.5s, release 0.2s
+  (MAAS's asynchronous steps, short: no test here is about their length; a module that is sets its own).
   Its ``on_deployed`` hook calls ``workload.deploy_hook()``: a deployed machine registers a Ready Node named
   after its hostname (without providerID: capmaas writes it, as on bare metal) in the workload stand-in, so
   CAPI Machines reach Running with a nodeRef. Hostnames are ``<stack.hostname_prefix>-NN``, unique per
@@ -29,7 +32,8 @@ Yields an ``e2e_support.ProviderStack`` (``from e2e_support import ProviderStack
   MaasMachines of the namespace agree one to one), ``.ready_in_maas(system_ids)``.
 - ``.operator``: ``capmaas run --namespace <capi.namespace> --no-leader-elect`` (``capmaas_dev.demo.stack.
   OperatorProcess``), default credentials from ``CAPMAAS_MAAS__ENDPOINT``/``CAPMAAS_MAAS__API_KEY``, fast
-  polling; its log is ``.operator.log`` under pytest's basetemp. Started by ``e2e_support.start_operator``:
+  polling (a module adds settings of its own with a dict ``E2E_OPERATOR_ENV``); its log is ``.operator.log``
+  under pytest's basetemp. Started by ``e2e_support.start_operator``:
   health and metrics ports from ``free_port``, started again on fresh ones if another program took one
   before the operator bound it; a test that restarts it does the same. A failing test that uses the fixture
   gets the tails of the operator and CAPI manager logs in its report (``.logs()``).
@@ -111,14 +115,17 @@ def capi(
     kube: ControlPlane, kubectl: Kubectl, capmaas_crds: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[CapiManager]:
     from capmaas_dev.devcluster import MissingToolError
-    from capmaas_dev.devcluster.capi import CapiManager, CapiStartError
+    from capmaas_dev.devcluster.capi import UNTHROTTLED_FEATURE_GATES, CapiManager, CapiStartError
 
     namespace = f"capi-e2e-{secrets.token_hex(3)}"
     kubectl("create", "namespace", namespace)
     problem = None
     try:
         mgr = CapiManager.start(
-            kube.kubeconfig, watch_namespace=namespace, workdir=tmp_path_factory.mktemp("capi")
+            kube.kubeconfig,
+            watch_namespace=namespace,
+            workdir=tmp_path_factory.mktemp("capi"),
+            feature_gates=UNTHROTTLED_FEATURE_GATES,  # no 1 s / 15 s deferral of a reconcile (its doc)
         )
     except MissingToolError as exc:
         problem = f"e2e test needs the Cluster API manager: {exc}"
@@ -163,7 +170,7 @@ def provider_stack(
     inventory = custom() if custom is not None else Inventory.generate(machines=16, zones=3, seed=11)
     for n, m in enumerate(inventory.data["machines"]):
         m["hostname"] = f"{prefix}-{n:02d}"
-    sim = SimulatorThread(inventory, Timings(deploy=1.5, release=0.5))
+    sim = SimulatorThread(inventory, Timings(deploy=0.5, release=0.2))
     hook = workload.deploy_hook()
     sim.sim.on_deployed = hook  # the kubelet's part: a Node per deployed machine
     workdir = tmp_path_factory.mktemp("provider")
@@ -177,10 +184,13 @@ def provider_stack(
         CAPMAAS_POLLING__IDLE_INTERVAL="2",
         CAPMAAS_MACHINE__RETRY_BASE_DELAY="0.5",
         CAPMAAS_MACHINE__RETRY_MAX_DELAY="3",
-        CAPMAAS_MACHINE__NODE_RETRY="1",
+        CAPMAAS_MACHINE__NODE_RETRY="0.3",  # the workload Node is registered ~0.5 s after the deploy
         CAPMAAS_KUBE__SECRET_CACHE_TTL="1",
         CAPMAAS_KUBE__FIELD_VALIDATION="Strict",  # a wrong key in any write fails the test
     )
+    # A module may set operator settings of its own (a dict ``E2E_OPERATOR_ENV``), e.g. a shorter wait that
+    # its test does not exercise.
+    env.update(getattr(request.module, "E2E_OPERATOR_ENV", {}))
     started = time.monotonic()
     sim.start()
     env.update(CAPMAAS_MAAS__ENDPOINT=sim.url, CAPMAAS_MAAS__API_KEY=sim.api_key)

@@ -47,6 +47,15 @@ from capmaas_dev.devcluster.versions import CAPI_VERSION
 FIELD_MANAGER = "capmaas-capi-harness"
 #: MachinePool off (capmaas has no MaasMachinePool); ClusterTopology on: it only adds ClusterClass support.
 DEFAULT_FEATURE_GATES: Mapping[str, bool] = {"MachinePool": False, "ClusterTopology": True}
+#: For tests (``feature_gates=``): CAPI's per-object reconcile rate limit off (``ReconcilerRateLimiting``,
+#: beta and on by default since v1.13, off by default before). With it every controller reconciles an object
+#: at most once a second (``util/controller``), the MachineHealthCheck controller at most once every 15 s: a
+#: Node gone NotReady is acted on up to 15 s after its timeout, and each step of a rollout (Machine
+#: provisioned, its Node found, the next Machine scaled) waits for the next 1 s slot. The limit only defers
+#: reconciles that an event asked for (it spares a big management cluster's apiservers). What it hides: CAPI
+#: finds a Machine's Node only on an event, and a reconcile it deferred sometimes came late enough to find one
+#: without (``tests/e2e/e2e_support.nudge_machine``: the stand-alone control-plane Machine of the e2e tests).
+UNTHROTTLED_FEATURE_GATES: Mapping[str, bool] = {"ReconcilerRateLimiting": False}
 _PORT_RACE = "address already in use"
 _SOURCE_HINT = "run `hack/build-tools.sh cluster-api` (building the manager downloads its Go module)"
 

@@ -14,14 +14,12 @@ from __future__ import annotations
 import cProfile
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Self
 
-from capmaas_dev.demo.stack import OperatorProcess, _die_with_parent
+from capmaas_dev.demo.stack import OperatorProcess
 
 
 class ProfiledOperator(OperatorProcess):
@@ -31,19 +29,8 @@ class ProfiledOperator(OperatorProcess):
         super().__init__(env, namespace, log)
         self.out = out
 
-    def start(self) -> Self:
-        cmd = [sys.executable, "-m", "capmaas_dev.bench.profiled", str(self.out), "run", *self.run_args()]
-        with self.log.open("ab") as out:
-            self.popen = subprocess.Popen(
-                cmd,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - a SIGKILL of the benchmark takes it down too
-            )
-        return self
+    def program(self) -> list[str]:
+        return [sys.executable, "-m", "capmaas_dev.bench.profiled", str(self.out)]
 
     def profile_start(self) -> None:
         os.kill(self.pid, signal.SIGUSR1)

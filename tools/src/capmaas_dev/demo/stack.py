@@ -76,8 +76,12 @@ class OperatorProcess:
         """The arguments of ``capmaas run`` (subclasses run it otherwise: sharded, cluster-wide)."""
         return ["--namespace", self.namespace, "--no-leader-elect"]
 
+    def program(self) -> list[str]:
+        """What runs ``capmaas`` (subclasses wrap it: the benchmark's profiled operator)."""
+        return [sys.executable, "-m", "capmaas"]
+
     def start(self) -> Self:
-        cmd = [sys.executable, "-m", "capmaas", "run", *self.run_args()]
+        cmd = [*self.program(), "run", *self.run_args()]
         with self.log.open("ab") as out:
             self.popen = subprocess.Popen(
                 cmd,

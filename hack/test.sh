@@ -29,28 +29,36 @@ workers=${CAPMAAS_TEST_WORKERS:-3}
 logs=${CAPMAAS_TEST_LOGS:-build/test-logs}
 mkdir -p "$logs"
 export CAPMAAS_TEST_TIMES=$PWD/$logs/test-groups.json
-rm -f "$CAPMAAS_TEST_TIMES" "$logs/pytest.log" "$logs/slowest-20.txt"  # nothing of an earlier run in the table
+rm -f "$CAPMAAS_TEST_TIMES" "$logs/timeline.json" "$logs/pytest.log" "$logs/slowest-20.txt"  # nothing of an earlier run in the table
 
 phases=()
 failed=
 start=$SECONDS
-phase() { # name command...: runs it, records its time; stops at the first failure
-  local name=$1 t0=$SECONDS rc
+busy() { # the box's busy CPU time so far, in clock ticks (/proc/stat: all but idle and iowait)
+  awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat
+}
+phase() { # name command...: runs it, records its time and the box's CPU meanwhile; stops at the first failure
+  local name=$1 t0=$SECONDS c0 rc cpu wall
+  c0=$(busy)
   shift
   echo "=== make test: $name ==="
   "$@"
   rc=$?
-  phases+=("$name $((SECONDS - t0)) $([ $rc = 0 ] && echo ok || echo "FAILED($rc)")")
+  wall=$((SECONDS - t0))
+  cpu=$((($(busy) - c0) / $(getconf CLK_TCK)))
+  # busy %: of the wall time of every core (nproc); near 100 the phase is CPU-bound and more workers cannot help
+  phases+=("$name $wall $cpu $((wall > 0 ? 100 * cpu / (wall * $(nproc)) : 0)) $([ $rc = 0 ] && echo ok || echo "FAILED($rc)")")
   [ $rc = 0 ] || { failed=$name; return 1; }
 }
 
 summary() {
   echo
   echo "=== make test: time per phase ==="
-  printf '%-16s %8s  %s\n' phase seconds result
+  echo "(box CPU: busy CPU seconds of the whole machine during the phase, on $(nproc) cores; busy: its share)"
+  printf '%-16s %8s %8s %6s  %s\n' phase seconds 'box CPU' 'busy%' result
   for p in "${phases[@]}"; do
     # shellcheck disable=SC2086
-    printf '%-16s %8s  %s\n' $p
+    printf '%-16s %8s %8s %6s  %s\n' $p
   done
   printf '%-16s %8s\n' total $((SECONDS - start))
   if [ -s "$CAPMAAS_TEST_TIMES" ]; then

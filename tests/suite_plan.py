@@ -225,8 +225,15 @@ class Row:
 @dataclass
 class Times:
     rows: dict[str, Row] = field(default_factory=dict)
+    #: Every report's (node id, phase, worker, start, stop): which worker ran what when, to see a run's
+    #: critical path (``timeline.json`` beside the table's file).
+    timeline: list[tuple[str, str, str, float, float]] = field(default_factory=list)
 
     def add(self, report: pytest.TestReport) -> None:
+        node = getattr(report, "node", None)  # xdist's controller: the worker that sent the report
+        worker = str(getattr(getattr(node, "gateway", None), "id", "main"))
+        if report.start:
+            self.timeline.append((report.nodeid, report.when, worker, report.start, report.stop))
         row = self.rows.setdefault(category(report.nodeid), Row())
         row.tests.add(report.nodeid)
         row.work += report.duration
@@ -251,6 +258,11 @@ class Times:
             for name, row in self.rows.items()
         }
         path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        rows = [
+            {"test": nodeid, "when": when, "worker": worker, "start": round(start, 2), "stop": round(stop, 2)}
+            for nodeid, when, worker, start, stop in sorted(self.timeline, key=lambda t: t[3])
+        ]
+        path.with_name("timeline.json").write_text(json.dumps(rows, indent=0) + "\n")
 
 
 def is_worker(config: pytest.Config) -> bool:

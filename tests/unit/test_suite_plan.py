@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pytest
 
 import suite_plan
 
@@ -65,4 +68,36 @@ def test_the_e2e_halves_start_after_pod_and_before_upgrade_the_lighter_first() -
         "tests/e2e/y::test_k",
         "tests/e2e/x::test_b",
         "tests/e2e/x::test_g",
+    ]
+
+
+def test_the_times_file_has_a_table_per_group_and_a_timeline_per_worker(tmp_path: Path) -> None:
+    """What ``make test`` keeps of a run's times: the group table, and which worker ran which test when (a
+    run's critical path is read from the timeline)."""
+
+    class Gateway:
+        id = "gw1"
+
+    class Node:
+        gateway = Gateway()
+
+    times = suite_plan.Times()
+    for nodeid, when, start, stop, node in (
+        ("tests/unit/test_a.py::test_x", "call", 10.0, 12.5, Node()),
+        ("tests/e2e/test_b.py::test_y@e2e-1", "setup", 5.0, 9.0, None),
+    ):
+        report = pytest.TestReport(nodeid, ("f", 1, "x"), {}, "passed", None, when, start=start, stop=stop)
+        report.duration = stop - start
+        if node is not None:
+            report.node = node  # type: ignore[attr-defined]  # as xdist's controller sets it
+        times.add(report)
+    path = tmp_path / "test-groups.json"
+    times.write(path)
+    groups = json.loads(path.read_text())
+    assert groups["unit"] == {"tests": 1, "work_seconds": 2.5, "span_seconds": 2.5}
+    assert groups["e2e"]["work_seconds"] == 4.0
+    timeline = json.loads((tmp_path / "timeline.json").read_text())
+    assert [(r["test"], r["when"], r["worker"], r["start"], r["stop"]) for r in timeline] == [
+        ("tests/e2e/test_b.py::test_y@e2e-1", "setup", "main", 5.0, 9.0),
+        ("tests/unit/test_a.py::test_x", "call", "gw1", 10.0, 12.5),
     ]

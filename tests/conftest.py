@@ -163,21 +163,25 @@ def kubectl(kube: ControlPlane) -> Kubectl:
 
 
 @pytest.fixture
-def namespace(kube: ControlPlane, kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A namespace named after the test (DNS-1123, unique); deleted afterwards without waiting, because the
-    controller-manager finishes the deletion in the background (and a bare apiserver never would)."""
+def namespace(kube: ControlPlane, kubectl: Kubectl, request: pytest.FixtureRequest) -> str:
+    """A namespace named after the test (DNS-1123, unique), left in place afterwards.
+
+    Why not deleted: the namespace controller deletes a namespace by listing and deleting every resource type
+    in it (~60 requests, with discovery), which made a tenth of the CPU of an operator test module (13 tests:
+    61.2 s of CPU with the deletions, 55.1 s without, docs/benchmarks/test-durations.md). Every worker's
+    control plane is its own and ends with the session, so what a test leaves is seen only by the tests after
+    it on that worker, in namespaces of their own: the operators the tests start watch their own namespace or
+    carry a watch filter of their own, and the few reads across namespaces look for Events only their own test
+    causes (``tests/security/test_orphaning.py``)."""
     stem = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-") or "t"
     name = f"{stem}-{secrets.token_hex(3)}"
-    # In-process (kube_reader: a kubectl fork costs ~0.1 s of CPU, and every k8s test makes and deletes one);
-    # kubectl only when the create is refused, so that its error is the one raised.
+    # In-process (kube_reader: a kubectl fork costs ~0.1 s of CPU, and every k8s test makes one); kubectl only
+    # when the create is refused, so that its error is the one raised.
     api = _reader(kube)
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     if api.send("POST", "/api/v1/namespaces", namespace) != 201:
         kubectl("create", "namespace", name)
-    yield name
-    # As --wait=false --ignore-not-found: the deletion is asked for, not waited for; gone already is fine.
-    if api.send("DELETE", f"/api/v1/namespaces/{name}") not in (200, 202, 404):
-        kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+    return name
 
 
 def _reader(kube: ControlPlane) -> KubeReader:

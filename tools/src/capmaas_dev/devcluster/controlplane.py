@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shlex
 import shutil
 import ssl
 import subprocess
@@ -49,6 +50,8 @@ NODE_API_PORT = 443
 _PORT_RACE = "address already in use"
 #: ``1`` serves the apiserver's Go profiles (``/debug/pprof/profile?seconds=60`` with the admin certificate).
 PROFILING_ENV = "CAPMAAS_DEV_APISERVER_PROFILING"
+#: Extra kube-apiserver flags (shell words), after ours: for measuring a flag's effect on the test apiservers.
+EXTRA_ARGS_ENV = "CAPMAAS_DEV_APISERVER_ARGS"
 
 
 class StartError(RuntimeError):
@@ -411,6 +414,7 @@ def _apiserver_args(pki: Pki, etcd_url: str, port: int, node_ip: str | None = No
         "--endpoint-reconciler-type=none",
         # /debug/pprof (admin certificate only) for finding where the apiserver's CPU goes; off by default.
         f"--profiling={'true' if os.environ.get(PROFILING_ENV) == '1' else 'false'}",
+        *shlex.split(os.environ.get(EXTRA_ARGS_ENV, "")),
     ]
     if node_ip is None:
         return [*args, "--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount"]

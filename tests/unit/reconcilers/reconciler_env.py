@@ -14,7 +14,7 @@ import pytest
 from fakes import FakeKube
 
 from capmaas import maas
-from capmaas.gateway import MaasConnections, release_lookup
+from capmaas.gateway import MaasConnections
 from capmaas.reconcilers.cluster import ClusterReconciler
 from capmaas.reconcilers.machine import MachineReconciler, MachineSettings
 from capmaas.reconcilers.ports import MaasCredentials, NamespaceAllowList
@@ -167,24 +167,6 @@ def make_env(
         now,
         clock_step or 0.0,
     )
-
-
-#: Modules whose subject is how deletions share their ownership lookups: they keep the real gathering times.
-REAL_GATHERING = frozenset({"test_shared_release_lookups"})
-#: The gathering times of every other module (``release_lookup.QUIET``/``GATHER`` are 1 s and 5 s).
-QUIET, GATHER = 0.05, 0.25
-
-
-@pytest.fixture(autouse=True)
-def short_release_gathering(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A deletion's ownership lookup waits ``release_lookup.QUIET`` (1 s) for others to share its list call,
-    real time, even alone: most of the time of the tests here that delete something, none of it their
-    subject. Shortened for them; ``test_shared_release_lookups`` (and ``tests/unit/gateway``'s
-    ``test_release_lookup_gathering``) keep the real times, the cases of that clock."""
-    if request.module.__name__.rpartition(".")[2] in REAL_GATHERING:
-        return
-    monkeypatch.setattr(release_lookup, "QUIET", QUIET)
-    monkeypatch.setattr(release_lookup, "GATHER", GATHER)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ first, and prints the time of each group of tests at the end.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import subprocess
@@ -63,6 +64,7 @@ _TIMES: list[suite_plan.Times] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    cache_bytecode()
     # pytest-xdist registers it; without xdist (a plain run) the groups only order the tests.
     config.addinivalue_line("markers", "xdist_group(name): tests that run on one xdist worker (suite_plan)")
     # pytest-cov registers it too; here for a run without that plugin (suite_plan marks untraced tests).
@@ -70,6 +72,17 @@ def pytest_configure(config: pytest.Config) -> None:
     if not suite_plan.is_worker(config):
         _TIMES[:] = [suite_plan.Times()]
     config.pluginmanager.register(suite_plan.GroupNames(), "capmaas-suite-plan-group-names")
+
+
+def cache_bytecode() -> None:
+    """Bytecode is cached (``__pycache__``, gitignored) even when the environment says
+    PYTHONDONTWRITEBYTECODE (this box's and CI's do). Without it every xdist worker rewrote and compiled
+    every test module again, and every Python process a test starts (the zygote, ``capmaas`` CLIs, ``capmaas
+    demo``, the simulator, release steps) compiled capmaas and capmaas_dev again: CPU the whole suite shares
+    (docs/benchmarks/test-durations.md, "Bytecode"). Done before collection imports a test module (pytest's
+    rewriting reads the flag per module); xdist's workers and every child inherit the environment."""
+    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+        sys.dont_write_bytecode = False
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the xdist_group markers into node ids

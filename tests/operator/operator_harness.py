@@ -295,6 +295,19 @@ async def harness(
             await asyncio.to_thread(drop_finalizers, reader(kube.kubeconfig), namespace)
 
 
+async def workload_node(workload: ControlPlane, name: str, *path: str) -> Any:
+    """``kubectl get node NAME -o json`` on the workload cluster (then ``path`` into it), read in-process: the
+    waits for the operator's Node patch poll it every 0.3 s, up to a node retry period (30 s by default), and
+    a kubectl fork per poll was CPU the whole suite shares. A failed read raises, as kubectl's would."""
+    obj = await asyncio.to_thread(reader(workload.kubeconfig).get, "nodes", name, "")
+    if not isinstance(obj, dict):
+        raise AssertionError(f"kubectl get node {name} would fail: {obj!r}")
+    got: Any = obj
+    for key in path:
+        got = got.get(key) if isinstance(got, dict) else None
+    return got
+
+
 def drop_finalizers(api: KubeReader, namespace: str) -> None:
     """``kubectl patch maasmachines,maasclusters --all -n NAMESPACE --type=merge`` of ``finalizers: null``:
     every object of the two kinds, whatever happens to one."""

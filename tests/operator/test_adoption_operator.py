@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_harness import Harness
+from operator_harness import Harness, workload_node
 
 from capmaas import maas
 from capmaas.api import conditions as C
@@ -61,6 +61,10 @@ async def events(h: Harness, name: str, reason: str) -> list[dict[str, Any]]:
     return list(json.loads(r.stdout)["items"])
 
 
+async def has_events(h: Harness, name: str, reason: str) -> bool:
+    return bool(await events(h, name, reason))
+
+
 async def test_a_deployed_machine_is_adopted_without_a_deploy_then_released_on_delete(
     harness: Harness, workload_kube: Any
 ) -> None:
@@ -89,8 +93,7 @@ async def test_a_deployed_machine_is_adopted_without_a_deploy_then_released_on_d
         assert pid == f"maas://{h.sim.machine(sid)['zone']['name']}/{sid}"
 
         async def node_patched() -> bool:
-            r = await h.k("get", "node", hostname, "-o", "jsonpath={.spec.providerID}", "--kubeconfig", wk)
-            return r.stdout.strip() == pid
+            return await workload_node(workload_kube, hostname, "spec", "providerID") == pid
 
         await h.wait("Node providerID", node_patched, within=90)
         assert {op: sent(h, op) for op in WRITES} == dict.fromkeys(WRITES, 0)  # nothing deployed or powered
@@ -108,6 +111,13 @@ async def test_a_deployed_machine_is_adopted_without_a_deploy_then_released_on_d
 
         await h.wait("a1 refused", lambda: refused("a1", C.ADOPTION_HELD_ELSEWHERE_REASON), within=60)
         await h.wait("a2 refused", lambda: refused("a2", C.ADOPTION_NOT_DEPLOYED_REASON), within=60)
+        # The Events are written after the conditions (a moment later on a loaded box): waited for, then
+        # asserted as before.
+        for name, reason in (
+            ("a1", C.ADOPTION_HELD_ELSEWHERE_REASON),
+            ("a2", C.ADOPTION_NOT_DEPLOYED_REASON),
+        ):
+            await h.wait(f"{name}'s {reason} Event", lambda n=name, r=reason: has_events(h, n, r), within=30)
         assert await events(h, "a1", C.ADOPTION_HELD_ELSEWHERE_REASON)
         assert await events(h, "a2", C.ADOPTION_NOT_DEPLOYED_REASON)
         await asyncio.sleep(2)  # several passes: still refused, nothing sent

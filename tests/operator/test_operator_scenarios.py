@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from operator_harness import Harness
+from operator_harness import Harness, workload_node
 
 from capmaas.api import conditions as C
 from capmaas_dev import demo
@@ -305,8 +305,7 @@ async def test_node_provider_id_is_set_in_the_workload_cluster(harness: Harness,
     got: dict[str, Any] = {}
 
     async def patched() -> bool:
-        r = await h.k("get", "node", hostname, "-o", "json", "--kubeconfig", str(workload_kube.kubeconfig))
-        got.update(json.loads(r.stdout))
+        got.update(await workload_node(workload_kube, hostname))
         return bool(got.get("spec", {}).get("providerID") == pid)
 
     try:

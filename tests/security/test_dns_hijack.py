@@ -108,7 +108,8 @@ async def test_a_same_named_cluster_in_another_namespace_cannot_take_the_dns_rec
     await attacker.apply(mc)
 
     async def conflict() -> dict[str, Any] | None:
-        got = json.loads((await attacker.ak("get", "maasclusters", "c1", "-o", "json")).stdout)
+        got = await attacker.read("maasclusters", "c1")  # in-process as the attacker: no kubectl per poll
+        assert got is not None, "kubectl --as=mallory get maasclusters c1 would fail"
         for c in got.get("status", {}).get("conditions") or ():
             if c["type"] == C.DNS_READY_CONDITION and c["reason"] == C.DNS_NAME_NOT_OWN_REASON:
                 return dict(c)
@@ -128,8 +129,7 @@ async def test_a_same_named_cluster_in_another_namespace_cannot_take_the_dns_rec
     await attacker.ak("delete", "maasclusters", "c1", "--wait=false")
 
     async def gone() -> bool:
-        r = await attacker.ak("get", "maasclusters", "c1", check=False)
-        return r.returncode != 0
+        return await attacker.read("maasclusters", "c1") is None  # kubectl --as=mallory get would fail
 
     await h.wait("the attacker's MaasCluster gone", gone, within=60)
     assert record_of(h, fqdn) == before

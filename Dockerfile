@@ -32,9 +32,11 @@ COPY build/image/wheels/ /wheels/
 # Bytecode is compiled once here, keyed by a hash of its source instead of the source's mtime
 # (unchecked-hash): the install time is then nowhere in the image, so the same wheels give the same layers
 # (`make release` checks the digest), and a pyc never looks stale when --timestamp clamps the files' mtimes.
-RUN set -- /usr/share/python-wheels/pip-*.whl /usr/local/lib/python3*/ensurepip/_bundled/pip-*.whl \
- && for whl; do [ -f "$whl" ] && break; done \
- && [ -f "$whl" ] || { echo "no bundled pip wheel in the base" >&2; exit 1; } \
+RUN whl= \
+ && for f in /usr/share/python-wheels/pip-*.whl /usr/local/lib/python3*/ensurepip/_bundled/pip-*.whl; do \
+      if [ -f "$f" ]; then whl=$f; break; fi; \
+    done \
+ && if [ -z "$whl" ]; then echo "no bundled pip wheel in the base" >&2; exit 1; fi \
  && PYTHONPATH="$whl" python -m pip install --no-compile --no-index --find-links=/wheels capmaas \
  && python -m compileall -q --invalidation-mode unchecked-hash /opt/venv \
  && capmaas --help >/dev/null

@@ -56,7 +56,7 @@ _VERSION_LINE = re.compile(r'^__version__ = "([^"]*)"$', re.M)
 # Never part of a release's sources when the checkout is not a git work tree (e.g. a `git archive`).
 _NOT_SOURCES = {".git", ".venv", "build", "dist", "dist.partial", "__pycache__", ".mypy_cache", ".ruff_cache",
                 ".pytest_cache"}  # fmt: skip
-# Distributions that any venv has and the image's removes (Dockerfile: pip uninstall pip setuptools).
+# Distributions a venv can have that the image's has not (the Dockerfile makes it --without-pip).
 _VENV_TOOLS = {"pip", "setuptools"}
 
 

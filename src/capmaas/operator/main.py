@@ -9,7 +9,9 @@ import contextlib
 import importlib.util
 import logging
 import os
+import ssl
 import sys
+from collections.abc import Iterator
 
 from capmaas.config import OperatorConfig, load_config
 
@@ -75,17 +77,43 @@ def _lean_imports() -> None:
     """Import kopf and httpx with :data:`UNUSED_IMPORTS` absent: a None entry in ``sys.modules`` makes their
     import fail at once, which both libraries take as "not installed". The entries go right after, so a
     kubeconfig only the ``kubernetes`` package can read (:mod:`capmaas.operator.apiserver`) still imports
-    it."""
+    it.
+
+    aiohttp (kopf's HTTP client) also builds two fallback TLS contexts at its import, each loading the
+    system's trust store: a context for any session given no ``ssl=`` of its own. The operator gives every
+    session its own (kopf's from its login credentials, :class:`~capmaas.operator.kubehttp.KubeHttp`'s and
+    the MAAS transport's), so the fallbacks are imported without a trust store
+    (:func:`_without_default_trust_store`): the verifying one still requires a verified certificate, so a
+    session that ever fell back on it would refuse every server rather than trust one it should not."""
     absent = [name for name in UNUSED_IMPORTS if name not in sys.modules]
     for name in absent:
         sys.modules[name] = None  # type: ignore[assignment]
     try:
-        import httpx  # noqa: F401
-        import kopf  # noqa: F401
+        with _without_default_trust_store():
+            import httpx  # noqa: F401
+            import kopf  # noqa: F401
     finally:
         for name in absent:
             if sys.modules.get(name, False) is None:
                 del sys.modules[name]
+
+
+@contextlib.contextmanager
+def _without_default_trust_store() -> Iterator[None]:
+    """While in the block, a TLS context loads no default trust store (``set_default_verify_paths``, which
+    ``ssl.create_default_context`` calls too, does nothing); restored on exit. Loading it is ~50 ms of CPU
+    and ~1 MB of native memory per context (docs/scaling.md, "Start-up and memory"). Only for imports: no
+    other thread runs yet and no context of the operator's own is made in the block."""
+    loads = ssl.SSLContext.set_default_verify_paths
+    ssl.SSLContext.set_default_verify_paths = _no_trust_store  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ssl.SSLContext.set_default_verify_paths = loads  # type: ignore[method-assign]
+
+
+def _no_trust_store(self: ssl.SSLContext) -> None:
+    """Stands in for :meth:`ssl.SSLContext.set_default_verify_paths` while the fallbacks are built."""
 
 
 #: Bytes of the read buffer of each TLS connection (asyncio's default: 256 KiB).

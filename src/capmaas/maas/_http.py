@@ -297,13 +297,13 @@ class Http:
 
     @staticmethod
     def _one_pass(validate: Callable[[bytes], _T], answer: _Raw, fallback: str = "answer") -> _T | None:
-        """A success's body validated straight from its bytes by pydantic's own JSON parser, or None when
-        that fails (or the answer is an error, or not UTF-8): the caller then takes the old path (decode,
+        """A success's body validated straight from its bytes by pydantic's own JSON parser, or None when that
+        fails (or the answer is an error, or not UTF-8): the caller then takes the old path (decode,
         ``json.loads``, validate), which alone makes the errors, so their types and messages are what they
-        always were. A body the one pass accepts gives the same models the old path gives (the same models,
-        the same lax rules; tests/unit/maas/test_maas_one_pass.py). ``fallback`` is what the debug log says
-        when the one pass fails. No text, and no dict of the fields a model drops, is made on the way (most of
-        a machine's ~90 fields): a fraction of the CPU and of the memory of the old path
+        always were. A body the one pass accepts gives what the old path gives (the same models validate in
+        the same lax mode; tests/unit/maas/test_maas_one_pass.py pins the corners). ``fallback`` is what the
+        debug log says when the one pass fails. No text, and no dict of the fields a model drops, is made on
+        the way (most of a machine's ~90 fields): a fraction of the CPU and of the memory of the old path
         (docs/benchmarks/README.md, issue 26). The body was read up to its cap before (``_exchange``)."""
         response, body, info = answer
         if response.is_success and (response.encoding or "utf-8").lower() in _UTF8:

@@ -30,7 +30,7 @@ import httpx
 import pydantic
 
 from capmaas import backoff as _backoff
-from capmaas.maas import _auth, errors
+from capmaas.maas import _auth, _compact, errors
 
 __all__ = [
     "IN_DOUBT_MARGIN",
@@ -53,6 +53,7 @@ OnResponse = Callable[[str, str, int, float], None]
 OnInvalidItem = Callable[[str], None]
 Sleep = Callable[[float], Awaitable[None]]
 ModelT = TypeVar("ModelT", bound=pydantic.BaseModel)
+_T = TypeVar("_T")
 
 #: Methods whose repetition cannot duplicate work, so any transport failure may be retried.
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
@@ -227,9 +228,23 @@ class Http:
         return self._decode(response, body, info)
 
     async def model(self, model: type[ModelT], method: str, path: str, **kwargs: Any) -> ModelT:
-        """:meth:`call`, validated into ``model``."""
-        data = await self.call(method, path, **kwargs)
-        return self.parse(model, data, method=method, path=path)
+        """:meth:`call`, validated into ``model`` (from the body's bytes, see :meth:`_one_pass`)."""
+        answer: _Raw = await self.call(method, path, raw=True, **kwargs)
+        fast = self._one_pass(model.model_validate_json, answer, "answer read again as JSON")
+        if fast is not None:
+            return _compact.compact(fast)
+        return self.parse(model, self._decode(*answer), method=method, path=path)
+
+    async def optional_model(
+        self, model: type[ModelT], method: str, path: str, **kwargs: Any
+    ) -> ModelT | None:
+        """:meth:`model`, but an empty body (MAAS had nothing to say) is None."""
+        answer: _Raw = await self.call(method, path, raw=True, **kwargs)
+        fast = self._one_pass(model.model_validate_json, answer, "answer read again as JSON")
+        if fast is not None:
+            return _compact.compact(fast)
+        data = self._decode(*answer)
+        return None if data is None else self.parse(model, data, method=method, path=path)
 
     async def models(self, model: type[ModelT], method: str, path: str, **kwargs: Any) -> list[ModelT]:
         """:meth:`call` for a JSON list (read up to the list cap), each item validated into ``model``."""
@@ -275,13 +290,28 @@ class Http:
         of the JSON or of one item, falls back to the per-item path, so errors and left-out items are
         exactly what they were; a body not in UTF-8 (a ``charset`` MAAS never sends) always does."""
         answer: _Raw = await self.call(method, path, listing=True, raw=True, **kwargs)
+        fast = self._one_pass(_list_adapter(model).validate_json, answer, "list answer read item by item")
+        if fast is not None:
+            return [_compact.compact(m) for m in fast], None
+        return None, self._decode(*answer)
+
+    @staticmethod
+    def _one_pass(validate: Callable[[bytes], _T], answer: _Raw, fallback: str = "answer") -> _T | None:
+        """A success's body validated straight from its bytes by pydantic's own JSON parser, or None when that
+        fails (or the answer is an error, or not UTF-8): the caller then takes the old path (decode,
+        ``json.loads``, validate), which alone makes the errors, so their types and messages are what they
+        always were. A body the one pass accepts gives what the old path gives (the same models validate in
+        the same lax mode; tests/unit/maas/test_maas_one_pass.py pins the corners). ``fallback`` is what the
+        debug log says when the one pass fails. No text, and no dict of the fields a model drops, is made on
+        the way (most of a machine's ~90 fields): a fraction of the CPU and of the memory of the old path
+        (docs/benchmarks/README.md, issue 26). The body was read up to its cap before (``_exchange``)."""
         response, body, info = answer
         if response.is_success and (response.encoding or "utf-8").lower() in _UTF8:
             try:
-                return _list_adapter(model).validate_json(body), None
+                return validate(body)
             except pydantic.ValidationError:
-                log.debug("MAAS %s %s: list answer read item by item", method, path)
-        return None, self._decode(response, body, info)
+                log.debug("MAAS %s %s: %s", info.method, info.endpoint, fallback)
+        return None
 
     def shape_error(
         self, method: str, endpoint: str, expected: str, data: object
@@ -295,7 +325,7 @@ class Http:
     def parse(self, model: type[ModelT], data: Any, *, method: str, path: str) -> ModelT:
         """``data`` as ``model``; a shape mismatch is :class:`ResponseParseError` naming the bad fields."""
         try:
-            return model.model_validate(data)
+            return _compact.compact(model.model_validate(data))
         except pydantic.ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()[:5]

@@ -233,16 +233,14 @@ class Machines:
         self, system_id: str, *, stop_mode: str | None = None, comment: str | None = None
     ) -> models.Machine | None:
         """Power off (``stop_mode`` ``soft`` or ``hard``); None when MAAS sent no power action."""
-        data = await self._http.call(
+        return await self._http.optional_model(
+            models.Machine,
             "POST",
             _ONE,
             op="power_off",
             params={"system_id": system_id},
             form=_optional(stop_mode=stop_mode, comment=comment),
         )
-        if data is None:
-            return None
-        return self._http.parse(models.Machine, data, method="POST", path=_ONE)
 
     async def query_power_state(self, system_id: str) -> models.PowerState:
         """Ask the BMC now (MAAS may take up to a minute) rather than reading the cached ``power_state``."""

@@ -35,11 +35,13 @@ import http.client
 import io
 import json
 import ssl
+import subprocess
 import tempfile
 import threading
 import time
 import urllib.error
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -251,52 +253,86 @@ class KubeReader:
             return 0
         return status
 
-    def create_as_applied(self, obj: dict[str, Any], namespace: str) -> bool:
-        """``kubectl apply -n NAMESPACE -f -`` of ``obj`` when it does not exist yet: the create kubectl's
-        client-side apply sends then (the object in NAMESPACE with kubectl's last-applied annotation, field
-        manager ``kubectl-client-side-apply``, strict field validation, as ``--validate=strict``). True when
-        created. False when kubectl is to apply it: the object exists (kubectl patches it then), the create
-        is refused (kubectl's error is then the one raised), or it is outside what this copies of kubectl (a
-        kind that does not resolve to exactly ``obj``'s, a cluster-scoped kind, another namespace,
-        ``generateName``, a float, an annotation that is not a string)."""
+    def create_as_applied(
+        self, obj: dict[str, Any], namespace: str | None, *, user: str | None = None
+    ) -> str | None:
+        """``kubectl [--as=USER] [-n NAMESPACE] apply -f -`` of ``obj`` when it does not exist yet,
+        in-process: what kubectl's client-side apply sends then, a GET of the object (not found) and its
+        create (the object in its namespace with kubectl's last-applied annotation, field manager
+        ``kubectl-client-side-apply``, strict field validation as ``--validate=strict``), as USER when
+        given. The line kubectl prints (``KIND.GROUP/NAME created``) when created. None when kubectl is to
+        apply it: the object exists (kubectl patches it then) or cannot be read, the create is refused
+        (kubectl's error is then the one raised), or it is outside what this copies of kubectl (a kind that
+        does not resolve to exactly ``obj``'s, another namespace than -n's, a namespace on a cluster-scoped
+        object, ``generateName``, a float, an annotation that is not a string). ``namespace`` None: no -n
+        (the object's own namespace, else the kubeconfig's default)."""
         meta = obj.get("metadata")
         api_version, kind = obj.get("apiVersion"), obj.get("kind")
         if not (isinstance(meta, dict) and isinstance(api_version, str) and isinstance(kind, str)):
-            return False
+            return None
         name, annotations = meta.get("name"), meta.get("annotations") or {}
         if not (isinstance(name, str) and name) or "generateName" in meta or "resourceVersion" in meta:
-            return False
-        if meta.get("namespace", namespace) != namespace or not isinstance(annotations, dict):
-            return False
-        if not all(isinstance(v, str) for v in annotations.values()):
-            return False
+            return None
+        if not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values()):
+            return None
         group, _, version = api_version.rpartition("/")
         resource = self._resolve(f"{kind}.{version}.{group}" if group else kind)
-        if (
-            resource is None
-            or not resource.namespaced
-            or (resource.kind, resource.api_version)
-            != (
-                kind,
-                api_version,
-            )
-        ):
-            return False
-        # kubectl's util.CreateApplyAnnotation: the manifest (namespace filled in, its own last-applied
+        if resource is None or (resource.kind, resource.api_version) != (kind, api_version):
+            return None
+        body = copy.deepcopy(obj)
+        own = meta.get("namespace")
+        if not resource.namespaced:
+            if own is not None:
+                return None
+            target = ""
+        else:
+            target = namespace or own or self.default_namespace or ""
+            if not target or (namespace is not None and own not in (None, namespace)):
+                return None
+            body["metadata"]["namespace"] = target
+        # kubectl's util.CreateApplyAnnotation: the manifest (its namespace filled in, its own last-applied
         # annotation left out, an absent annotations map made empty) as Go encodes it, then that text as the
         # annotation of what it creates.
-        body = copy.deepcopy(obj)
-        body["metadata"]["namespace"] = namespace
         kept = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
         body["metadata"]["annotations"] = kept
         last = _go_json(body, indent=None)
         if last is None:
-            return False
+            return None
         body["metadata"]["annotations"] = {**kept, LAST_APPLIED: last}
-        query = urllib.parse.urlencode(
-            {"fieldManager": "kubectl-client-side-apply", "fieldValidation": "Strict"}
-        )
-        return self.send("POST", f"{resource.path(namespace)}?{query}", body) == 201
+        headers = {} if user is None else {"Impersonate-User": user}
+        try:
+            status, _, _, answer = self._request("GET", resource.path(target, name), headers)
+            if status != 404 or not _not_found(answer.decode(errors="replace"), name):
+                return None
+            query = urllib.parse.urlencode(
+                {"fieldManager": "kubectl-client-side-apply", "fieldValidation": "Strict"}
+            )
+            headers["Content-Type"] = "application/json"
+            data = json.dumps(body).encode()
+            status, _, _, _ = self._request("POST", f"{resource.path(target)}?{query}", headers, data)
+        except (OSError, http.client.HTTPException):
+            return None
+        if status != 201:
+            return None
+        return f"{kind.lower()}{'.' + group if group else ''}/{name} created\n"
+
+    def delete_object(self, obj: dict[str, Any]) -> bool:
+        """``kubectl delete -f - --ignore-not-found --wait=false`` of the manifest ``obj`` (its own namespace,
+        background propagation as kubectl's default cascade): True when it is deleted or was not there;
+        False when kubectl is to do it (a kind that does not resolve to exactly ``obj``'s, a refusal, ...)."""
+        meta = obj.get("metadata")
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        if not (isinstance(meta, dict) and isinstance(api_version, str) and isinstance(kind, str)):
+            return False
+        name, namespace = meta.get("name"), meta.get("namespace") or self.default_namespace
+        group, _, version = api_version.rpartition("/")
+        resource = self._resolve(f"{kind}.{version}.{group}" if group else kind)
+        if resource is None or (resource.kind, resource.api_version) != (kind, api_version):
+            return False
+        if not isinstance(name, str) or not name or (resource.namespaced and not namespace):
+            return False
+        path = resource.path(namespace or "", name)
+        return self.send("DELETE", path, {"propagationPolicy": "Background"}) in (200, 202, 404)
 
     def path(self, kind: str, namespace: str, name: str = "") -> str | None:
         """The API path of ``kind`` (resolved as :meth:`get` does), None when it does not resolve."""
@@ -403,3 +439,43 @@ def reader(kubeconfig: Path) -> KubeReader:
         if found is None:
             found = _READERS[str(kubeconfig)] = KubeReader(kubeconfig)
         return found
+
+
+def apply_objects(
+    kubectl: Callable[..., subprocess.CompletedProcess[str]],
+    kubeconfig: Path,
+    objs: list[dict[str, Any]],
+    namespace: str | None = None,
+    *,
+    user: str | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """``kubectl [--as=USER] [-n NAMESPACE] apply -f -`` of ``objs``, in order, with ``kubectl`` (the
+    fixture's callable). Each object not there yet is created in-process as kubectl's apply creates it
+    (:meth:`KubeReader.create_as_applied`); from the first one it does not create (one that exists, a
+    refused one, ...), kubectl applies the rest, so an update and a failure are kubectl's own. kubectl is
+    given JSON, not YAML, so that both ways see the same values (a YAML reader may take an unquoted
+    ``6906e3`` for a number). kubectl's CompletedProcess, its stdout after the lines of the objects created
+    in-process."""
+    api = reader(kubeconfig)
+    created: list[str] = []
+    rest = list(objs)
+    while rest:
+        line = api.create_as_applied(rest[0], namespace, user=user)
+        if line is None:
+            break
+        created.append(line)
+        rest.pop(0)
+    args = [
+        *([f"--as={user}"] if user else []),
+        *(["-n", namespace] if namespace else []),
+        "apply",
+        "-f",
+        "-",
+    ]
+    if not rest:
+        return subprocess.CompletedProcess(["kubectl", *args], 0, "".join(created), "")
+    proc = kubectl(*args, input="\n".join(json.dumps(o) for o in rest), check=check)
+    return subprocess.CompletedProcess(
+        proc.args, proc.returncode, "".join(created) + proc.stdout, proc.stderr
+    )

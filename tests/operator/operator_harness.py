@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_reader import UNRESOLVED, reader
+from kube_reader import UNRESOLVED, apply_objects, reader
 from zygote import ZYGOTE, Child
 
 from capmaas_dev import demo
@@ -39,8 +39,8 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def crds(kube: ControlPlane, kubectl: Any) -> None:
     kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-    for name in ("maasmachines", "maasclusters"):
-        kubectl("wait", "--for=condition=Established", f"crd/{name}.infrastructure.cluster.x-k8s.io")
+    names = (f"crd/{name}.infrastructure.cluster.x-k8s.io" for name in ("maasmachines", "maasclusters"))
+    kubectl("wait", "--for=condition=Established", *names)  # one kubectl for both
 
 
 @dataclass
@@ -129,20 +129,9 @@ class Harness:
         return await asyncio.to_thread(self.kubectl, *args, input=input, check=check)
 
     async def apply(self, *objs: dict[str, Any]) -> None:
-        """``kubectl apply -n NAMESPACE -f -`` of ``objs``, in order. Each object not there yet is created
-        in-process as kubectl's apply creates it (``KubeReader.create_as_applied``: the same object, its
-        last-applied annotation, field manager and strict field validation), which saves a kubectl fork per
-        object; from the first one it does not create (one that exists, a refused one, ...), kubectl applies
-        the rest, so an update and a failure are kubectl's own. kubectl is given JSON, not YAML, so that both
-        ways see the same values (a YAML reader may take an unquoted ``6906e3`` for a number)."""
-        api = reader(self.kube.kubeconfig)
-        rest = list(objs)
-        while rest and await asyncio.to_thread(api.create_as_applied, rest[0], self.namespace):
-            rest.pop(0)
-        if rest:
-            await self.k(
-                "apply", "-n", self.namespace, "-f", "-", input="\n".join(json.dumps(o) for o in rest)
-            )
+        """``kubectl apply -n NAMESPACE -f -`` of ``objs`` (``kube_reader.apply_objects``: the new ones
+        in-process, kubectl for the rest)."""
+        await asyncio.to_thread(apply_objects, self.kubectl, self.kube.kubeconfig, list(objs), self.namespace)
 
     async def get(self, kind: str, name: str) -> dict[str, Any] | None:
         """``kubectl get KIND NAME -o json``, answered in-process (``kube_reader``: no kubectl fork per

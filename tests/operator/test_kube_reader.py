@@ -254,11 +254,21 @@ async def test_apply_creates_what_kubectl_apply_creates(harness: Harness) -> Non
             "m1", ns, "c1", control_plane=True, machine_uid="6906e3ab-0000-0000-0000-000000000000"
         ),
         odd_config_map("odd"),  # no namespace in it: -n's
+        {  # cluster-scoped: -n does not apply
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": f"{ns}-reader"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}],
+        },
     ]
+    lines: list[str] = []
     for obj in objs:
-        assert await asyncio.to_thread(reader.create_as_applied, copy.deepcopy(obj), ns), obj["kind"]
+        line = await asyncio.to_thread(reader.create_as_applied, copy.deepcopy(obj), ns)
+        assert line is not None, obj["kind"]
+        lines.append(line)
     theirs = [json.loads(json.dumps(o).replace(json.dumps(ns)[1:-1], other)) for o in objs]
-    await fork(harness, "apply", "-n", other, "-f", "-", input="\n".join(json.dumps(o) for o in theirs))
+    r = await fork(harness, "apply", "-n", other, "-f", "-", input="\n".join(json.dumps(o) for o in theirs))
+    assert "".join(lines) == r.stdout.replace(other, ns)  # what kubectl prints for them
 
     async def both(kind: str, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
         got = []
@@ -269,7 +279,24 @@ async def test_apply_creates_what_kubectl_apply_creates(harness: Harness) -> Non
 
     kinds = {"Cluster": "clusters.cluster.x-k8s.io", "Machine": "machines.cluster.x-k8s.io"}
     for obj in objs:
-        mine, real = await both(kinds.get(obj["kind"], obj["kind"].lower()), obj["metadata"]["name"])
+        name = obj["metadata"]["name"]
+        if obj["kind"] == "ClusterRole":
+            mine = json.loads(
+                (
+                    await fork(harness, "get", "clusterrole", name, "-o", "json", "--show-managed-fields")
+                ).stdout
+            )
+            theirs_name = name.replace(ns, other)
+            real = json.loads(
+                (
+                    await fork(
+                        harness, "get", "clusterrole", theirs_name, "-o", "json", "--show-managed-fields"
+                    )
+                ).stdout
+            )
+            assert stored(mine, ns) == stored(real, other)
+            continue
+        mine, real = await both(kinds.get(obj["kind"], obj["kind"].lower()), name)
         assert mine == real, obj["kind"]
         assert LAST_APPLIED in mine["metadata"]["annotations"], obj["kind"]
     # Exists now: create_as_applied steps aside; Harness.apply goes to kubectl, which patches it (a key
@@ -277,13 +304,19 @@ async def test_apply_creates_what_kubectl_apply_creates(harness: Harness) -> Non
     changed = odd_config_map("odd")
     del changed["data"]["html"]
     changed["data"]["added"] = "1"
-    assert not await asyncio.to_thread(reader.create_as_applied, copy.deepcopy(changed), ns)
+    assert await asyncio.to_thread(reader.create_as_applied, copy.deepcopy(changed), ns) is None
     await harness.apply(changed)
     await fork(harness, "apply", "-n", other, "-f", "-", input=json.dumps(changed))
     mine, real = await both("configmap", "odd")
     assert mine == real
     assert "html" not in mine["data"]
     assert mine["data"]["added"] == "1"
+    # As a user with no rights (kubectl --as): refused, so left to kubectl, and nothing made.
+    assert (
+        await asyncio.to_thread(reader.create_as_applied, odd_config_map("nobodys"), ns, user="nobody")
+        is None
+    )
+    assert reader.read("configmap", ns, "nobodys") is None
     # Refused: kubectl's error, not a silent False.
     bad = demo.maasmachine("bad", ns, "c1", control_plane=False, machine_uid="x")
     bad["spec"]["minCPU"] = 0

@@ -11,6 +11,8 @@ that silently tested nothing against Kubernetes would be a lie, and CI builds th
 - ``namespace`` (function): a fresh namespace in ``kube``, deleted after the test.
 - ``kubectl`` (session): ``kubectl(*args, check=True, input=None, kubeconfig=None)`` runs the venv's kubectl
   against ``kube`` (or the given kubeconfig) and returns the CompletedProcess; a failure raises with stderr.
+  A successful ``get ... -o json`` is answered in-process with kubectl's very text (see the fixture).
+- ``api`` (session): the in-process client of ``tests/operator/kube_reader.py`` for ``kube``.
 
 With pytest-xdist (``-n 3 --dist loadgroup --no-loadscope-reorder``, what ``make test`` runs) each worker has
 its own session fixtures, so its own ``kube``; ``suite_plan`` says which tests share a worker and which start
@@ -159,6 +161,27 @@ def workload_kube() -> Iterator[ControlPlane]:
 
 @pytest.fixture(scope="session")
 def kubectl(kube: ControlPlane) -> Kubectl:
+    """kubectl against ``kube`` (or ``kubeconfig``).
+
+    ``get KIND [NAME] [-n NS] [-l SELECTOR] -o json`` (or ``KIND/NAME``) is read in-process (``kube_reader``,
+    one keep-alive connection) and answered with the text kubectl prints, byte for byte (compared in
+    ``tests/operator/test_kube_reader.py``): such reads are most of the tests' ``get``s, many of them polls,
+    and a kubectl fork costs ~0.1 s of CPU (docs/benchmarks/test-durations.md, "kubectl forks"). kubectl
+    answers anything else, and any read the reader does not answer with the object (a missing object, a
+    refusal, a kind it cannot resolve), so that a failure's exit status and stderr are always kubectl's.
+    ``run.fork`` always forks; ``run.in_process`` is the answer without a fork (None when ``run`` forks): for
+    the tests that compare the two."""
+    from capmaas_dev.devcluster import kubectl_path, run_kubectl
+
+    def fork(
+        *args: str,
+        check: bool = True,
+        input: str | None = None,
+        kubeconfig: str | Path | None = None,
+        timeout: float = 120.0,
+    ) -> subprocess.CompletedProcess[str]:
+        return run_kubectl(kubeconfig or kube.kubeconfig, *args, check=check, input=input, timeout=timeout)
+
     def run(
         *args: str,
         check: bool = True,
@@ -166,17 +189,74 @@ def kubectl(kube: ControlPlane) -> Kubectl:
         kubeconfig: str | Path | None = None,
         timeout: float = 120.0,
     ) -> subprocess.CompletedProcess[str]:
-        from capmaas_dev.devcluster import run_kubectl
+        if input is None:
+            config = Path(kubeconfig or kube.kubeconfig)
+            text = in_process(*args, kubeconfig=config)
+            if text is not None:
+                return subprocess.CompletedProcess(
+                    [str(kubectl_path()), f"--kubeconfig={config}", *args], 0, text, ""
+                )
+        return fork(*args, check=check, input=input, kubeconfig=kubeconfig, timeout=timeout)
 
-        return run_kubectl(kubeconfig or kube.kubeconfig, *args, check=check, input=input, timeout=timeout)
+    def in_process(*args: str, kubeconfig: str | Path | None = None) -> str | None:
+        return _json_get(Path(kubeconfig or kube.kubeconfig), args)
+
+    run.fork = fork  # type: ignore[attr-defined]
+    run.in_process = in_process  # type: ignore[attr-defined]  # its stdout without a fork, None: it forks
 
     # Whom it talks to, for helpers that read in-process instead of forking it (tests/e2e/e2e_support.get).
     run.kubeconfig = kube.kubeconfig  # type: ignore[attr-defined]
     return run
 
 
+def _json_get(kubeconfig: Path, args: tuple[str, ...]) -> str | None:
+    """kubectl's stdout for ``args`` when they are ``get KIND [NAME] [-n NS] [-l SELECTOR] -o json`` (or
+    ``KIND/NAME``) and the reader reads the object (or the list) as kubectl would; None when kubectl is to run
+    (other arguments, another kind of kubeconfig, a missing object or any failure, a kind that does not
+    resolve)."""
+    if not args or args[0] != "get":
+        return None
+    flags = {"-n": "n", "--namespace": "n", "-l": "l", "--selector": "l", "-o": "o", "--output": "o"}
+    words: list[str] = []
+    given: dict[str, str] = {}
+    rest = iter(args[1:])
+    for arg in rest:
+        flag, eq, value = arg.partition("=")
+        if flag in flags:
+            given[flags[flag]] = value if eq else next(rest, "")
+        elif arg.startswith("-") or "," in arg:
+            return None
+        else:
+            words.append(arg)
+    if len(words) == 1 and words[0].count("/") == 1:
+        words = words[0].split("/")
+    if given.get("o") != "json" or not 1 <= len(words) <= 2 or (len(words) == 2 and "l" in given):
+        return None
+    try:
+        api = _reader(kubeconfig)
+    except (KeyError, IndexError, TypeError, ValueError, OSError):  # not a kubeconfig like the dev cluster's
+        return None
+    from kube_reader import ReadError, kubectl_json
+
+    namespace = given.get("n") or api.default_namespace
+    if namespace is None:
+        return None
+    try:
+        found = api.read(words[0], namespace, words[1] if len(words) == 2 else "", given.get("l", ""))
+    except ReadError:
+        return None
+    return kubectl_json(found) if isinstance(found, dict) else None
+
+
+@pytest.fixture(scope="session")
+def api(kube: ControlPlane) -> KubeReader:
+    """The in-process client of ``tests/operator/kube_reader.py`` for ``kube`` (``kubectl get`` without a
+    fork, and the fixtures' own plain writes), one per kubeconfig for the pytest process."""
+    return _reader(kube.kubeconfig)
+
+
 @pytest.fixture
-def namespace(kube: ControlPlane, kubectl: Kubectl, request: pytest.FixtureRequest) -> str:
+def namespace(api: KubeReader, kubectl: Kubectl, request: pytest.FixtureRequest) -> str:
     """A namespace named after the test (DNS-1123, unique), left in place afterwards.
 
     Why not deleted: the namespace controller deletes a namespace by listing and deleting every resource type
@@ -190,18 +270,17 @@ def namespace(kube: ControlPlane, kubectl: Kubectl, request: pytest.FixtureReque
     name = f"{stem}-{secrets.token_hex(3)}"
     # In-process (kube_reader: a kubectl fork costs ~0.1 s of CPU, and every k8s test makes one); kubectl only
     # when the create is refused, so that its error is the one raised.
-    api = _reader(kube)
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     if api.send("POST", "/api/v1/namespaces", namespace) != 201:
         kubectl("create", "namespace", name)
     return name
 
 
-def _reader(kube: ControlPlane) -> KubeReader:
-    """The in-process client of ``tests/operator/kube_reader.py`` for ``kube``."""
+def _reader(kubeconfig: Path) -> KubeReader:
+    """The in-process client of ``tests/operator/kube_reader.py`` for ``kubeconfig`` (one per kubeconfig)."""
     operator_tests = str(Path(__file__).resolve().parent / "operator")
     if operator_tests not in sys.path:
         sys.path.append(operator_tests)
     from kube_reader import reader
 
-    return reader(kube.kubeconfig)
+    return reader(kubeconfig)

@@ -1,9 +1,9 @@
-"""Fixtures shared by the tests against a real kube-apiserver."""
+"""Fixtures shared by the tests against a real kube-apiserver (``api``, the in-process reader, is the root
+conftest's)."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,18 +14,6 @@ from capmaas_dev import crdgen
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture(scope="session")
-def api(kube: Any) -> Any:
-    """The in-process reader of ``tests/operator/kube_reader.py`` for ``kube`` (``kubectl get`` without a
-    fork), for waits that poll several times a second."""
-    operator_tests = str(Path(__file__).resolve().parents[1] / "operator")
-    if operator_tests not in sys.path:
-        sys.path.append(operator_tests)
-    from kube_reader import reader
-
-    return reader(kube.kubeconfig)
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,12 @@ found (a CRD applied later). When a name is ambiguous or unknown, :meth:`KubeRea
 ``user`` impersonates as ``kubectl --as=USER`` does (the ``Impersonate-User`` header): the hostile-tenant
 tests poll what a tenant can see, and a refused read is None as kubectl's failure is.
 
+It also does the two things the tests most often fork kubectl for without kubectl being the subject:
+``kubectl get ... -o json``'s text (:func:`kubectl_json`, for the ``kubectl`` fixture of tests/conftest.py)
+and the create of ``kubectl apply`` of an object not there yet (:meth:`KubeReader.create_as_applied`, for
+``Harness.apply``). A kubectl fork is mostly its own start-up and, for ``apply``, the OpenAPI document it
+parses to check that the server validates fields; both are the CPU of a run that is CPU-bound.
+
 Each thread keeps one keep-alive HTTPS connection per reader: a new TLS connection per GET (``urlopen``) made
 the apiserver do a full handshake for each of the waits' thousands of polls, a measurable share of its CPU on
 a run that is CPU-bound (docs/benchmarks/test-durations.md, "apiserver CPU"). When a reused connection
@@ -24,15 +30,18 @@ fails (the apiserver closed it meanwhile), a GET is sent once more on a new one.
 from __future__ import annotations
 
 import base64
+import copy
 import http.client
 import io
 import json
 import ssl
+import subprocess
 import tempfile
 import threading
 import time
 import urllib.error
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -40,6 +49,37 @@ from typing import Any, Final
 import yaml
 
 UNRESOLVED: Final = object()
+#: What ``kubectl apply`` keeps of the manifest it applied, to compute the next apply's patch.
+LAST_APPLIED: Final = "kubectl.kubernetes.io/last-applied-configuration"
+#: Go's encoding/json escapes these in strings (HTML-safe output); Python's json does not.
+_GO_ESCAPES: Final = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+
+
+def _go_json(obj: Any, indent: int | None) -> str | None:
+    """``obj`` as Go's encoding/json writes a map of it (sorted keys, HTML-escaped, UTF-8 as is): with
+    ``indent`` as ``json.MarshalIndent``, else compact as ``json.Encoder`` (with its newline). None when
+    ``obj`` holds a float, which the two languages write differently (``5.0`` against ``5``)."""
+
+    def exact(value: Any) -> bool:
+        if isinstance(value, dict):
+            return all(isinstance(k, str) and exact(v) for k, v in value.items())
+        if isinstance(value, list):
+            return all(exact(v) for v in value)
+        return value is None or isinstance(value, str | bool | int)
+
+    if not exact(obj):
+        return None
+    separators = (",", ": ") if indent else (",", ":")
+    text = json.dumps(obj, indent=indent, separators=separators, sort_keys=True, ensure_ascii=False)
+    return text.translate(_GO_ESCAPES) + "\n"
+
+
+def kubectl_json(obj: dict[str, Any]) -> str | None:
+    """What ``kubectl get ... -o json`` prints for ``obj`` (as :meth:`KubeReader.read` returns it: the object,
+    or the ``List`` of a read without a name), or None when this cannot be exact (a float in it)."""
+    return _go_json(obj, indent=4)
 
 
 class ReadError(Exception):
@@ -109,6 +149,11 @@ class KubeReader:
             key.write_bytes(base64.b64decode(user["client-key-data"]))
             ctx.load_cert_chain(str(cert), str(key))
         self._ssl = ctx
+        contexts = cfg.get("contexts") or []
+        # The namespace kubectl uses without -n, when the kubeconfig is as plain as the dev cluster's (one
+        # cluster, user and context, no namespace in it: "default"); None for any other kubeconfig.
+        plain = len(cfg["clusters"]) == len(cfg["users"]) == len(contexts) == 1
+        self.default_namespace = "default" if plain and not contexts[0]["context"].get("namespace") else None
         parts = urllib.parse.urlsplit(self.server)
         self._host, self._port = parts.hostname or "127.0.0.1", parts.port or 443
         self._local = threading.local()  # .conn: this thread's keep-alive connection
@@ -200,13 +245,94 @@ class KubeReader:
     ) -> int:
         """A write (``POST``, ``DELETE``, a ``PATCH`` with its ``content_type``, ...) of ``body`` as JSON to
         ``path``; the HTTP status, error or not (0 when the apiserver could not be reached). For the
-        fixtures' own plain writes (a namespace, the finalizers left at teardown)."""
+        fixtures' own plain writes (a namespace, a status patch)."""
         data = None if body is None else json.dumps(body).encode()
         try:
             status, _, _, _ = self._request(method, path, {"Content-Type": content_type}, data)
         except (OSError, http.client.HTTPException):
             return 0
         return status
+
+    def create_as_applied(
+        self, obj: dict[str, Any], namespace: str | None, *, user: str | None = None
+    ) -> str | None:
+        """``kubectl [--as=USER] [-n NAMESPACE] apply -f -`` of ``obj`` when it does not exist yet,
+        in-process: what kubectl's client-side apply sends then, a GET of the object (not found) and its
+        create (the object in its namespace with kubectl's last-applied annotation, field manager
+        ``kubectl-client-side-apply``, strict field validation as ``--validate=strict``), as USER when
+        given. The line kubectl prints (``KIND.GROUP/NAME created``) when created. None when kubectl is to
+        apply it: the object exists (kubectl patches it then) or cannot be read, the create is refused
+        (kubectl's error is then the one raised), or it is outside what this copies of kubectl (a kind that
+        does not resolve to exactly ``obj``'s, another namespace than -n's, a namespace on a cluster-scoped
+        object, ``generateName``, a float, an annotation that is not a string). ``namespace`` None: no -n
+        (the object's own namespace, else the kubeconfig's default)."""
+        meta = obj.get("metadata")
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        if not (isinstance(meta, dict) and isinstance(api_version, str) and isinstance(kind, str)):
+            return None
+        name, annotations = meta.get("name"), meta.get("annotations") or {}
+        if not (isinstance(name, str) and name) or "generateName" in meta or "resourceVersion" in meta:
+            return None
+        if not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values()):
+            return None
+        group, _, version = api_version.rpartition("/")
+        resource = self._resolve(f"{kind}.{version}.{group}" if group else kind)
+        if resource is None or (resource.kind, resource.api_version) != (kind, api_version):
+            return None
+        body = copy.deepcopy(obj)
+        own = meta.get("namespace")
+        if not resource.namespaced:
+            if own is not None:
+                return None
+            target = ""
+        else:
+            target = namespace or own or self.default_namespace or ""
+            if not target or (namespace is not None and own not in (None, namespace)):
+                return None
+            body["metadata"]["namespace"] = target
+        # kubectl's util.CreateApplyAnnotation: the manifest (its namespace filled in, its own last-applied
+        # annotation left out, an absent annotations map made empty) as Go encodes it, then that text as the
+        # annotation of what it creates.
+        kept = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+        body["metadata"]["annotations"] = kept
+        last = _go_json(body, indent=None)
+        if last is None:
+            return None
+        body["metadata"]["annotations"] = {**kept, LAST_APPLIED: last}
+        headers = {} if user is None else {"Impersonate-User": user}
+        try:
+            status, _, _, answer = self._request("GET", resource.path(target, name), headers)
+            if status != 404 or not _not_found(answer.decode(errors="replace"), name):
+                return None
+            query = urllib.parse.urlencode(
+                {"fieldManager": "kubectl-client-side-apply", "fieldValidation": "Strict"}
+            )
+            headers["Content-Type"] = "application/json"
+            data = json.dumps(body).encode()
+            status, _, _, _ = self._request("POST", f"{resource.path(target)}?{query}", headers, data)
+        except (OSError, http.client.HTTPException):
+            return None
+        if status != 201:
+            return None
+        return f"{kind.lower()}{'.' + group if group else ''}/{name} created\n"
+
+    def delete_object(self, obj: dict[str, Any]) -> bool:
+        """``kubectl delete -f - --ignore-not-found --wait=false`` of the manifest ``obj`` (its own namespace,
+        background propagation as kubectl's default cascade): True when it is deleted or was not there;
+        False when kubectl is to do it (a kind that does not resolve to exactly ``obj``'s, a refusal, ...)."""
+        meta = obj.get("metadata")
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        if not (isinstance(meta, dict) and isinstance(api_version, str) and isinstance(kind, str)):
+            return False
+        name, namespace = meta.get("name"), meta.get("namespace") or self.default_namespace
+        group, _, version = api_version.rpartition("/")
+        resource = self._resolve(f"{kind}.{version}.{group}" if group else kind)
+        if resource is None or (resource.kind, resource.api_version) != (kind, api_version):
+            return False
+        if not isinstance(name, str) or not name or (resource.namespaced and not namespace):
+            return False
+        path = resource.path(namespace or "", name)
+        return self.send("DELETE", path, {"propagationPolicy": "Background"}) in (200, 202, 404)
 
     def path(self, kind: str, namespace: str, name: str = "") -> str | None:
         """The API path of ``kind`` (resolved as :meth:`get` does), None when it does not resolve."""
@@ -313,3 +439,43 @@ def reader(kubeconfig: Path) -> KubeReader:
         if found is None:
             found = _READERS[str(kubeconfig)] = KubeReader(kubeconfig)
         return found
+
+
+def apply_objects(
+    kubectl: Callable[..., subprocess.CompletedProcess[str]],
+    kubeconfig: Path,
+    objs: list[dict[str, Any]],
+    namespace: str | None = None,
+    *,
+    user: str | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """``kubectl [--as=USER] [-n NAMESPACE] apply -f -`` of ``objs``, in order, with ``kubectl`` (the
+    fixture's callable). Each object not there yet is created in-process as kubectl's apply creates it
+    (:meth:`KubeReader.create_as_applied`); from the first one it does not create (one that exists, a
+    refused one, ...), kubectl applies the rest, so an update and a failure are kubectl's own. kubectl is
+    given JSON, not YAML, so that both ways see the same values (a YAML reader may take an unquoted
+    ``6906e3`` for a number). kubectl's CompletedProcess, its stdout after the lines of the objects created
+    in-process."""
+    api = reader(kubeconfig)
+    created: list[str] = []
+    rest = list(objs)
+    while rest:
+        line = api.create_as_applied(rest[0], namespace, user=user)
+        if line is None:
+            break
+        created.append(line)
+        rest.pop(0)
+    args = [
+        *([f"--as={user}"] if user else []),
+        *(["-n", namespace] if namespace else []),
+        "apply",
+        "-f",
+        "-",
+    ]
+    if not rest:
+        return subprocess.CompletedProcess(["kubectl", *args], 0, "".join(created), "")
+    proc = kubectl(*args, input="\n".join(json.dumps(o) for o in rest), check=check)
+    return subprocess.CompletedProcess(
+        proc.args, proc.returncode, "".join(created) + proc.stdout, proc.stderr
+    )

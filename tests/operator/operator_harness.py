@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from kube_reader import UNRESOLVED, KubeReader, reader
+from kube_reader import UNRESOLVED, apply_objects, reader
 from zygote import ZYGOTE, Child
 
 from capmaas_dev import demo
@@ -40,8 +39,8 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def crds(kube: ControlPlane, kubectl: Any) -> None:
     kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-    for name in ("maasmachines", "maasclusters"):
-        kubectl("wait", "--for=condition=Established", f"crd/{name}.infrastructure.cluster.x-k8s.io")
+    names = (f"crd/{name}.infrastructure.cluster.x-k8s.io" for name in ("maasmachines", "maasclusters"))
+    kubectl("wait", "--for=condition=Established", *names)  # one kubectl for both
 
 
 @dataclass
@@ -130,7 +129,9 @@ class Harness:
         return await asyncio.to_thread(self.kubectl, *args, input=input, check=check)
 
     async def apply(self, *objs: dict[str, Any]) -> None:
-        await self.k("apply", "-n", self.namespace, "-f", "-", input=yaml.safe_dump_all(list(objs)))
+        """``kubectl apply -n NAMESPACE -f -`` of ``objs`` (``kube_reader.apply_objects``: the new ones
+        in-process, kubectl for the rest)."""
+        await asyncio.to_thread(apply_objects, self.kubectl, self.kube.kubeconfig, list(objs), self.namespace)
 
     async def get(self, kind: str, name: str) -> dict[str, Any] | None:
         """``kubectl get KIND NAME -o json``, answered in-process (``kube_reader``: no kubectl fork per
@@ -291,8 +292,6 @@ async def harness(
             yield h
         finally:
             op.stop()
-            # Leave nothing blocking the namespace deletion behind (kubectl patch --all, in-process).
-            await asyncio.to_thread(drop_finalizers, reader(kube.kubeconfig), namespace)
 
 
 async def workload_node(workload: ControlPlane, name: str, *path: str) -> Any:
@@ -306,15 +305,3 @@ async def workload_node(workload: ControlPlane, name: str, *path: str) -> Any:
     for key in path:
         got = got.get(key) if isinstance(got, dict) else None
     return got
-
-
-def drop_finalizers(api: KubeReader, namespace: str) -> None:
-    """``kubectl patch maasmachines,maasclusters --all -n NAMESPACE --type=merge`` of ``finalizers: null``:
-    every object of the two kinds, whatever happens to one."""
-    for plural in ("maasmachines", "maasclusters"):
-        items = api.items(plural, namespace)
-        for obj in items if isinstance(items, list) else ():
-            path = api.path(plural, namespace, obj["metadata"]["name"])
-            if path is not None:
-                patch = {"metadata": {"finalizers": None}}
-                api.send("PATCH", path, patch, content_type="application/merge-patch+json")

@@ -18,7 +18,7 @@ from typing import Any, Self
 
 import pytest
 import yaml
-from kube_reader import reader
+from kube_reader import KubeReader, apply_objects, reader
 
 from capmaas_dev.devcluster import ControlPlane, find_binary
 
@@ -47,7 +47,20 @@ class Tenant:
         return await asyncio.to_thread(self.k, *args, input=input, check=check)
 
     async def apply(self, *objs: dict[str, Any], check: bool = True) -> subprocess.CompletedProcess[str]:
-        return await self.ak("apply", "-f", "-", input=yaml.safe_dump_all(list(objs)), check=check)
+        """``kubectl --as=USER -n NAMESPACE apply -f -``; with ``kubeconfig``, each object not there yet is
+        created in-process as that kubectl would (``kube_reader.apply_objects``, as the user), kubectl does
+        the rest (an update, a refusal: its exit status and stderr)."""
+        if self.kubeconfig is None:
+            return await self.ak("apply", "-f", "-", input=yaml.safe_dump_all(list(objs)), check=check)
+        return await asyncio.to_thread(
+            apply_objects,
+            self.kubectl,
+            self.kubeconfig,
+            list(objs),
+            self.namespace,
+            user=self.user,
+            check=check,
+        )
 
     async def read(self, plural: str, name: str) -> dict[str, Any] | None:
         """``kubectl --as=USER get PLURAL NAME -o json`` as the tenant; None when kubectl would fail."""
@@ -79,8 +92,18 @@ def grant_tenant(kubectl: Any, user: str, namespace: str, kubeconfig: Path | Non
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
     }
-    kubectl("apply", "-f", "-", input=yaml.safe_dump_all([role, binding]))
+    apply_as_admin(kubectl, [role, binding])
     return Tenant(user, namespace, kubectl, kubeconfig)
+
+
+def apply_as_admin(kubectl: Any, objs: list[dict[str, Any]]) -> None:
+    """``kubectl apply -f -`` of ``objs``; the new ones in-process (``kube_reader.apply_objects``) when
+    ``kubectl`` is the session fixture (it names its kubeconfig)."""
+    kubeconfig = getattr(kubectl, "kubeconfig", None)
+    if kubeconfig is None:
+        kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objs))
+    else:
+        apply_objects(kubectl, kubeconfig, objs)
 
 
 @pytest.fixture
@@ -100,16 +123,26 @@ def policy(kubectl: Any, namespace: str) -> Iterator[Installed]:
 
 
 @pytest.fixture
-def attacker(kube: ControlPlane, kubectl: Any) -> Iterator[Tenant]:
-    """The attacker ``mallory`` in a namespace of its own (the victims live in the harness namespace)."""
+def attacker(kube: ControlPlane, kubectl: Any, api: KubeReader) -> Iterator[Tenant]:
+    """The attacker ``mallory`` in a namespace of its own (the victims live in the harness namespace).
+
+    Its namespace is made and removed in-process (``kubectl create namespace``, then ``kubectl patch
+    maasclusters --all`` to drop their finalizers and ``kubectl delete namespace --wait=false``, failures
+    ignored as they were): each was a kubectl fork; kubectl only when the create is refused, for its error."""
     name = f"attacker-{secrets.token_hex(3)}"
-    kubectl("create", "namespace", name)
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    if api.send("POST", "/api/v1/namespaces", namespace) != 201:
+        kubectl("create", "namespace", name)
     try:
         yield grant_tenant(kubectl, "mallory", name, kube.kubeconfig)
     finally:
-        patch = '{"metadata":{"finalizers":null}}'
-        kubectl("patch", "maasclusters", "--all", "-n", name, "--type=merge", "-p", patch, check=False)
-        kubectl("delete", "namespace", name, "--wait=false", check=False)
+        items = api.items("maasclusters", name)
+        for obj in items if isinstance(items, list) else ():
+            path = api.path("maasclusters", name, obj["metadata"]["name"])
+            if path is not None:
+                patch = {"metadata": {"finalizers": None}}
+                api.send("PATCH", path, patch, content_type="application/merge-patch+json")
+        api.send("DELETE", f"/api/v1/namespaces/{name}", {"propagationPolicy": "Background"})  # kubectl's
 
 
 def helm_template(*args: str, namespace: str, release: str = "sec") -> list[dict[str, Any]]:
@@ -148,16 +181,21 @@ class Installed:
 def install_policy_and_rbac(kubectl: Any, namespace: str, *extra: str) -> Installed:
     docs = [d for d in helm_template(*extra, namespace=namespace) if d["kind"] in POLICY_KINDS | RBAC_KINDS]
     assert {d["kind"] for d in docs} >= POLICY_KINDS
-    kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    apply_as_admin(kubectl, docs)
     (sa,) = [d for d in docs if d["kind"] == "ServiceAccount"]
     return Installed(docs, f"system:serviceaccount:{namespace}:{sa['metadata']['name']}")
 
 
 def uninstall(kubectl: Any, installed: Installed) -> None:
-    """Every object, in one kubectl (it deletes each and goes on past one it cannot; a kubectl per object
-    was a dozen forks, ~0.1 s of CPU each, per test)."""
-    docs = yaml.safe_dump_all(installed.objects)
-    kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false", input=docs, check=False)
+    """Every object deleted, failures ignored (``kubectl delete -f - --ignore-not-found --wait=false``):
+    in-process when ``kubectl`` is the session fixture (``KubeReader.delete_object``), one kubectl for the
+    objects it does not delete (a kubectl per object was a dozen forks, ~0.1 s of CPU each, per test)."""
+    kubeconfig = getattr(kubectl, "kubeconfig", None)
+    api = reader(kubeconfig) if kubeconfig is not None else None
+    left = [obj for obj in installed.objects if api is None or not api.delete_object(obj)]
+    if left:
+        docs = yaml.safe_dump_all(left)
+        kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false", input=docs, check=False)
 
 
 def wait_policy_active(check: Callable[[], bool], within: float = 30.0) -> None:

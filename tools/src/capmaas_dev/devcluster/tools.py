@@ -13,6 +13,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from capmaas_dev.devcluster.process import GO_GC_ENV
 from capmaas_dev.devcluster.versions import CAPI_VERSION, TOOL_VERSIONS
 
 BUILD_HINT = "run `make controlplane` (it builds the Kubernetes tools from Go modules into the cache once)"
@@ -97,9 +98,15 @@ def run_kubectl(
     timeout: float = 120.0,
     env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run kubectl against ``kubeconfig``; with ``check``, a failure raises :class:`KubectlError`."""
+    """Run kubectl against ``kubeconfig``; with ``check``, a failure raises :class:`KubectlError`.
+
+    kubectl runs with the control plane's Go collector pacing (:data:`process.GO_GC_ENV`, where the
+    environment does not set it): a kubectl lives a tenth of a second, its heap is what its start-up and the
+    OpenAPI document that ``apply``/``create`` parse allocate, and Go's default pacing collected several times
+    in that for nothing, in every one of the tests' many forks (the CPU it saves per fork:
+    docs/benchmarks/test-durations.md, "kubectl forks")."""
     cmd = [str(kubectl_path()), f"--kubeconfig={os.fspath(kubeconfig)}", *args]
-    full_env = {**os.environ, **(env or {})}
+    full_env = {**GO_GC_ENV, **os.environ, **(env or {})}
     proc = subprocess.run(
         cmd, input=input, capture_output=True, text=True, timeout=timeout, env=full_env, check=False
     )
@@ -125,7 +132,7 @@ def apply_capi_crds(kubeconfig: str | os.PathLike[str], *, timeout: float = 120.
         str(directory),
         timeout=timeout,
     )
-    run_kubectl(
+    waited = run_kubectl(
         kubeconfig,
         "wait",
         "--for=condition=Established",
@@ -134,5 +141,7 @@ def apply_capi_crds(kubeconfig: str | os.PathLike[str], *, timeout: float = 120.
         str(directory),
         timeout=timeout + 10,
     )
-    names = run_kubectl(kubeconfig, "get", "-f", str(directory), "-o", "name").stdout.split()
+    # The names from wait's "customresourcedefinition.apiextensions.k8s.io/NAME condition met" lines, one a
+    # CRD in the order of the files (`kubectl get -f DIR -o name` for them was one more fork).
+    names = [line.split()[0] for line in waited.stdout.splitlines() if line.endswith(" condition met")]
     return [n.removeprefix("customresourcedefinition.apiextensions.k8s.io/") for n in names]

@@ -25,9 +25,14 @@ from capmaas_dev.devcluster import (
     find_binary,
     run_kubectl,
 )
-from capmaas_dev.devcluster.controlplane import PROFILING_ENV, _apiserver_args
+from capmaas_dev.devcluster.controlplane import (
+    ONE_P_COMPONENTS,
+    PROFILING_ENV,
+    UNCACHED_RESOURCES,
+    _apiserver_args,
+)
 from capmaas_dev.devcluster.pki import Pki
-from capmaas_dev.devcluster.process import GO_GC_ENV, go_env, pid_alive
+from capmaas_dev.devcluster.process import GO_GC_ENV, ONE_P_ENV, go_env, pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -178,12 +183,47 @@ def test_controller_manager_collects_garbage_and_deletes_namespaces(kube, kubect
 
 @pytest.mark.k8s
 def test_control_plane_processes_run_with_the_go_collector_pacing(kube) -> None:
-    """etcd, the apiserver and the controller-manager get GO_GC_ENV (or the test run's own values)."""
+    """etcd, the apiserver and the controller-manager get GO_GC_ENV (or the test run's own values); etcd and
+    the controller-manager run on one Go scheduler thread, the apiserver on its default."""
     expected = {k: os.environ.get(k, v) for k, v in GO_GC_ENV.items()}
-    for pid in kube.pids():
-        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    assert {c.name for c in kube.components} >= ONE_P_COMPONENTS
+    for comp in kube.components:
+        raw = Path(f"/proc/{comp.pid}/environ").read_bytes().split(b"\0")
         env = dict(item.decode().split("=", 1) for item in raw if b"=" in item)
-        assert {k: env.get(k) for k in GO_GC_ENV} == expected, pid
+        assert {k: env.get(k) for k in GO_GC_ENV} == expected, comp.name
+        one_p = (
+            {k: os.environ.get(k, v) for k, v in ONE_P_ENV.items()} if comp.name in ONE_P_COMPONENTS else {}
+        )
+        assert {k: env[k] for k in ONE_P_ENV if k in env} == one_p, comp.name
+
+
+@pytest.mark.k8s
+def test_unused_builtin_resources_are_served_without_a_watch_cache(kubectl, namespace: str) -> None:
+    """The stand-in apiserver keeps watch caches only for what is used (UNCACHED_RESOURCES are read from
+    etcd), and still serves every resource: a PodTemplate can be created, listed and watched."""
+    metrics = kubectl("get", "--raw", "/metrics").stdout
+    cached = set(
+        re.findall(
+            r'^apiserver_watch_cache_initializations_total\{group="([^"]*)",resource="([^"]+)"', metrics, re.M
+        )
+    )
+    cached_names = {f"{resource}.{group}" if group else resource for group, resource in cached}
+    assert {"configmaps", "secrets", "namespaces", "leases.coordination.k8s.io"} <= cached_names
+    assert cached_names.isdisjoint(UNCACHED_RESOURCES), cached_names & set(UNCACHED_RESOURCES)
+    path = f"/api/v1/namespaces/{namespace}/podtemplates"
+    before = json.loads(kubectl("get", "--raw", path).stdout)["metadata"]["resourceVersion"]
+    template = {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": {"name": "t1", "namespace": namespace},
+        "template": {"spec": {"containers": [{"name": "c", "image": "pause"}]}},
+    }
+    kubectl("create", "-f", "-", input=json.dumps(template))
+    assert kubectl("get", "podtemplates", "-n", namespace, "-o", "name").stdout.split() == ["podtemplate/t1"]
+    # A watch from before the create replays it (from etcd's history) and ends after its timeout.
+    events = kubectl("get", "--raw", f"{path}?watch=1&resourceVersion={before}&timeoutSeconds=2").stdout
+    added = [json.loads(line) for line in events.splitlines() if line.strip()]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in added] == [("ADDED", "t1")]
 
 
 @pytest.mark.k8s

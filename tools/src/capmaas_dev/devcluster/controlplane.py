@@ -452,10 +452,6 @@ def _apiserver_args(pki: Pki, etcd_url: str, port: int, node_ip: str | None = No
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--allow-privileged=true",
         "--endpoint-reconciler-type=none",
-        # Polls of etcd that only feed metrics (object counts per resource every minute, the database size
-        # every 30 s); nothing here reads the apiserver's metrics.
-        "--etcd-count-metric-poll-period=0",
-        "--etcd-db-metric-poll-interval=0",
         # /debug/pprof (admin certificate only) for finding where the apiserver's CPU goes; off by default.
         f"--profiling={'true' if os.environ.get(PROFILING_ENV) == '1' else 'false'}",
     ]

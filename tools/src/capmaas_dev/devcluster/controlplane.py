@@ -52,7 +52,8 @@ _PORT_RACE = "address already in use"
 PROFILING_ENV = "CAPMAAS_DEV_APISERVER_PROFILING"
 #: Extra kube-apiserver flags (shell words), after ours: for measuring a flag's effect on the test apiservers.
 EXTRA_ARGS_ENV = "CAPMAAS_DEV_APISERVER_ARGS"
-#: The components that run with one Go scheduler thread (:data:`process.ONE_P_ENV`).
+#: The components of a control plane without a node that run with one Go scheduler thread
+#: (:data:`process.ONE_P_ENV`); with a node every component keeps Go's default.
 ONE_P_COMPONENTS = frozenset({"etcd", "kube-controller-manager"})
 #: Built-in resources neither capmaas, its chart nor its tests use, which a control plane without a node
 #: serves without a watch cache (``--watch-cache-sizes=<resource>#0``; reads and watches go to etcd). Every
@@ -206,6 +207,7 @@ class ControlPlane:
         api_port = process.free_port() if node_ip is None else NODE_API_PORT
         server = f"https://127.0.0.1:{api_port}"
         cp = cls(workdir, owns_workdir=owns, server=server, components=[], detached=detach)
+        standin = node_ip is None  # a stand-in cluster, no node: see ONE_P_COMPONENTS
         if not detach:
             process.register_cleanup(id(cp), cp.stop)
         try:
@@ -228,6 +230,7 @@ class ControlPlane:
                     "--quota-backend-bytes=2147483648",
                 ],
                 logs,
+                standin=standin,
             )
             cp._wait_http("etcd", f"{etcd_url}/health", None, deadline)
             cp._spawn(
@@ -235,6 +238,7 @@ class ControlPlane:
                 binaries["kube-apiserver"],
                 _apiserver_args(pki, etcd_url, api_port, node_ip),
                 logs,
+                standin=standin,
             )
             cp._wait_http("kube-apiserver", f"{server}/readyz", _client_context(pki), deadline)
             cp._write_kubeconfig(pki)
@@ -251,6 +255,7 @@ class ControlPlane:
                         f"--root-ca-file={pki.ca_cert}",
                     ],
                     logs,
+                    standin=standin,
                 )
                 time.sleep(0.5)  # a bad flag makes it exit at once; catch that here rather than later
                 cp._check_alive("kube-controller-manager")
@@ -267,6 +272,7 @@ class ControlPlane:
                         "--leader-elect=false",
                     ],
                     logs,
+                    standin=standin,
                 )
                 time.sleep(0.5)
                 cp._check_alive("kube-scheduler")
@@ -276,9 +282,9 @@ class ControlPlane:
             raise
         return cp
 
-    def _spawn(self, name: str, binary: str, args: list[str], logs: Path) -> None:
+    def _spawn(self, name: str, binary: str, args: list[str], logs: Path, *, standin: bool) -> None:
         log = logs / f"{name}.log"
-        env = process.go_env(one_p=name in ONE_P_COMPONENTS)
+        env = process.go_env(one_p=standin and name in ONE_P_COMPONENTS)
         popen = process.spawn([binary, *args], log, detach=self.detached, env=env)
         self.components.append(Component(name, popen.pid, log, binary, popen))
 

@@ -26,6 +26,7 @@ from capmaas_dev.devcluster import (
     run_kubectl,
 )
 from capmaas_dev.devcluster.controlplane import (
+    EXTRA_ARGS_ENV,
     ONE_P_COMPONENTS,
     PROFILING_ENV,
     UNCACHED_RESOURCES,
@@ -82,6 +83,20 @@ def test_apiserver_profiles_only_when_asked(tmp_path: Path, monkeypatch: pytest.
     assert "--profiling=true" in _apiserver_args(pki, "http://127.0.0.1:1", 2)
 
 
+def test_only_a_standin_apiserver_leaves_unused_resources_uncached_and_extra_flags_come_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(EXTRA_ARGS_ENV, "--watch-cache-sizes=secrets#0 --v=2")
+    pki = Pki.at(tmp_path)
+    standin = _apiserver_args(pki, "http://127.0.0.1:1", 2)
+    uncached = next(a for a in standin if a.startswith("--watch-cache-sizes=")).split("=", 1)[1].split(",")
+    assert uncached == [f"{resource}#0" for resource in UNCACHED_RESOURCES]
+    assert standin[-2:] == ["--watch-cache-sizes=secrets#0", "--v=2"]
+    with_node = _apiserver_args(pki, "http://127.0.0.1:1", 443, node_ip="10.0.0.2")
+    assert [a for a in with_node if a.startswith("--watch-cache-sizes=")] == ["--watch-cache-sizes=secrets#0"]
+    assert with_node[-2:] == ["--watch-cache-sizes=secrets#0", "--v=2"]
+
+
 def test_go_collector_pacing_is_filled_in_and_the_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in GO_GC_ENV:
         monkeypatch.delenv(name, raising=False)
@@ -89,6 +104,11 @@ def test_go_collector_pacing_is_filled_in_and_the_environment_wins(monkeypatch: 
     monkeypatch.setenv("GOGC", "150")
     assert go_env()["GOGC"] == "150"
     assert go_env()["GOMEMLIMIT"] == GO_GC_ENV["GOMEMLIMIT"]
+    monkeypatch.delenv("GOMAXPROCS", raising=False)
+    assert "GOMAXPROCS" not in go_env()
+    assert go_env(one_p=True)["GOMAXPROCS"] == ONE_P_ENV["GOMAXPROCS"]
+    monkeypatch.setenv("GOMAXPROCS", "2")
+    assert go_env(one_p=True)["GOMAXPROCS"] == "2"
 
 
 def test_build_script_reads_the_python_versions_and_go_mods_agree() -> None:

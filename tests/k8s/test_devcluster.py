@@ -25,9 +25,15 @@ from capmaas_dev.devcluster import (
     find_binary,
     run_kubectl,
 )
-from capmaas_dev.devcluster.controlplane import PROFILING_ENV, _apiserver_args
+from capmaas_dev.devcluster.controlplane import (
+    EXTRA_ARGS_ENV,
+    ONE_P_COMPONENTS,
+    PROFILING_ENV,
+    UNCACHED_RESOURCES,
+    _apiserver_args,
+)
 from capmaas_dev.devcluster.pki import Pki
-from capmaas_dev.devcluster.process import GO_GC_ENV, go_env, pid_alive
+from capmaas_dev.devcluster.process import GO_GC_ENV, ONE_P_ENV, go_env, pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,6 +83,20 @@ def test_apiserver_profiles_only_when_asked(tmp_path: Path, monkeypatch: pytest.
     assert "--profiling=true" in _apiserver_args(pki, "http://127.0.0.1:1", 2)
 
 
+def test_only_a_standin_apiserver_leaves_unused_resources_uncached_and_extra_flags_come_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(EXTRA_ARGS_ENV, "--watch-cache-sizes=secrets#0 --v=2")
+    pki = Pki.at(tmp_path)
+    standin = _apiserver_args(pki, "http://127.0.0.1:1", 2)
+    uncached = next(a for a in standin if a.startswith("--watch-cache-sizes=")).split("=", 1)[1].split(",")
+    assert uncached == [f"{resource}#0" for resource in UNCACHED_RESOURCES]
+    assert standin[-2:] == ["--watch-cache-sizes=secrets#0", "--v=2"]
+    with_node = _apiserver_args(pki, "http://127.0.0.1:1", 443, node_ip="10.0.0.2")
+    assert [a for a in with_node if a.startswith("--watch-cache-sizes=")] == ["--watch-cache-sizes=secrets#0"]
+    assert with_node[-2:] == ["--watch-cache-sizes=secrets#0", "--v=2"]
+
+
 def test_go_collector_pacing_is_filled_in_and_the_environment_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in GO_GC_ENV:
         monkeypatch.delenv(name, raising=False)
@@ -84,6 +104,11 @@ def test_go_collector_pacing_is_filled_in_and_the_environment_wins(monkeypatch: 
     monkeypatch.setenv("GOGC", "150")
     assert go_env()["GOGC"] == "150"
     assert go_env()["GOMEMLIMIT"] == GO_GC_ENV["GOMEMLIMIT"]
+    monkeypatch.delenv("GOMAXPROCS", raising=False)
+    assert "GOMAXPROCS" not in go_env()
+    assert go_env(one_p=True)["GOMAXPROCS"] == ONE_P_ENV["GOMAXPROCS"]
+    monkeypatch.setenv("GOMAXPROCS", "2")
+    assert go_env(one_p=True)["GOMAXPROCS"] == "2"
 
 
 def test_build_script_reads_the_python_versions_and_go_mods_agree() -> None:
@@ -178,12 +203,47 @@ def test_controller_manager_collects_garbage_and_deletes_namespaces(kube, kubect
 
 @pytest.mark.k8s
 def test_control_plane_processes_run_with_the_go_collector_pacing(kube) -> None:
-    """etcd, the apiserver and the controller-manager get GO_GC_ENV (or the test run's own values)."""
+    """etcd, the apiserver and the controller-manager get GO_GC_ENV (or the test run's own values); etcd and
+    the controller-manager run on one Go scheduler thread, the apiserver on its default."""
     expected = {k: os.environ.get(k, v) for k, v in GO_GC_ENV.items()}
-    for pid in kube.pids():
-        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    assert {c.name for c in kube.components} >= ONE_P_COMPONENTS
+    for comp in kube.components:
+        raw = Path(f"/proc/{comp.pid}/environ").read_bytes().split(b"\0")
         env = dict(item.decode().split("=", 1) for item in raw if b"=" in item)
-        assert {k: env.get(k) for k in GO_GC_ENV} == expected, pid
+        assert {k: env.get(k) for k in GO_GC_ENV} == expected, comp.name
+        one_p = (
+            {k: os.environ.get(k, v) for k, v in ONE_P_ENV.items()} if comp.name in ONE_P_COMPONENTS else {}
+        )
+        assert {k: env[k] for k in ONE_P_ENV if k in env} == one_p, comp.name
+
+
+@pytest.mark.k8s
+def test_unused_builtin_resources_are_served_without_a_watch_cache(kubectl, namespace: str) -> None:
+    """The stand-in apiserver keeps watch caches only for what is used (UNCACHED_RESOURCES are read from
+    etcd), and still serves every resource: a PodTemplate can be created, listed and watched."""
+    metrics = kubectl("get", "--raw", "/metrics").stdout
+    cached = set(
+        re.findall(
+            r'^apiserver_watch_cache_initializations_total\{group="([^"]*)",resource="([^"]+)"', metrics, re.M
+        )
+    )
+    cached_names = {f"{resource}.{group}" if group else resource for group, resource in cached}
+    assert {"configmaps", "secrets", "namespaces", "leases.coordination.k8s.io"} <= cached_names
+    assert cached_names.isdisjoint(UNCACHED_RESOURCES), cached_names & set(UNCACHED_RESOURCES)
+    path = f"/api/v1/namespaces/{namespace}/podtemplates"
+    before = json.loads(kubectl("get", "--raw", path).stdout)["metadata"]["resourceVersion"]
+    template = {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": {"name": "t1", "namespace": namespace},
+        "template": {"spec": {"containers": [{"name": "c", "image": "pause"}]}},
+    }
+    kubectl("create", "-f", "-", input=json.dumps(template))
+    assert kubectl("get", "podtemplates", "-n", namespace, "-o", "name").stdout.split() == ["podtemplate/t1"]
+    # A watch from before the create replays it (from etcd's history) and ends after its timeout.
+    events = kubectl("get", "--raw", f"{path}?watch=1&resourceVersion={before}&timeoutSeconds=2").stdout
+    added = [json.loads(line) for line in events.splitlines() if line.strip()]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in added] == [("ADDED", "t1")]
 
 
 @pytest.mark.k8s

@@ -52,6 +52,46 @@ _PORT_RACE = "address already in use"
 PROFILING_ENV = "CAPMAAS_DEV_APISERVER_PROFILING"
 #: Extra kube-apiserver flags (shell words), after ours: for measuring a flag's effect on the test apiservers.
 EXTRA_ARGS_ENV = "CAPMAAS_DEV_APISERVER_ARGS"
+#: The components of a control plane without a node that run with one Go scheduler thread
+#: (:data:`process.ONE_P_ENV`); with a node every component keeps Go's default.
+ONE_P_COMPONENTS = frozenset({"etcd", "kube-controller-manager"})
+#: Built-in resources neither capmaas, its chart nor its tests use, which a control plane without a node
+#: serves without a watch cache (``--watch-cache-sizes=<resource>#0``; reads and watches go to etcd). Every
+#: cached resource costs an idle apiserver a wake-up a second (its cache's bookmark timer), and a test run
+#: keeps six control planes idle most of its 21 minutes; these 28 caches were a sixth of an idle
+#: apiserver's CPU (docs/benchmarks/test-durations.md, "Idle control planes"). The API is unchanged: every
+#: resource is still served, listed and watched. With a node every default controller runs, so every cache
+#: stays.
+UNCACHED_RESOURCES = (
+    "podtemplates",
+    "replicationcontrollers",
+    "limitranges",
+    "resourcequotas",
+    "persistentvolumeclaims",
+    "persistentvolumes",
+    "controllerrevisions.apps",
+    "statefulsets.apps",
+    "horizontalpodautoscalers.autoscaling",
+    "cronjobs.batch",
+    "jobs.batch",
+    "certificatesigningrequests.certificates.k8s.io",
+    "ingresses.networking.k8s.io",
+    "ingressclasses.networking.k8s.io",
+    "runtimeclasses.node.k8s.io",
+    "priorityclasses.scheduling.k8s.io",
+    "csidrivers.storage.k8s.io",
+    "csinodes.storage.k8s.io",
+    "csistoragecapacities.storage.k8s.io",
+    "storageclasses.storage.k8s.io",
+    "volumeattachments.storage.k8s.io",
+    "volumeattributesclasses.storage.k8s.io",
+    "deviceclasses.resource.k8s.io",
+    "resourceclaims.resource.k8s.io",
+    "resourceclaimtemplates.resource.k8s.io",
+    "resourceslices.resource.k8s.io",
+    "mutatingadmissionpolicies.admissionregistration.k8s.io",
+    "mutatingadmissionpolicybindings.admissionregistration.k8s.io",
+)
 
 
 class StartError(RuntimeError):
@@ -167,6 +207,7 @@ class ControlPlane:
         api_port = process.free_port() if node_ip is None else NODE_API_PORT
         server = f"https://127.0.0.1:{api_port}"
         cp = cls(workdir, owns_workdir=owns, server=server, components=[], detached=detach)
+        standin = node_ip is None  # a stand-in cluster, no node: see ONE_P_COMPONENTS
         if not detach:
             process.register_cleanup(id(cp), cp.stop)
         try:
@@ -189,6 +230,7 @@ class ControlPlane:
                     "--quota-backend-bytes=2147483648",
                 ],
                 logs,
+                standin=standin,
             )
             cp._wait_http("etcd", f"{etcd_url}/health", None, deadline)
             cp._spawn(
@@ -196,6 +238,7 @@ class ControlPlane:
                 binaries["kube-apiserver"],
                 _apiserver_args(pki, etcd_url, api_port, node_ip),
                 logs,
+                standin=standin,
             )
             cp._wait_http("kube-apiserver", f"{server}/readyz", _client_context(pki), deadline)
             cp._write_kubeconfig(pki)
@@ -212,6 +255,7 @@ class ControlPlane:
                         f"--root-ca-file={pki.ca_cert}",
                     ],
                     logs,
+                    standin=standin,
                 )
                 time.sleep(0.5)  # a bad flag makes it exit at once; catch that here rather than later
                 cp._check_alive("kube-controller-manager")
@@ -228,6 +272,7 @@ class ControlPlane:
                         "--leader-elect=false",
                     ],
                     logs,
+                    standin=standin,
                 )
                 time.sleep(0.5)
                 cp._check_alive("kube-scheduler")
@@ -237,9 +282,10 @@ class ControlPlane:
             raise
         return cp
 
-    def _spawn(self, name: str, binary: str, args: list[str], logs: Path) -> None:
+    def _spawn(self, name: str, binary: str, args: list[str], logs: Path, *, standin: bool) -> None:
         log = logs / f"{name}.log"
-        popen = process.spawn([binary, *args], log, detach=self.detached, env=process.go_env())
+        env = process.go_env(one_p=standin and name in ONE_P_COMPONENTS)
+        popen = process.spawn([binary, *args], log, detach=self.detached, env=env)
         self.components.append(Component(name, popen.pid, log, binary, popen))
 
     def _component(self, name: str) -> Component:
@@ -414,12 +460,20 @@ def _apiserver_args(pki: Pki, etcd_url: str, port: int, node_ip: str | None = No
         "--endpoint-reconciler-type=none",
         # /debug/pprof (admin certificate only) for finding where the apiserver's CPU goes; off by default.
         f"--profiling={'true' if os.environ.get(PROFILING_ENV) == '1' else 'false'}",
-        *shlex.split(os.environ.get(EXTRA_ARGS_ENV, "")),
     ]
+    return [*args, *_mode_args(pki, node_ip), *shlex.split(os.environ.get(EXTRA_ARGS_ENV, ""))]
+
+
+def _mode_args(pki: Pki, node_ip: str | None) -> list[str]:
+    """The flags that differ between a stand-in control plane and one prepared for a real node."""
     if node_ip is None:
-        return [*args, "--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount"]
+        uncached = ",".join(f"{resource}#0" for resource in UNCACHED_RESOURCES)
+        return [
+            "--authorization-mode=RBAC",
+            "--disable-admission-plugins=ServiceAccount",
+            f"--watch-cache-sizes={uncached}",
+        ]
     return [
-        *args,
         "--authorization-mode=Node,RBAC",
         "--enable-admission-plugins=NodeRestriction",
         # `kubectl logs`/`exec` reach the kubelet at the Node's InternalIP (its hostname resolves nowhere

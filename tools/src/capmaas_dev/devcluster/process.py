@@ -40,6 +40,13 @@ _hooks: list[bool] = []  # non-empty once the atexit/signal hooks are installed
 #: collector's pacing changes, not what the programs do; a value already in the environment wins.
 GO_GC_ENV: Mapping[str, str] = {"GOGC": "400", "GOMEMLIMIT": "2GiB"}
 
+#: One Go scheduler thread (P) for the dev cluster's helpers that never need two cores at once: etcd (one
+#: member, no fsync, small requests) and kube-controller-manager (a client). With a P per core an idle Go
+#: process keeps waking a second thread to look for work; one P cuts etcd's CPU by a quarter under a request
+#: load and its idle CPU by a fifth (docs/benchmarks/test-durations.md, "Idle control planes"). Not for the
+#: apiserver: there a second P pays for itself under load. A value already in the environment wins.
+ONE_P_ENV: Mapping[str, str] = {"GOMAXPROCS": "1"}
+
 
 def free_port() -> int:
     """A loopback TCP port nobody listens on now and no live process of ours has handed out.
@@ -107,9 +114,10 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def go_env() -> dict[str, str]:
-    """``os.environ`` with :data:`GO_GC_ENV` filled in where the environment does not set it."""
-    return {**GO_GC_ENV, **os.environ}
+def go_env(*, one_p: bool = False) -> dict[str, str]:
+    """``os.environ`` with :data:`GO_GC_ENV` (and, with ``one_p``, :data:`ONE_P_ENV`) filled in where the
+    environment does not set it."""
+    return {**GO_GC_ENV, **(ONE_P_ENV if one_p else {}), **os.environ}
 
 
 def spawn(

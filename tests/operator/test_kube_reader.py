@@ -224,6 +224,12 @@ async def test_the_kubectl_fixture_prints_what_kubectl_prints(harness: Harness) 
     assert 'maasmachines.infrastructure.cluster.x-k8s.io "absent" not found' in missing.stderr
 
 
+def maasmachine_with_annotation(name: str, namespace: str, annotations: dict[str, str]) -> dict[str, Any]:
+    obj = demo.maasmachine(name, namespace, "c1", control_plane=True)
+    obj["metadata"].setdefault("annotations", {}).update(annotations)
+    return obj
+
+
 def stored(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
     """``obj`` as read back, without what differs between two creates of it (uid, times, versions) and with
     its namespace's name (in the last-applied annotation too) made ``NS``."""
@@ -250,9 +256,10 @@ async def test_apply_creates_what_kubectl_apply_creates(harness: Harness) -> Non
         demo.maascluster("c1", ns),
         demo.bootstrap_secret("m1-bootstrap", ns, "c1"),
         demo.machine("m1", ns, "c1", control_plane=True, bootstrap="m1-bootstrap"),
-        demo.maasmachine(
-            "m1", ns, "c1", control_plane=True, machine_uid="6906e3ab-0000-0000-0000-000000000000"
-        ),
+        # No owner reference: the garbage collector deletes a dependent whose owner's UID does not exist
+        # (here a Machine of another UID), at a time of its own, under the comparisons below. The value a
+        # YAML reader would take for a number (6906e3) rides in an annotation instead.
+        maasmachine_with_annotation("m1", ns, {"example.com/uid-like": "6906e3ab-0000-0000-0000-0000"}),
         odd_config_map("odd"),  # no namespace in it: -n's
         {  # cluster-scoped: -n does not apply
             "apiVersion": "rbac.authorization.k8s.io/v1",

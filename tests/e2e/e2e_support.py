@@ -93,20 +93,14 @@ def items(
 
 
 def apply(kubectl: Kubectl, *objects: dict[str, Any]) -> None:
-    """``kubectl apply -f -`` of ``objects``. When ``kubectl`` is the session's (it names its kubeconfig),
-    the ones not there yet are created in-process as kubectl's apply creates them and kubectl applies the
-    rest (``kube_reader.apply_objects``): a kubectl fork is ~0.1 s of CPU."""
-    kubeconfig = getattr(kubectl, "kubeconfig", None)
-    if kubeconfig is None:
-        items = list(objects)
-        kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-        return
+    """``kubectl apply -f -`` of ``objects`` (``kube_reader.apply_manifests``: the new ones in-process when
+    ``kubectl`` is the session fixture; a kubectl fork is ~0.1 s of CPU)."""
     operator_tests = str(REPO / "tests" / "operator")
     if operator_tests not in sys.path:
         sys.path.append(operator_tests)
-    from kube_reader import apply_objects
+    from kube_reader import apply_manifests
 
-    apply_objects(kubectl, Path(kubeconfig), list(objects))
+    apply_manifests(kubectl, list(objects))
 
 
 def wait_for(check: Callable[[], T | None], what: str, *, timeout: float = 60.0, interval: float = 0.5) -> T:

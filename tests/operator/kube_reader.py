@@ -334,6 +334,16 @@ class KubeReader:
         path = resource.path(namespace or "", name)
         return self.send("DELETE", path, {"propagationPolicy": "Background"}) in (200, 202, 404)
 
+    def drop_finalizers(self, plural: str, namespace: str) -> None:
+        """``kubectl patch PLURAL --all -n NAMESPACE --type=merge -p '{"metadata":{"finalizers":null}}'``,
+        failures ignored: nothing of that kind blocks the namespace's deletion."""
+        items = self.items(plural, namespace)
+        for obj in items if isinstance(items, list) else ():
+            path = self.path(plural, namespace, obj["metadata"]["name"])
+            if path is not None:
+                patch = {"metadata": {"finalizers": None}}
+                self.send("PATCH", path, patch, content_type="application/merge-patch+json")
+
     def path(self, kind: str, namespace: str, name: str = "") -> str | None:
         """The API path of ``kind`` (resolved as :meth:`get` does), None when it does not resolve."""
         resource = self._resolve(kind)
@@ -479,3 +489,15 @@ def apply_objects(
     return subprocess.CompletedProcess(
         proc.args, proc.returncode, "".join(created) + proc.stdout, proc.stderr
     )
+
+
+def apply_manifests(
+    kubectl: Callable[..., subprocess.CompletedProcess[str]], objs: list[dict[str, Any]]
+) -> None:
+    """``kubectl apply -f -`` of ``objs`` as the admin: through :func:`apply_objects` when ``kubectl`` is the
+    session fixture (it names its kubeconfig), else one kubectl of them as a JSON ``List``."""
+    kubeconfig = getattr(kubectl, "kubeconfig", None)
+    if kubeconfig is None:
+        kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
+    else:
+        apply_objects(kubectl, Path(kubeconfig), objs)

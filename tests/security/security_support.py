@@ -18,7 +18,7 @@ from typing import Any, Self
 
 import pytest
 import yaml
-from kube_reader import KubeReader, apply_objects, reader
+from kube_reader import KubeReader, apply_manifests, apply_objects, reader
 
 from capmaas_dev.devcluster import ControlPlane, find_binary
 
@@ -92,18 +92,8 @@ def grant_tenant(kubectl: Any, user: str, namespace: str, kubeconfig: Path | Non
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
     }
-    apply_as_admin(kubectl, [role, binding])
+    apply_manifests(kubectl, [role, binding])
     return Tenant(user, namespace, kubectl, kubeconfig)
-
-
-def apply_as_admin(kubectl: Any, objs: list[dict[str, Any]]) -> None:
-    """``kubectl apply -f -`` of ``objs``; the new ones in-process (``kube_reader.apply_objects``) when
-    ``kubectl`` is the session fixture (it names its kubeconfig)."""
-    kubeconfig = getattr(kubectl, "kubeconfig", None)
-    if kubeconfig is None:
-        kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objs))
-    else:
-        apply_objects(kubectl, kubeconfig, objs)
 
 
 @pytest.fixture
@@ -136,12 +126,7 @@ def attacker(kube: ControlPlane, kubectl: Any, api: KubeReader) -> Iterator[Tena
     try:
         yield grant_tenant(kubectl, "mallory", name, kube.kubeconfig)
     finally:
-        items = api.items("maasclusters", name)
-        for obj in items if isinstance(items, list) else ():
-            path = api.path("maasclusters", name, obj["metadata"]["name"])
-            if path is not None:
-                patch = {"metadata": {"finalizers": None}}
-                api.send("PATCH", path, patch, content_type="application/merge-patch+json")
+        api.drop_finalizers("maasclusters", name)
         api.send("DELETE", f"/api/v1/namespaces/{name}", {"propagationPolicy": "Background"})  # kubectl's
 
 
@@ -181,7 +166,7 @@ class Installed:
 def install_policy_and_rbac(kubectl: Any, namespace: str, *extra: str) -> Installed:
     docs = [d for d in helm_template(*extra, namespace=namespace) if d["kind"] in POLICY_KINDS | RBAC_KINDS]
     assert {d["kind"] for d in docs} >= POLICY_KINDS
-    apply_as_admin(kubectl, docs)
+    apply_manifests(kubectl, docs)
     (sa,) = [d for d in docs if d["kind"] == "ServiceAccount"]
     return Installed(docs, f"system:serviceaccount:{namespace}:{sa['metadata']['name']}")
 

@@ -67,6 +67,7 @@ _TIMES: list[suite_plan.Times] = []
 
 def pytest_configure(config: pytest.Config) -> None:
     cache_bytecode()
+    absent_sniffio_fails_fast()
     # pytest-xdist registers it; without xdist (a plain run) the groups only order the tests.
     config.addinivalue_line("markers", "xdist_group(name): tests that run on one xdist worker (suite_plan)")
     # pytest-cov registers it too; here for a run without that plugin (suite_plan marks untraced tests).
@@ -85,6 +86,18 @@ def cache_bytecode() -> None:
     rewriting reads the flag per module); xdist's workers and every child inherit the environment."""
     if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
         sys.dont_write_bytecode = False
+
+
+def absent_sniffio_fails_fast() -> None:
+    """When sniffio is not installed (it is no dependency here), its import fails at once instead of searching
+    every ``sys.path`` entry again. httpx's ``ASGITransport`` tries ``import sniffio`` (to tell trio from
+    asyncio) for two events of every request, and the failing import was a measurable share of the in-process
+    simulator tests' CPU (docs/benchmarks/test-durations.md, "The xdist workers' CPU"). ``None`` in
+    ``sys.modules`` is Python's own "this module cannot be imported": the same ImportError, raised sooner."""
+    import importlib.util
+
+    if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
+        sys.modules["sniffio"] = None  # type: ignore[assignment]
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the xdist_group markers into node ids

@@ -113,6 +113,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         suite_plan.import_gated_packages()
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-cov's own, which starts the worker's coverage
+def pytest_sessionstart(session: pytest.Session) -> None:
+    stop_the_early_coverage_of_a_worker(session.config)
+
+
+def stop_the_early_coverage_of_a_worker(config: pytest.Config) -> None:
+    """In an xdist worker, stop the coverage pytest-cov 7.1 started at the worker's start-up, before it starts
+    the worker's own at session start. It starts one when it reads ``--cov`` (as for xdist's controller: a
+    worker gets the controller's arguments) and a second when it finds it is a worker, and never stops the
+    first: coverage.py stacks the two, and pausing the top one for a ``no_cover`` test resumes the one below,
+    so every test of a worker ran traced (``suite_plan``'s untraced tests at about twice their CPU:
+    docs/benchmarks/test-durations.md, "The xdist workers' CPU"). The first's data is never saved in a worker
+    (only the worker's own goes to the controller), so stopping it loses nothing; the gated packages' imports
+    at collection are recorded by the worker's own, started before collection."""
+    early = getattr(config.pluginmanager.get_plugin("_cov"), "cov_controller", None)
+    if suite_plan.is_worker(config) and early is not None:
+        early.cov.stop()  # a no-op when it is not running
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Every report reaches this hook in the process that prints the summary (xdist's controller included)."""
     for times in _TIMES:

@@ -68,6 +68,8 @@ class NewMachine:
                 pytest.fail(f"{tool} not found: run `make image` (it installs it)", pytrace=False)
         if os.geteuid() != 0:
             pytest.fail("building the image on a new machine needs root (buildah, mmdebstrap)", pytrace=False)
+        if self.root.exists():  # what an earlier, failed attempt of this run left
+            self.remove()
         graph, run = self.storage / "graph", self.storage / "run"
         self.root.mkdir(parents=True)
         (self.root / "storage.conf").write_text(
@@ -94,8 +96,9 @@ class NewMachine:
         )
 
     def remove(self) -> None:
-        """The containers and images first, so that buildah unmounts its layers, then the files."""
-        if shutil.which("buildah") is not None:
+        """The containers and images first, so that buildah unmounts its layers, then the files. Never without
+        this machine's storage.conf: buildah would then take the machine's own storage for it."""
+        if (self.root / "storage.conf").is_file() and shutil.which("buildah") is not None:
             for args in (("rm", "--all"), ("rmi", "--all", "--force")):
                 subprocess.run(
                     ["buildah", *args], env=self._env(), capture_output=True, timeout=300, check=False

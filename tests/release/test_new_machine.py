@@ -1,6 +1,7 @@
 """The release build on a new machine (``new_machine``): every command the build runs against buildah gets the
-machine's storage and cache (``Options.env``), the image builds' output is kept for the from-scratch test, and
-what the first build left reaches the other pytest-xdist workers whole (``shared_build``'s record)."""
+machine's storage and cache (``Options.env``), the image builds' output is kept for the from-scratch test,
+what the first build left reaches the other pytest-xdist workers whole (``shared_build``'s record), and the
+machine's removal never lets buildah at the machine's own storage."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import new_machine
 import pytest
 from new_machine import FirstBuild, NewMachine
 
@@ -75,3 +77,18 @@ def test_what_the_first_build_left_survives_the_shared_record() -> None:
         digest="sha256:00\n",
     )
     assert FirstBuild(**json.loads(json.dumps(asdict(first)))) == first
+
+
+def test_a_machine_without_its_storage_conf_is_removed_without_buildah(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build that failed before the storage was laid out (no root, no mmdebstrap) leaves no storage.conf:
+    buildah would then read the machine's own storage, and ``rmi --all`` there would empty it."""
+    calls: list[list[str]] = []
+    fake = types.SimpleNamespace(run=lambda args, **_: calls.append(list(args)))
+    monkeypatch.setattr(new_machine, "subprocess", fake)
+    machine = NewMachine(tmp_path / "machine")
+    (machine.stale / "etc").mkdir(parents=True)
+    machine.remove()
+    assert [c for c in calls if c[0] == "buildah"] == []
+    assert not machine.root.exists()

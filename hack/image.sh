@@ -5,8 +5,8 @@
 #   hack/image.sh [--tag TAG] [--reuse-wheels]   (default tag: dev; image name localhost/capmaas:TAG)
 #   --reuse-wheels: keep build/image/wheels from the previous run (a rebuild from the same sources; tests/pod)
 #   SOURCE_DATE_EPOCH: build reproducibly at that time (no layer cache; what `make release` does)
-#   CAPMAAS_IMAGE_OUT: the output directory (default build/image; tests/pod/test_image_from_scratch.py uses its own
-#   so that it never touches the wheels and archives of the repository's build)
+#   CAPMAAS_IMAGE_OUT: the output directory (default build/image; `make release` gives each of its two builds its
+#   own, so that they never touch the wheels and archives of the repository's build)
 #
 # The build is hermetic: the wheels of capmaas and its pinned dependencies are built here on the host (`pip
 # wheel`, through whatever index and CA configuration the host has) into build/image/wheels, and the image

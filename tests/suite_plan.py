@@ -9,15 +9,18 @@ Groups (``xdist_group``, honoured by ``--dist loadgroup``; without xdist they on
   the longest (real Lease expiry, real deploy timers) and mostly wait, so they overlap the rest of the suite.
   One group per module, not per test: three chaos tests on the three workers at once left nothing else
   running for their first minutes and put their timing-sensitive waits on a box loaded by each other;
-- ``image`` (the from-scratch image build) and ``pod`` (the one-node cluster) next: minutes of mostly I/O;
+- ``image`` next: the two release builds, one after the other on one worker. First this checkout's release,
+  whose first image build runs on a new machine and is the from-scratch proof
+  (``tests/release/test_image_from_scratch.py``), then the previous release and the ``clusterctl upgrade``
+  from it (``tests/release/test_upgrade.py``'s upgrade test; its Helm test needs the node: ``pod``). Every
+  release test takes these two builds (``tests/release/conftest.py``, ``release_support``): started at once,
+  the previous release is ready before the ``pod`` worker's Helm upgrade asks for it;
+- ``pod`` (the one-node cluster, the release's install and Helm upgrade) next: minutes of mostly I/O;
 - ``e2e-1`` and ``e2e-2`` next: the end-to-end modules in two halves (``E2E``), each half on one worker, where
   one CAPI core manager serves its modules (the session-scoped ``capi``: one per worker, with its own control
   plane, CAPI namespace and workload stand-in) and they run one after another as ``tests/e2e/conftest.py``
   assumes. A module stays whole (its module-scoped ``provider_stack``). In one group, the e2e span alone was
   over the whole suite's target (docs/benchmarks/test-durations.md);
-- ``upgrade`` (``tests/release/test_upgrade.py`` but its Helm test, which needs the node: ``pod``) next: it
-  builds the previous release while ``pod`` builds this checkout's (``test_release_dist``); each worker then
-  takes the other's build (``tests/release/conftest.py``, ``release_support``);
 - ``demo``: the ``capmaas demo``/bench runs one after another (each starts its own control planes);
 - any other module with a module- or class-scoped fixture: its module stays on one worker (the fixture is
   made once, as in a serial run);
@@ -29,13 +32,13 @@ share a cluster, so cluster-scoped objects (CRDs, webhooks, Nodes) of one cannot
 Why this order: with ``--dist loadgroup --no-loadscope-reorder`` xdist gives each of the 3 workers the next
 unit (a group, or an ungrouped test) in this order, then at once a second one to each worker with at most 2
 tests pending, and later the next unit to the first worker whose pending tests drop to 2. The chaos modules
-(1 and 2 tests) and ``image`` (1 test) take the three workers, and the next three units are their partners:
-``pod`` after ``test_chaos``, ``e2e-1`` after the failover chaos, ``e2e-2`` after ``image``; ``upgrade`` then
-goes behind the first of them to near its end (``pod`` or ``e2e-2``). ``e2e-1`` is the lighter half because it
-follows the longest of the three first units, the failover chaos, and ``e2e-2`` the shortest, ``image``. With
-the halves after ``upgrade`` (the order before the split), the second half queued behind the failover chaos
-and ``upgrade``; with them before ``pod``, ``pod`` (with this checkout's release build) queued behind a half
-or the failover chaos: longer chains (the spans in docs/benchmarks/test-durations.md, "e2e in two halves").
+(1 and 2 tests) and ``image`` (2 tests: at most 2, so that its worker takes a partner at once too) take the
+three workers, and the next three units are their partners: ``pod`` after ``test_chaos``, ``e2e-1`` after the
+failover chaos, ``e2e-2`` after ``image``. ``e2e-1`` is the lighter half because it follows the longest of the
+three first units, the failover chaos. With the halves before ``pod``, ``pod`` queued behind a half or the
+failover chaos; with the previous release built behind ``e2e-2`` (a group of its own after the halves, the
+order before), the ``pod`` worker's Helm upgrade waited minutes for it: longer chains (the spans in
+docs/benchmarks/test-durations.md, "e2e in two halves" and "One build for two proofs").
 
 Coverage (``make test`` runs pytest with ``--cov``): coverage.py's tracer is on only for the tests under
 ``TRACED``, the ones whose coverage ``hack/coverage_gate.py`` reads (``capmaas/maas/`` and
@@ -64,7 +67,7 @@ from pathlib import Path
 import pytest
 
 #: Groups that start first, in this order (module doc: which pairs of them share a worker).
-FIRST = ("chaos", "image", "pod", "e2e", "upgrade", "demo")
+FIRST = ("chaos", "image", "pod", "e2e", "demo")
 CHAOS_MODULES = ("tests/operator/test_failover_chaos.py", "tests/operator/test_chaos.py")
 #: The e2e modules of each half, by their measured times (docs/benchmarks/test-durations.md, "e2e in two
 #: halves" and "The e2e waits"): ``e2e-1`` the lighter (module doc). Every module of tests/e2e is named here
@@ -123,15 +126,18 @@ def group_by_path(nodeid: str) -> str | None:
     path = nodeid.split("::", 1)[0]
     if path in CHAOS_MODULES:
         return f"chaos-{path}"
-    if path == "tests/pod/test_image_from_scratch.py":
+    if path == "tests/release/test_image_from_scratch.py":
         return "image"
     if path.startswith("tests/pod/") or path == "tests/release/test_release_dist.py":
         return "pod"  # the release's install test runs on the one-node cluster too
     if path == "tests/release/test_upgrade.py":
         # The Helm upgrade runs on the one-node cluster: with the other node tests (one node at a time per
-        # machine: a second one's clean-up removes the first's network namespace). The rest builds the
-        # previous release while the pod group builds this one, both builds shared (tests/release).
-        return "pod" if "::test_helm_" in nodeid else "upgrade"
+        # machine: a second one's clean-up removes the first's network namespace). The clusterctl upgrade
+        # builds the previous release right after this checkout's (module doc); the module's other test,
+        # which builds nothing, is left to the module-scoped fixture rule.
+        if "::test_helm_" in nodeid:
+            return "pod"
+        return "image" if "::test_clusterctl_upgrade_" in nodeid else None
     if path.startswith("tests/e2e/"):
         module = path.removeprefix("tests/e2e/")
         return next((group for group, modules in E2E.items() if module in modules), E2E_DEFAULT)
@@ -208,7 +214,7 @@ def category(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
     if path in CHAOS_MODULES:
         return "operator (chaos)"
-    if path == "tests/pod/test_image_from_scratch.py":
+    if path == "tests/release/test_image_from_scratch.py":
         return "image (from scratch)"
     parts = path.split("/")
     return parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0]

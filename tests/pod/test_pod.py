@@ -412,6 +412,33 @@ def _lease_holder(cluster: PodCluster) -> str:
     return str(json.loads(got.stdout).get("spec", {}).get("holderIdentity") or "")
 
 
+def _handover_state(cluster: PodCluster, leader: str, standby: str) -> str:
+    """What a failed handover wait shows: which Pod was killed and which was the standby, every operator Pod
+    (name, UID, phase, deletion, containers), the whole Lease spec and each Pod's log tail, so a replacement
+    Pod that won the election tells itself apart from a killed leader that kept renewing."""
+    lines = [f"killed leader: {leader}; standby: {standby}"]
+    for pod in cluster.pods():
+        meta, status = pod["metadata"], pod.get("status", {})
+        containers = [
+            f"{c.get('name')} ready={c.get('ready')} restarts={c.get('restartCount')} "
+            f"state={list(c.get('state', {}))}"
+            for c in status.get("containerStatuses", [])
+        ]
+        lines.append(
+            f"pod {meta['name']} uid={meta.get('uid')} created={meta.get('creationTimestamp')} "
+            f"deleting={meta.get('deletionTimestamp')} phase={status.get('phase')} {'; '.join(containers)}"
+        )
+    got = cluster.kubectl("get", "lease", "-n", NAMESPACE, f"{RELEASE}-leader", "-o", "json", check=False)
+    lines.append(
+        f"lease: {json.dumps(json.loads(got.stdout).get('spec')) if got.returncode == 0 else got.stderr}"
+    )
+    for pod in cluster.pods():
+        name = pod["metadata"]["name"]
+        tail = cluster.kubectl("logs", "-n", NAMESPACE, name, "--all-containers", "--tail=15", check=False)
+        lines.append(f"--- log of {name} (last 15 lines)\n{tail.stdout or tail.stderr}")
+    return "\n".join(lines)
+
+
 def test_killing_the_leader_pod_hands_over_to_the_standby(cluster: PodCluster) -> None:
     """The chart's two replicas with leader election: the standby takes the Lease when the leader's Pod is
     killed (no grace), and the operator keeps working through it."""
@@ -427,7 +454,7 @@ def test_killing_the_leader_pod_hands_over_to_the_standby(cluster: PodCluster) -
         "the standby holds the Lease",
         lambda: _lease_holder(cluster).startswith(standby + "_"),
         120,
-        lambda: _lease_holder(cluster) + "\n" + cluster.logs()[-3000:],
+        lambda: _handover_state(cluster, leader, standby),
     )
     cluster.timings["leader killed -> standby leads"] = time.monotonic() - t0
 

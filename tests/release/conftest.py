@@ -1,9 +1,11 @@
 """The release of this checkout, built once per run (``make release VERSION=X.Y.Z``, the image built twice)
 for the install tests (``test_release_dist``, in the ``pod`` group) and the upgrade tests (``test_upgrade``:
-its Helm test in ``pod``, the others in ``upgrade``; ``tests/suite_plan.py``). On pytest-xdist workers the
-first worker to need it builds it and the others take that build (``release_support.shared_build``): the
-groups run on two workers while the build is paid once. Each SBOM's schema validation runs once per run
-(``release_support.validate_each_sbom_once``), the previous release's build included (``sbom_once``)."""
+its Helm test in ``pod``, its clusterctl test in ``image``; ``tests/suite_plan.py``). On pytest-xdist workers
+the first worker to need it builds it and the others take that build (``release_support.shared_build``):
+the groups run on two workers while the build is paid once. Each SBOM's schema validation runs once per run
+(``release_support.validate_each_sbom_once``), the previous release's build included (``sbom_once``).
+The build runs on a new machine, an empty buildah storage and cache of its own (``new_machine``): its first
+image build is ``test_image_from_scratch``'s subject too."""
 
 from __future__ import annotations
 

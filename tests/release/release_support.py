@@ -28,13 +28,14 @@ import time
 import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sbom_once
 import yaml
+from new_machine import FirstBuild, NewMachine
 
 from capmaas import __version__
 from capmaas_dev.clusterctl_repo import PACKAGE_VERSION_RE
@@ -69,6 +70,8 @@ class Built:
     report: Report
     reproducible: tuple[str, str] | None
     seconds: float
+    #: This checkout's release: what its image builds left on the new machine they ran on (``new_machine``).
+    first_build: FirstBuild | None = None
 
     @property
     def names(self) -> Names:
@@ -89,18 +92,27 @@ def run(args: list[str], *, timeout: float = 120, **kw: Any) -> str:
 
 
 def build_current(dist: Path) -> Built:
-    """This checkout's release (``make release VERSION=X.Y.Z``, the image built twice)."""
+    """This checkout's release (``make release VERSION=X.Y.Z``, the image built twice), on a new machine: a
+    buildah storage and a capmaas cache of its own beside ``dist``, empty, removed after the build
+    (``new_machine``: its first image build is also ``test_image_from_scratch``'s)."""
     reuse = os.environ.get(REUSE_DIST)
     if reuse:
         report = verify(Path(reuse), VERSION)
         print(f"release {VERSION}: reusing {reuse} ({REUSE_DIST})")
         return Built(VERSION, Path(reuse), report, None, 0.0)
     started = time.monotonic()
-    release = Release(Options(VERSION, dist))
-    report = release.run()
+    machine = NewMachine(dist.parent / "new-machine")
+    try:
+        images_before = machine.create()
+        release = Release(Options(VERSION, dist, env=machine.env))
+        report = release.run()
+        logs = [release.image_logs[n] for n in sorted(release.image_logs)]
+        first = machine.record(images_before, logs, release.work / "image-1", VERSION)
+    finally:
+        machine.remove()
     seconds = time.monotonic() - started
     print("\n".join(report.lines()), f"\nrelease build: {seconds:.0f}s; steps {release.timings}")
-    return Built(VERSION, dist, report, release.reproducible, seconds)
+    return Built(VERSION, dist, report, release.reproducible, seconds, first)
 
 
 def shared_build(root: Path) -> Built:
@@ -116,12 +128,19 @@ def shared_build(root: Path) -> Built:
             dist = Path(meta["dist"])
             pair = meta["reproducible"]
             reproducible = (str(pair[0]), str(pair[1])) if pair else None
+            first = FirstBuild(**meta["first_build"]) if meta["first_build"] else None
             print(f"release {VERSION}: the build of another worker, {dist}")
-            return Built(VERSION, dist, verify(dist, VERSION), reproducible, float(meta["seconds"]))
+            return Built(VERSION, dist, verify(dist, VERSION), reproducible, float(meta["seconds"]), first)
         built = build_current(root / "dist")
+        first_build = asdict(built.first_build) if built.first_build else None
         record.write_text(
             json.dumps(
-                {"dist": str(built.dist), "reproducible": built.reproducible, "seconds": built.seconds}
+                {
+                    "dist": str(built.dist),
+                    "reproducible": built.reproducible,
+                    "seconds": built.seconds,
+                    "first_build": first_build,
+                }
             )
         )
         return built

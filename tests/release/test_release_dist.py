@@ -14,8 +14,9 @@ loopback with other tests). CAPI core is installed by clusterctl too, but with n
 webhooks would refuse every CAPI object: they are removed and ``capmaas_dev.demo.capi.Capi`` plays the CAPI
 controllers, as in ``tests/pod``. The image's own start-up is proven by ``tests/pod`` on a real node.
 
-Needs buildah and the base image (``make image``), helm, clusterctl and the CAPI module cache
-(``make controlplane``), and the ``release`` extra of capmaas-dev. Several minutes: two image builds.
+Needs root, buildah and mmdebstrap (``make image`` installs them; the build runs on a new machine, its base
+made there: ``new_machine``), helm, clusterctl and the CAPI module cache (``make controlplane``), and the
+``release`` extra of capmaas-dev. Several minutes: the base and two image builds.
 """
 
 from __future__ import annotations

@@ -67,8 +67,9 @@ NEW_MACHINE = MachineSpec("rel-worker-2", False, resource_pool="workers")
 
 @pytest.fixture(scope="session")
 def previous(tmp_path_factory: pytest.TempPathFactory, sbom_marks: Path) -> Built:
-    """Session-scoped like ``built`` and named before it by the tests, so it is built first: the ``upgrade``
-    group's worker builds the previous release while the ``pod`` group's builds the current one."""
+    """Session-scoped like ``built``, and shared the same way (the first worker to need it builds it): the
+    ``image`` group's worker builds it right after this checkout's release, before the ``pod`` group's Helm
+    upgrade asks for it (``tests/suite_plan.py``)."""
     return build_previous(previous_release(), tmp_path_factory.mktemp("previous"), sbom_marks)
 
 

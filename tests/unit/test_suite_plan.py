@@ -32,19 +32,19 @@ def test_each_e2e_module_runs_in_its_half_and_nothing_else_does() -> None:
     assert suite_plan.group_by_path("tests/demo/test_demo.py::test_x") == "demo"
 
 
-def test_the_e2e_halves_start_after_pod_and_before_upgrade_the_lighter_first() -> None:
-    """The order the module doc reasons about: chaos, image, pod, e2e-1, e2e-2, upgrade, demo, the other
-    groups, then ungrouped tests; within a group, collection order."""
+def test_the_e2e_halves_start_after_pod_and_before_demo_the_lighter_first() -> None:
+    """The order the module doc reasons about: chaos, image, pod, e2e-1, e2e-2, demo, the other groups, then
+    ungrouped tests; within a group, collection order."""
     collected = [
         ("tests/demo/test_demo.py::test_a", "demo"),
         (None, None),
         ("tests/e2e/x::test_b", "e2e-2"),
-        ("tests/release/test_upgrade.py::test_c", "upgrade"),
+        ("tests/release/test_upgrade.py::test_clusterctl_upgrade_c", "image"),
         ("tests/e2e/y::test_d", "e2e-1"),
         ("tests/k8s/test_m.py::test_e", "module-tests/k8s/test_m.py"),
         ("tests/pod/test_pod.py::test_f", "pod"),
         ("tests/e2e/x::test_g", "e2e-2"),
-        ("tests/pod/test_image_from_scratch.py::test_h", "image"),
+        ("tests/release/test_image_from_scratch.py::test_h", "image"),
         ("tests/operator/test_failover_chaos.py::test_i", "chaos-tests/operator/test_failover_chaos.py"),
         ("tests/operator/test_chaos.py::test_j", "chaos-tests/operator/test_chaos.py"),
         ("tests/e2e/y::test_k", "e2e-1"),
@@ -54,22 +54,45 @@ def test_the_e2e_halves_start_after_pod_and_before_upgrade_the_lighter_first() -
         "chaos-tests/operator/test_chaos.py",
         "chaos-tests/operator/test_failover_chaos.py",
         "image",
+        "image",
         "pod",
         "e2e-1",
         "e2e-1",
         "e2e-2",
         "e2e-2",
-        "upgrade",
         "demo",
         "module-tests/k8s/test_m.py",
         None,
     ]
-    assert [collected[i][0] for i in ranked][4:8] == [
+    assert [collected[i][0] for i in ranked][2:4] == [
+        "tests/release/test_upgrade.py::test_clusterctl_upgrade_c",
+        "tests/release/test_image_from_scratch.py::test_h",
+    ]
+    assert [collected[i][0] for i in ranked][5:9] == [
         "tests/e2e/y::test_d",
         "tests/e2e/y::test_k",
         "tests/e2e/x::test_b",
         "tests/e2e/x::test_g",
     ]
+
+
+def test_the_release_builds_share_the_image_worker_and_the_node_tests_the_pod_worker() -> None:
+    """This checkout's release (the from-scratch proof) and the previous one (the clusterctl upgrade) are
+    built on one worker from the start, in that order; the two Helm tests run on the one-node cluster
+    (``pod``); the image group holds at most 2 tests, so its worker takes a partner at once (module doc)."""
+    assert suite_plan.group_by_path("tests/release/test_image_from_scratch.py::test_x") == "image"
+    upgrade = "tests/release/test_upgrade.py"
+    assert suite_plan.group_by_path(f"{upgrade}::test_clusterctl_upgrade_apply_x") == "image"
+    assert suite_plan.group_by_path(f"{upgrade}::test_helm_upgrade_x") == "pod"
+    assert suite_plan.group_by_path(f"{upgrade}::test_a_release_commit_missing_x") is None
+    assert suite_plan.group_by_path("tests/release/test_release_dist.py::test_x") == "pod"
+    on_disk = [
+        f"{path.relative_to(TESTS.parent)}::{line.split('(')[0].removeprefix('def ')}"
+        for path in sorted((TESTS / "release").glob("test_*.py"))
+        for line in path.read_text().splitlines()
+        if line.startswith("def test_")
+    ]
+    assert len([n for n in on_disk if suite_plan.group_by_path(n) == "image"]) == 2, on_disk
 
 
 def test_the_times_file_has_a_table_per_group_and_a_timeline_per_worker(tmp_path: Path) -> None:

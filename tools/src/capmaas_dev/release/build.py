@@ -41,7 +41,7 @@ import sys
 import tarfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from capmaas_dev import clusterctl_repo
@@ -70,6 +70,9 @@ class Options:
     out: Path
     root: Path = ROOT
     check_reproducible: bool = True
+    #: Variables set for every command of the build over the caller's environment: the tests give it a
+    #: buildah storage and a capmaas cache of its own (``CONTAINERS_STORAGE_CONF``, ``CAPMAAS_CACHE``).
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 def _run(
@@ -183,12 +186,15 @@ class Release:
         # No PYTHONPATH: the SBOM's venv must see only its own packages (a checkout's src/ on the path would
         # add its stale metadata to the environment being described).
         self.env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        self.env.update(opts.env)
         self.env["SOURCE_DATE_EPOCH"] = str(self.epoch)
         self.bin = Path(sys.executable).parent
         self.helm = str(find_binary("helm"))
         self.image_name = f"{clusterctl_repo.IMAGE_REPOSITORY}:{opts.version}"
         self.timings: dict[str, float] = {}
         self.reproducible: tuple[str, str] | None = None
+        #: What each image build printed (``hack/image.sh``'s output), by build number.
+        self.image_logs: dict[int, str] = {}
 
     def _step(self, what: str, started: float) -> None:
         self.timings[what] = time.monotonic() - started
@@ -252,7 +258,7 @@ class Release:
         shutil.copytree(wheels, context_wheels)
         env = {**self.env, "CAPMAAS_IMAGE_OUT": str(out), "PIP": str(self.bin / "pip")}
         image_sh = str(self.source / "hack" / "image.sh")
-        _run(["bash", image_sh, "--tag", self.opts.version, "--reuse-wheels"], env=env)
+        self.image_logs[n] = _run(["bash", image_sh, "--tag", self.opts.version, "--reuse-wheels"], env=env)
         self._step(f"image build {n}", t0)
         return out / f"capmaas-{self.opts.version}.oci.tar"
 
@@ -317,17 +323,17 @@ class Release:
     def image_sboms(self, digest: str) -> None:
         """The Debian SBOM from the image's dpkg status, and the Python SBOM checked against the image."""
         t0 = time.monotonic()
-        ctr = _run(["buildah", "from", "--pull-never", self.image_name]).strip()
+        ctr = _run(["buildah", "from", "--pull-never", self.image_name], env=self.env).strip()
         try:
 
             def cat(*args: str) -> str:
-                return _run(["buildah", "run", "--network=none", ctr, "--", *args])
+                return _run(["buildah", "run", "--network=none", ctr, "--", *args], env=self.env)
 
             status = cat("cat", "/var/lib/dpkg/status")
             os_release = cat("cat", "/etc/os-release")
             listing = cat("python", "-c", _LIST_DISTRIBUTIONS)
         finally:
-            subprocess.run(["buildah", "rm", ctr], capture_output=True, check=False)
+            subprocess.run(["buildah", "rm", ctr], capture_output=True, env=self.env, check=False)
         in_image = {(n.lower(), ver) for n, ver in json.loads(listing)}
         bom = json.loads((self.partial / self.names.python_sbom).read_text())
         in_sbom = {(c["name"].lower(), c["version"]) for c in bom["components"]}

@@ -67,6 +67,7 @@ _TIMES: list[suite_plan.Times] = []
 
 def pytest_configure(config: pytest.Config) -> None:
     cache_bytecode()
+    absent_sniffio_fails_fast()
     # pytest-xdist registers it; without xdist (a plain run) the groups only order the tests.
     config.addinivalue_line("markers", "xdist_group(name): tests that run on one xdist worker (suite_plan)")
     # pytest-cov registers it too; here for a run without that plugin (suite_plan marks untraced tests).
@@ -87,6 +88,18 @@ def cache_bytecode() -> None:
         sys.dont_write_bytecode = False
 
 
+def absent_sniffio_fails_fast() -> None:
+    """When sniffio is not installed (it is no dependency here), its import fails at once instead of searching
+    every ``sys.path`` entry again. httpx's ``ASGITransport`` tries ``import sniffio`` (to tell trio from
+    asyncio) for two events of every request, and the failing import was a measurable share of the in-process
+    simulator tests' CPU (docs/benchmarks/test-durations.md, "The xdist workers' CPU"). ``None`` in
+    ``sys.modules`` is Python's own "this module cannot be imported": the same ImportError, raised sooner."""
+    import importlib.util
+
+    if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
+        sys.modules["sniffio"] = None  # type: ignore[assignment]
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the xdist_group markers into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that uses a Kubernetes fixture is a k8s test even if it forgot the marker (``-m "not k8s"``).
@@ -98,6 +111,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     suite_plan.plan(items)
     if config.pluginmanager.hasplugin("_cov"):  # pytest-cov registers it when coverage is on
         suite_plan.import_gated_packages()
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-cov's own, which starts the worker's coverage
+def pytest_sessionstart(session: pytest.Session) -> None:
+    stop_the_early_coverage_of_a_worker(session.config)
+
+
+def stop_the_early_coverage_of_a_worker(config: pytest.Config) -> None:
+    """In an xdist worker, stop the coverage pytest-cov 7.1 started at the worker's start-up, before it starts
+    the worker's own at session start. It starts one when it reads ``--cov`` (as for xdist's controller: a
+    worker gets the controller's arguments) and a second when it finds it is a worker, and never stops the
+    first: coverage.py stacks the two, and pausing the top one for a ``no_cover`` test resumes the one below,
+    so every test of a worker ran traced (``suite_plan``'s untraced tests at about twice their CPU:
+    docs/benchmarks/test-durations.md, "The xdist workers' CPU"). The first's data is never saved in a worker
+    (only the worker's own goes to the controller), so stopping it loses nothing; the gated packages' imports
+    at collection are recorded by the worker's own, started before collection."""
+    early = getattr(config.pluginmanager.get_plugin("_cov"), "cov_controller", None)
+    if suite_plan.is_worker(config) and early is not None:
+        early.cov.stop()  # a no-op when it is not running
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -396,13 +396,16 @@ def _start_once(operator: Operator, health: int, metrics: int) -> str | None:
 
 
 def _serving(pid: int, health: int, metrics: int) -> bool:
-    if not (listens(pid, health) and listens(pid, metrics)):
-        return False
+    """``/healthz`` answers 200 on ``health`` and process ``pid`` holds both listeners. The answer is asked
+    first: until the operator serves it is a refused connect, where each :func:`listens` reads the whole of
+    ``/proc/net/tcp`` (every socket of a box running several control planes), polled every 0.2 s."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=2) as r:
-            return bool(r.status == 200)
+            if r.status != 200:
+                return False
     except OSError:
         return False
+    return listens(pid, health) and listens(pid, metrics)
 
 
 def listens(pid: int, port: int) -> bool:

@@ -23,6 +23,10 @@ from kube_reader import KubeReader, apply_manifests, apply_objects, reader
 from capmaas_dev.devcluster import ControlPlane, find_binary
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "charts" / "capmaas"
+#: libyaml's safe loader where PyYAML has it: the rendered chart is read for every test that installs its
+#: policy, and the pure-Python parser was a large share of this group's in-process CPU
+#: (docs/benchmarks/test-durations.md, "The xdist workers' CPU").
+YAML_LOADER: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass
@@ -147,7 +151,7 @@ def helm_template(*args: str, namespace: str, release: str = "sec") -> list[dict
         timeout=120,
         check=True,
     )
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
+    return [d for d in yaml.load_all(out.stdout, Loader=YAML_LOADER) if d]
 
 
 POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}

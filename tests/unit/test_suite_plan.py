@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,18 @@ def test_the_times_file_has_a_table_per_group_and_a_timeline_per_worker(tmp_path
         ("tests/e2e/test_b.py::test_y@e2e-1", "setup", "main", 5.0, 9.0),
         ("tests/unit/test_a.py::test_x", "call", "gw1", 10.0, 12.5),
     ]
+
+
+def test_coverage_traces_a_test_only_where_the_plan_says(request: pytest.FixtureRequest) -> None:
+    """Under ``--cov`` (``make test``) coverage.py's tracer is paused in every test outside ``TRACED``, this
+    one included, in a plain run and in an xdist worker alike: in a worker pytest-cov 7.1 had a second
+    coverage running under its own, which the pause resumed (tests/conftest.py,
+    ``stop_the_early_coverage_of_a_worker``)."""
+    config = request.config
+    cov = config.pluginmanager.hasplugin("_cov") and not config.getoption("no_cov", False)
+    if not cov and sys.gettrace() is not None:
+        pytest.skip("traced by something other than pytest-cov (a debugger, `coverage run`)")
+    if cov and suite_plan.traced(request.node.nodeid):
+        assert sys.gettrace() is not None  # CAPMAAS_COVERAGE=all (make coverage): every test traced
+    else:
+        assert sys.gettrace() is None

@@ -7,13 +7,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 from simtools import SAMPLE, multipart
 
 from capmaas_dev.simulator import Inventory, InventoryError, Simulator
+from capmaas_dev.simulator import inventory as inventory_module
 from capmaas_dev.simulator.forms import FormData, FormError, parse_body, parse_bool
-from capmaas_dev.simulator.inventory import parse_memory, parse_size
+from capmaas_dev.simulator.inventory import LXD_INVENTORY, SAMPLE_INVENTORY, parse_memory, parse_size
 
 
 def test_urlencoded_repeated_keys_in_order() -> None:
@@ -202,6 +204,14 @@ def test_bad_inventories(tmp_path: Path, text: str, message: str) -> None:
     path.write_text(text)
     with pytest.raises(InventoryError, match=message):
         Inventory.from_yaml(path)
+
+
+@pytest.mark.parametrize("path", [SAMPLE_INVENTORY, LXD_INVENTORY], ids=["sample", "lxd"])
+def test_shipped_inventories_parse_in_c_as_in_python(path: Path) -> None:
+    """The inventory files are read with libyaml's safe loader where PyYAML has it (the pure-Python parser
+    was most of a simulator's construction): the very data PyYAML's pure-Python safe loader gives."""
+    assert inventory_module._LOADER is (yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader)
+    assert Inventory.from_yaml(path).data == yaml.load(path.read_text(), Loader=yaml.SafeLoader)
 
 
 def test_full_featured_inventory(tmp_path: Path) -> None:

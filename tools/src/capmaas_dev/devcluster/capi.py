@@ -45,6 +45,11 @@ from capmaas_dev.devcluster.tools import MissingToolError, capi_crds_dir, find_b
 from capmaas_dev.devcluster.versions import CAPI_VERSION
 
 FIELD_MANAGER = "capmaas-capi-harness"
+#: libyaml's safe loader and dumper where PyYAML has them (the pure-Python ones otherwise): every start and
+#: stop of a manager reads and writes the CAPI CRDs, a megabyte of YAML, which the pure-Python parser and
+#: emitter took seconds of CPU for (docs/benchmarks/test-durations.md, "The xdist workers' CPU").
+_LOADER: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_DUMPER: type[yaml.SafeDumper] | type[yaml.CSafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 #: MachinePool off (capmaas has no MaasMachinePool); ClusterTopology on: it only adds ClusterClass support.
 DEFAULT_FEATURE_GATES: Mapping[str, bool] = {"MachinePool": False, "ClusterTopology": True}
 #: For tests (``feature_gates=``): CAPI's per-object reconcile rate limit off (``ReconcilerRateLimiting``,
@@ -95,7 +100,7 @@ def load_yaml_dir(*directories: Path) -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = []
     for directory in directories:
         for path in sorted(directory.glob("*.yaml")):
-            docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+            docs.extend(d for d in yaml.load_all(path.read_text(), Loader=_LOADER) if d)
     return docs
 
 
@@ -107,7 +112,7 @@ def apply_objects(
     timeout: float = 120.0,
 ) -> None:
     """Server-side apply ``objects`` (CRDs over kubectl's 256 KB annotation limit included)."""
-    text = yaml.safe_dump_all([dict(o) for o in objects], sort_keys=False)
+    text = yaml.dump_all([dict(o) for o in objects], Dumper=_DUMPER, sort_keys=False)
     run_kubectl(
         kubeconfig,
         "apply",

@@ -78,6 +78,10 @@ from capmaas_dev.simulator.state import State
 INVENTORIES = Path(__file__).resolve().parent / "inventories"
 SAMPLE_INVENTORY = INVENTORIES / "sample.yaml"
 LXD_INVENTORY = INVENTORIES / "lxd.yaml"
+#: libyaml's safe loader where PyYAML was built with it: the same YAML 1.1 safe subset as ``yaml.SafeLoader``,
+#: parsed in C. Every simulator a test builds reads an inventory file, and the pure-Python parser was the
+#: largest single cost of the simulator tests (docs/benchmarks/test-durations.md, "The xdist workers' CPU").
+_LOADER: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 SYSTEM_ID_ALPHABET = "abcdefghkmnpqrstwxy34678"
 IP_RANGE_TYPES = ("dynamic", "reserved")
@@ -162,7 +166,7 @@ class Inventory:
     @classmethod
     def from_yaml(cls, path: str | Path) -> Inventory:
         try:
-            data = yaml.safe_load(Path(path).read_text())
+            data = yaml.load(Path(path).read_text(), Loader=_LOADER)
         except yaml.YAMLError as exc:
             raise InventoryError(f"{path}: invalid YAML: {exc}") from exc
         if data is None:

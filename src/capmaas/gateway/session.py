@@ -163,7 +163,7 @@ class MaasSession:
         now = time.monotonic()
         if self._zones_in_use is not None and now - self._zones_in_use[0] < self.ZONES_TTL:
             return self._zones_in_use[1]
-        names = tuple(sorted({m.zone.name for m in await self.client.machines.list()}))
+        names = tuple(sorted(await self.client.machines.zone_names()))
         self._zones_in_use = (now, names)
         return names
 

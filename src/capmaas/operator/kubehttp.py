@@ -35,6 +35,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from capmaas.operator import jsonbodies
 from capmaas.operator.slots import PrioritySlots
 
 __all__ = ["KubeHttp", "KubeHttpError", "PrioritySlots", "Retries", "Target", "load_configuration"]
@@ -215,7 +216,7 @@ class KubeHttp:
         if status >= 300:
             raise KubeHttpError(status, f"{method} {path}: {_message(text)}")
         try:
-            data = json.loads(text)
+            data = jsonbodies.loads(text)  # no managedFields (capmaas.operator.jsonbodies)
         except ValueError as exc:
             raise KubeHttpError(status, f"{method} {path}: not JSON") from exc
         if not isinstance(data, dict):

@@ -133,6 +133,9 @@ def _small_tls_buffers() -> None:
 def run(args: argparse.Namespace) -> int:
     _lean_imports()
     _small_tls_buffers()
+    from capmaas.operator import jsonbodies
+
+    jsonbodies.install_in_kopf()
     from capmaas.operator.app import LeadershipLost, run_operator
     from capmaas.operator.metrics import setup_logging
     from capmaas.reconcilers.credentials import parse_selector

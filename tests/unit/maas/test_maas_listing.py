@@ -77,3 +77,22 @@ async def test_what_is_no_list_keeps_its_error(
     fake.route("GET", "machines/", None, reply)
     with pytest.raises(ResponseParseError, match=error):
         await client.machines.list()
+
+
+async def test_zone_names_are_the_zones_of_the_listed_machines() -> None:
+    sim = Simulator(Inventory.generate(machines=12, zones=3, seed=1))
+    transport = httpx.ASGITransport(app=sim.app)
+    async with MaasClient("http://maas.test/MAAS", api_key=sim.api_key, transport=transport) as maas:
+        listed = await maas.machines.list()
+        names = await maas.machines.zone_names()
+    assert names == {m.zone.name for m in listed}
+    assert len(names) == 3
+
+
+async def test_zone_names_read_only_the_zone_of_each_machine(fake: FakeMaas) -> None:
+    """A machine with a field the full model refuses still holds its zone (only the zone is read)."""
+    odd = machine(system_id="odd001", zone={"id": 2, "name": "az2", "description": ""})
+    del odd["hostname"]
+    fake.route("GET", "machines/", None, ok([machine(system_id="ok0001"), odd]))
+    async with MaasClient(URL, api_key=API_KEY, transport=httpx.MockTransport(fake)) as client:
+        assert await client.machines.zone_names() == {machine()["zone"]["name"], "az2"}

@@ -33,6 +33,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ProtocolError
 
+from capmaas_dev.bench.memory import MemoryTracedOperator
 from capmaas_dev.bench.metrics import (
     ProcStats,
     WriteKey,
@@ -83,7 +84,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="run the operator under cProfile from the first create to the last release and write its"
         " stats to FILE (pstats); slows the operator: read shares, not times (capmaas_dev.bench.profiled)",
     )
+    p.add_argument(
+        "--memory",
+        metavar="DIR",
+        help="run each operator process through capmaas_dev.bench.memtrace: its memory (RSS, smaps, malloc,"
+        " pymalloc; tracemalloc snapshots with --memory-frames) before the first create, at all Ready, once"
+        " released and at its peak, written to DIR (one folder per shard); report with"
+        " `python -m capmaas_dev.bench.memtrace report DIR`",
+    )
+    p.add_argument(
+        "--memory-frames",
+        type=int,
+        default=0,
+        help="--memory: trace allocations with tracemalloc, this many frames each (0: no tracing, the real"
+        " sizes; a traced operator is slower and larger: read shares)",
+    )
     args = p.parse_args(argv)
+    if args.memory and (args.fairness or args.profile):
+        p.error("--memory is for a plain or sharded run (no --fairness, no --profile)")
     if args.fairness and (args.shards != 1 or args.small < 1 or args.rounds < 1):
         p.error("--fairness runs one operator process (no --shards); --small and --rounds at least 1")
     if args.profile and (args.fairness or args.shards != 1):
@@ -138,14 +156,27 @@ class Bench:
         op.stop()
         out = []
         for s in shard_settings(self.args.shards):
-            proc = ShardOperator(
-                op.env, ns, stack.workdir / f"operator-{shard_value(s.index)}.log", s
+            proc = self._traced(
+                ShardOperator(op.env, ns, stack.workdir / f"operator-{shard_value(s.index)}.log", s),
+                shard_value(s.index),
             ).start()
             labels = {WATCH_FILTER_LABEL: shard_value(s.index)}
             capi = ShardCapi(kube, ns, f"{CLUSTER}-{s.index}", labels=labels)
             out.append(Shard(s.index, capi, proc, labels))
         stack.operator = out[0].proc  # stopped by stack.close(); the others by _run
         return out
+
+    def _traced(self, proc: OperatorProcess, name: str) -> OperatorProcess:
+        """``proc`` run through :mod:`capmaas_dev.bench.memtrace` with ``--memory`` (into ``DIR/name``)."""
+        if not self.args.memory:
+            return proc
+        return MemoryTracedOperator(proc, Path(self.args.memory).resolve() / name, self.args.memory_frames)
+
+    def _mark(self, shards: list[Shard], label: str) -> None:
+        """A memory mark of every traced operator process (``--memory``)."""
+        for shard in shards:
+            if isinstance(shard.proc, MemoryTracedOperator):
+                shard.proc.mark(label)
 
     def _run(self, stack: Stack) -> int:
         stack.start()
@@ -201,6 +232,7 @@ class Bench:
             time.sleep(1.0)  # let the operator's caches settle; the window starts quiet
             sim.reset_counters()
             writes0 = apiserver_writes(kube.raw_get("/metrics"))
+            self._mark(shards, "before create")
             for shard in shards:
                 before = proc_stats(shard.proc.pid)
                 shard.cpu0, shard.rss0 = before.cpu_seconds, before.rss_mb
@@ -238,6 +270,7 @@ class Bench:
                 and r.system_id in deployed
             ]
             at_ready = {shard.index: proc_stats(shard.proc.pid) for shard in shards}
+            self._mark(shards, "all Ready")
             t1 = time.time()
             deletes = sum(_delete_all(kube, ns, shard.capi.cluster) for shard in shards)
             tracker.follow(
@@ -254,6 +287,7 @@ class Bench:
             writes = _settled_writes(kube)
             writes.subtract(writes0)
             at_end = {shard.index: proc_stats(shard.proc.pid) for shard in shards}
+            self._mark(shards, "released")
             if profiled is not None:
                 profiled.profile_stop()
                 self.say(f"  profile (create..released) written to {profiled.out}")
@@ -312,6 +346,7 @@ class Bench:
         proc.stop()
         if self.args.profile:
             proc = ProfiledOperator(proc.env, proc.namespace, proc.log, Path(self.args.profile).resolve())
+        proc = self._traced(proc, "operator")
         # Bytecode as the image has it (compiled at build time): a development venv run with
         # PYTHONDONTWRITEBYTECODE would compile every module of the product at every start.
         env = {k: v for k, v in proc.env.items() if k != "PYTHONDONTWRITEBYTECODE"}

@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     _small_tls_buffers()
     from capmaas.operator import jsonbodies
 
-    jsonbodies.install_in_kopf()
+    lean_bodies = jsonbodies.install_in_kopf()
     from capmaas.operator.app import LeadershipLost, run_operator
     from capmaas.operator.metrics import setup_logging
     from capmaas.reconcilers.credentials import parse_selector
@@ -161,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
     _no_sniffio_lookups()
     for line in deprecated:
         log.warning(line)
+    if not lean_bodies:
+        log.warning("kopf's client is not as expected: its watch events are kept with their managedFields")
     if not config.leader_election.enabled:
         log.warning("leader election is off: run exactly one capmaas process for these objects")
     if config.maas.insecure_skip_tls_verify:

@@ -257,6 +257,12 @@ class LoggingSection(BaseModel):
     """Minimum level of Kubernetes Events posted on objects: Normal Events are INFO, Warnings WARNING
     (``WARNING``: no Normal Event, two writes fewer per machine lifecycle; also kopf's ``posting.level``)."""
 
+    events_burst: int = Field(default=10, ge=0)
+    """Normal Events of one reason from more than this many MaasMachines of a cluster within a burst (no
+    two more than 2 s apart) are posted as one Event on its MaasCluster, with their count and a sample of
+    their messages (client-go's EventAggregator, keyed by cluster); up to this many, one Event each, as
+    before. 0: never combined. Warnings never are (docs/scaling.md, "Kubernetes writes per machine")."""
+
 
 class LeaderElectionSection(BaseModel):
     """Leader election on a ``coordination.k8s.io/v1`` Lease (the controller-runtime model): of the processes

@@ -13,6 +13,18 @@ not posted again; the first Event's ``count`` and ``lastTimestamp`` are patched,
 once (a reader sees that it repeats), later ones at most once per :data:`SERIES_FLUSH` (and at shutdown).
 Each post is a write and a watch event for every reader of Events: a thousand passes saying the same thing
 cost one POST and a few PATCHes (docs/scaling.md, "Kubernetes writes per machine").
+
+Normal Events of many machines of one cluster are combined the way client-go's EventAggregator combines
+similar Events (same reason, other messages), keyed by the cluster instead of the object. A lifecycle Event
+(:data:`LIFECYCLE_REASONS`, the ones every machine of a scale-up or scale-down says) on an object with a
+cluster (``group``: a MaasMachine's MaasCluster, else its Cluster) waits until its cluster has said no more
+of that reason for :data:`BURST_HOLD` (at most :data:`BURST_MAX_HOLD`). If no more than ``burst`` machines
+said it in that time, each Event is posted on its object as it would have been; if more, one Event on the
+cluster's object says them all: its ``count`` is how many, its message a sample of theirs (``(combined from
+similar events)``, as client-go words it), and any later burst within :data:`SERIES_WINDOW` of it, however
+small, adds to that count. A scale-up of a few machines keeps one Event per machine; a thousand machines
+deploying at once cost one Event instead of a thousand. Warnings are never combined: each reaches its
+object.
 """
 
 from __future__ import annotations
@@ -25,11 +37,12 @@ import socket
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 from capmaas.operator.kubehttp import MERGE, KubeHttp, KubeHttpError
+from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL
 from capmaas.reconcilers.ports import Body, EventType
 
 log = logging.getLogger(__name__)
@@ -49,8 +62,52 @@ SERIES_FLUSH = 60.0
 #: Series remembered, least recently seen forgotten first (client-go's EventCorrelator keeps 4,096).
 SERIES_CACHE = 4096
 
+#: The Normal Events each machine says once in a scale-up or scale-down, and so come in bursts: the ones held
+#: and combined (any other Event is posted at once, as are these on an object without a cluster).
+LIFECYCLE_REASONS = frozenset({
+    "MachineAllocated", "MachineDeploying", "MachineReleased", "NodeProviderIDSet",
+    "VMAllocated", "VMComposed", "VMDecomposing", "VMDecomposed",
+})  # fmt: skip
+#: Normal Events of one cluster, type and reason within a hold that are still posted one per object
+#: (``logging.events_burst``; client-go's aggregator posts 10 similar Events before it combines them).
+BURST = 10
+#: Seconds a cluster's Normal Event waits for more of its kind (counted from the last one).
+BURST_HOLD = 2.0
+#: Seconds a burst is held at most, counted from its first Event (a steady stream is posted this often).
+BURST_MAX_HOLD = 60.0
+#: Messages of a combined burst quoted in its Event.
+BURST_SAMPLE = 5
+#: The message of a combined Event starts with this (client-go's words for an aggregated Event).
+COMBINED = "(combined from similar events)"
+
 #: What makes two Events the same: involved object (UID, else namespace/name), type, reason, message.
-SeriesKey = tuple[str, str, str, str]
+SeriesKey = tuple[str, EventType, str, str]
+#: What makes Events similar enough to combine: the group object (UID, else namespace/name), type, reason.
+BurstKey = tuple[str, EventType, str]
+
+
+def object_id(obj: Body) -> str:
+    """An object's UID, else ``namespace/name``."""
+    meta: Mapping[str, Any] = obj.get("metadata") or {}
+    return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+
+
+def cluster_object(find: Callable[[str, str, str], Body | None], obj: Body) -> Body | None:
+    """The object a MaasMachine's combined Events go on: its cluster's MaasCluster (the Cluster's
+    ``spec.infrastructureRef``), else the Cluster; None (never combined) for anything else, or when the
+    watch caches (``find(plural, namespace, name)``) do not have them."""
+    meta: Mapping[str, Any] = obj.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(CLUSTER_NAME_LABEL)
+    if obj.get("kind") != "MaasMachine" or not name:
+        return None
+    namespace = str(meta.get("namespace") or "")
+    cluster = find("clusters", namespace, str(name))
+    if cluster is None:
+        return None
+    ref = (cluster.get("spec") or {}).get("infrastructureRef") or {}
+    if ref.get("kind") == "MaasCluster" and ref.get("name"):
+        return find("maasclusters", namespace, str(ref["name"])) or cluster
+    return cluster
 
 
 @dataclass(slots=True)
@@ -67,6 +124,35 @@ class _Series:
     name: str | None = None
     posting: asyncio.Task[None] | None = None
     flushing: bool = False
+
+
+@dataclass(slots=True)
+class _Held:
+    """A held Event and how many times its object said it during the hold."""
+
+    obj: Body
+    message: str
+    count: int = 1
+
+
+@dataclass(slots=True)
+class _Burst:
+    """Normal Events of one cluster, type and reason held until the cluster is quiet: the first ``burst`` of
+    them whole (posted one by one if no more come), then only their count."""
+
+    key: BurstKey
+    group: Body
+    first: float
+    last: float
+    #: The first ones (a repeat of one of them is counted on it).
+    held: list[_Held] = field(default_factory=list)
+    #: Occurrences, and of them the ones that are not a held Event again.
+    count: int = 0
+    distinct: int = 0
+    #: Set to post the burst now (evicted from the bounded table).
+    due: asyncio.Event = field(default_factory=asyncio.Event)
+    #: When the first of them was said (the combined Event's ``firstTimestamp``).
+    since: str = field(default_factory=lambda: datetime.datetime.now(datetime.UTC).isoformat())
 
 
 def event_body(
@@ -114,6 +200,10 @@ class EventRecorder:
         series_flush: float = SERIES_FLUSH,
         clock: Callable[[], float] = time.monotonic,
         level: int = logging.INFO,
+        burst: int = BURST,
+        group: Callable[[Body], Body | None] | None = None,
+        burst_hold: float = BURST_HOLD,
+        burst_max_hold: float = BURST_MAX_HOLD,
     ) -> None:
         self._http = http
         #: Normal Events are posted at INFO (``logging.events_level``), Warnings at WARNING.
@@ -125,27 +215,70 @@ class EventRecorder:
         self._series: OrderedDict[SeriesKey, _Series] = OrderedDict()
         self._window, self._flush_every, self._clock = series_window, series_flush, clock
         self._now: asyncio.Event | None = None  # set at shutdown: due counts are written at once
+        #: ``logging.events_burst`` (0: never combine) and where a burst's Event goes (None: nowhere).
+        self._burst, self._group = burst, group
+        self._hold, self._max_hold = burst_hold, burst_max_hold
+        self._bursts: OrderedDict[BurstKey, _Burst] = OrderedDict()
         self.dropped = 0
         #: Occurrences counted on an earlier Event instead of posted.
         self.aggregated = 0
+        #: Occurrences counted on a combined Event of their cluster instead of posted on their object.
+        self.combined = 0
 
     def post(self, obj: Body, type: EventType, reason: str, message: str) -> None:
         if (logging.WARNING if type == "Warning" else logging.INFO) < self._level:
             return
-        meta: Mapping[str, Any] = obj.get("metadata") or {}
         message = message[:MAX_MESSAGE]
-        key = (str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"), type, reason, message)
         now = self._clock()
+        group = None
+        if self._group is not None and self._burst > 0 and type == "Normal" and reason in LIFECYCLE_REASONS:
+            group = self._group(obj)
+        if group is None or self._posting_at_once:
+            self._post(obj, type, reason, message, now)
+        elif not self._repeated(key := (object_id(obj), type, reason, message), now):
+            self._hold_for(group, obj, key, now)
+
+    @property
+    def _posting_at_once(self) -> bool:
+        return self._now is not None and self._now.is_set()
+
+    def _repeated(self, key: SeriesKey, now: float, n: int = 1) -> bool:
+        """Count ``n`` occurrences on the Event of ``key`` if it was seen within the window."""
         series = self._series.get(key)
-        if series is not None and now - series.seen <= self._window:
-            self._repeat(key, series, now)
+        if series is None or now - series.seen > self._window:
+            return False
+        self.aggregated += n
+        self._repeat(key, series, now, n)
+        return True
+
+    def _post(
+        self,
+        obj: Body,
+        type: EventType,
+        reason: str,
+        message: str,
+        now: float,
+        *,
+        count: int = 1,
+        key: SeriesKey | None = None,
+        since: str | None = None,
+    ) -> None:
+        """Post an Event on ``obj`` (``count`` occurrences, the first at ``since``; series ``key``: its own
+        by default) unless it repeats one posted within the window."""
+        key = key or (object_id(obj), type, reason, message)
+        if self._repeated(key, now, count):
             return
         if len(self._pending) >= self._max:
             self.dropped += 1
             log.info("event not posted (%d in flight): %s %s: %s", len(self._pending), type, reason, message)
             return
         body = event_body(obj, type, reason, message, component=self._component, instance=self._instance)
-        series = _Series(key, namespace=body["metadata"]["namespace"], seen=now, last=body["lastTimestamp"])
+        if count > 1:
+            body["count"] = count
+        if since is not None:
+            body["firstTimestamp"] = since
+        namespace = body["metadata"]["namespace"]
+        series = _Series(key, namespace, seen=now, last=body["lastTimestamp"], count=count, written=count)
         self._series[key] = series
         self._series.move_to_end(key)
         while len(self._series) > SERIES_CACHE:
@@ -158,10 +291,81 @@ class EventRecorder:
         task.add_done_callback(self._pending.discard)
         return task
 
-    def _repeat(self, key: SeriesKey, series: _Series, now: float) -> None:
-        """Count a repeat on the posted Event; its count is patched (at once for the first repeat)."""
-        self.aggregated += 1
-        series.count += 1
+    # --- bursts ------------------------------------------------------------------------------------------
+    def _hold_for(self, group: Body, obj: Body, event: SeriesKey, now: float) -> None:
+        """Hold a Normal Event (``event``: its series key) of ``group``'s until the group is quiet (module
+        docstring)."""
+        _, type, reason, message = event
+        key = (object_id(group), type, reason)
+        burst = self._bursts.get(key)
+        if burst is None:
+            burst = self._bursts[key] = _Burst(key, group, first=now, last=now)
+            while len(self._bursts) > SERIES_CACHE:  # bounded: the oldest burst is posted now
+                _, oldest = self._bursts.popitem(last=False)
+                oldest.due.set()
+            self._start(self._release(burst), f"capmaas event burst {reason}")
+        burst.count += 1
+        burst.last = now
+        for held in burst.held:
+            if held.message == message and object_id(held.obj) == event[0]:
+                held.count += 1
+                return
+        burst.distinct += 1
+        if len(burst.held) <= self._burst:  # one more than posted alone: a sample for a combined Event
+            burst.held.append(_Held(obj, message))
+
+    async def _release(self, burst: _Burst) -> None:
+        """Post ``burst`` once its group has been quiet for the hold, has been held the longest, or now
+        (shutdown, evicted)."""
+        while not burst.due.is_set() and not self._posting_at_once:
+            wait = min(burst.last + self._hold, burst.first + self._max_hold) - self._clock()
+            if wait <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(burst.due.wait(), wait)
+        if self._bursts.get(burst.key) is burst:
+            del self._bursts[burst.key]
+        self._post_burst(burst)
+
+    def _post_burst(self, burst: _Burst) -> None:
+        """Each held Event on its object; or one on the group's object for them all: more than ``burst``,
+        or any number after such a burst within the window."""
+        _, type_, reason = burst.key
+        now = self._clock()
+        # Keyed by the marker, not the message: a later burst of the group within the window, however
+        # small, adds its count to the combined Event (as client-go's aggregator does once over the limit).
+        key = (object_id(burst.group), type_, reason, COMBINED)
+        combined = self._series.get(key)
+        if burst.distinct <= self._burst and (combined is None or now - combined.seen > self._window):
+            for held in burst.held:
+                self._post(held.obj, type_, reason, held.message, now, count=held.count)
+            return
+        self.combined += burst.count
+        meta: Mapping[str, Any] = burst.group.get("metadata") or {}
+        log.debug(
+            "%d %s %s Events of %s %s/%s combined into one",
+            burst.count, type_, reason, burst.group.get("kind"), meta.get("namespace"), meta.get("name"),
+        )  # fmt: skip
+        quoted = "; ".join(
+            f"{(h.obj.get('metadata') or {}).get('name')}: {h.message}" for h in burst.held[:BURST_SAMPLE]
+        )
+        more = burst.distinct - min(len(burst.held), BURST_SAMPLE)
+        message = f"{COMBINED}: {quoted}" + (f"; and {more} more" if more > 0 else "")
+        self._post(
+            burst.group,
+            type_,
+            reason,
+            message[:MAX_MESSAGE],
+            now,
+            count=burst.count,
+            key=key,
+            since=burst.since,
+        )
+
+    def _repeat(self, key: SeriesKey, series: _Series, now: float, n: int = 1) -> None:
+        """Count ``n`` repeats on the posted Event; its count is patched (at once for the first repeat of a
+        single Event)."""
+        series.count += n
         series.seen = now
         series.last = datetime.datetime.now(datetime.UTC).isoformat()
         self._series.move_to_end(key)
@@ -223,8 +427,10 @@ class EventRecorder:
             del self._series[series.key]
 
     async def drain(self) -> None:
-        """Write the counts due and wait for the posts in flight (shutdown)."""
+        """Post the bursts held, write the counts due and wait for the posts in flight (shutdown)."""
         self._now = self._now or asyncio.Event()
         self._now.set()
+        for burst in self._bursts.values():
+            burst.due.set()
         while self._pending:
             await asyncio.gather(*list(self._pending), return_exceptions=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from capmaas.operator.events import BURST
 from capmaas.operator.kube import KubeAdapter, Store
 from capmaas.operator.kubehttp import KubeHttp, KubeHttpError
 from capmaas.reconcilers.ports import Body, EventType, NodePatch, NodePatchResult
@@ -75,9 +76,15 @@ class FencedKubeAdapter(KubeAdapter):
         fence: Fence,
         watch_filter: str | None,
         events_level: int = logging.INFO,
+        events_burst: int = BURST,
     ) -> None:
         super().__init__(
-            store, http, secret_ttl=secret_ttl, watch_filter=watch_filter, events_level=events_level
+            store,
+            http,
+            secret_ttl=secret_ttl,
+            watch_filter=watch_filter,
+            events_level=events_level,
+            events_burst=events_burst,
         )
         self._fence = fence
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import functools
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -36,7 +37,7 @@ from typing import Any
 from urllib.parse import quote
 
 from capmaas.api import conditions as C
-from capmaas.operator.events import EventRecorder
+from capmaas.operator.events import BURST, EventRecorder, cluster_object
 from capmaas.operator.kubeconfig import KubeconfigRejected, WorkloadKubeconfig, parse_kubeconfig
 from capmaas.operator.kubehttp import KubeHttp, KubeHttpError, Retries, Target
 from capmaas.operator.ttlcache import TtlLru
@@ -311,6 +312,7 @@ class KubeAdapter:
         workload_ttl: float = WORKLOAD_CLIENT_TTL,
         watch_filter: str | None = None,
         events_level: int = logging.INFO,
+        events_burst: int = BURST,
     ) -> None:
         self.store = store
         self._http = http
@@ -336,7 +338,9 @@ class KubeAdapter:
         )
         self._closing: set[asyncio.Task[None]] = set()
         self.writes = 0
-        self.events = EventRecorder(http, level=events_level)
+        self.events = EventRecorder(
+            http, level=events_level, burst=events_burst, group=functools.partial(cluster_object, store.find)
+        )
 
     @property
     def http(self) -> KubeHttp:

@@ -150,6 +150,7 @@ def build_runtime(
         fence=fence,
         watch_filter=config.kube.watch_filter,
         events_level=logging.getLevelNamesMapping()[config.logging.events_level],
+        events_burst=config.logging.events_burst,
     )
     # Without leader election the process leads from its start (its first reconcile is its start-up time).
     first_pass: list[float] = [time.time()] if active else []

@@ -234,6 +234,8 @@ class Lifecycle:
                     f"still Deploying after {int(timeout)}s",
                 )  # fmt: skip
             self._deploying(p, scope, m.system_id)
+            if scope.status_changes() <= {"machinePowered"}:
+                scope.hold_status()  # MAAS powers it on and off as it installs: written with what follows
             return Requeue(max(1.0, started + timeout - self.clock()))
         if m.status == S.DEPLOYED:
             p.deployed(scope, m)

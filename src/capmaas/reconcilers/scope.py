@@ -69,6 +69,10 @@ class Requeue:
     after: float | None = None
 
 
+def _generation(body: Body) -> int:
+    return int((body.get("metadata") or {}).get("generation") or 0)
+
+
 @functools.cache
 def wire_names(model: type[K8sModel]) -> dict[str, str]:
     """Python field name → wire name (camelCase alias) of an API model."""
@@ -139,6 +143,8 @@ class ObjectScope:
         self.name: str = meta.get("name", "")
         self.uid: str = meta.get("uid", "")
         self.generation: int = int(meta.get("generation") or 0)
+        #: The generation this pass's own spec writes made (None: none; 0: someone else's came between).
+        self.own_generation: int | None = None
         # Copies of the body as read (JSON: dicts, lists, scalars), by plain() rather than copy.deepcopy,
         # which cost ~10x as much and, three times per pass, was the largest copy cost of a pass.
         self.spec: dict[str, Any] = plain(body.get("spec") or {})
@@ -310,6 +316,11 @@ class ObjectScope:
         for the next."""
         self.status_held = True
 
+    def status_changes(self) -> set[str]:
+        """The status fields (wire names) this pass would write as it stands (Ready summarised)."""
+        self._summarise()
+        return set(self._status_patch())
+
     def event(self, type_: EventType, reason: str, message: str) -> None:
         self._events.append((type_, reason, message))
 
@@ -384,7 +395,26 @@ class ObjectScope:
         if new is None:
             self.gone = True
         else:
+            if "spec" in patch:  # the generations since the read are this pass's own, or not all are
+                before = _generation(self.body)
+                mine = self.own_generation != 0 and before == (self.own_generation or self.generation)
+                mine = mine and _generation(new) == before + 1
+                self.own_generation = _generation(new) if mine else 0
             self.body = new
+
+    def _restamp(self) -> bool:
+        """This pass's own spec write moved the generation: the conditions it stamped with the generation it
+        read hold for the new one (the change is its own), and say so, or the next pass would write them
+        again for their ``observedGeneration`` alone. Whether any changed."""
+        new, old = self.own_generation, self.generation
+        conds = self.status.get("conditions") or []
+        if not new or new == old or not any(c.get("observedGeneration") == old for c in conds):
+            return False
+        self.generation = new
+        self.status["conditions"] = [
+            {**c, "observedGeneration": new} if c.get("observedGeneration") == old else c for c in conds
+        ]
+        return True
 
     async def close(self) -> None:
         """Write what changed (metadata/spec first, then status) and post the Events.
@@ -402,6 +432,8 @@ class ObjectScope:
             # not written (one write fewer per deletion; with another finalizer left, it is written).
             last = bool(removing) and self.deleting and not self.finalizers
             status_patch = self._status_patch()
+            if status_patch and self._restamp():
+                status_patch = self._status_patch()
             if status_patch and not self.gone and not self.stale and not last and not self.status_held:
                 new = await self.kube.patch(
                     self.plural, self.namespace, self.name, {"status": status_patch}, status=True

@@ -33,6 +33,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ProtocolError
 
+from capmaas.operator.events import BURST_HOLD
 from capmaas_dev.bench.memory import MemoryTracedOperator
 from capmaas_dev.bench.metrics import (
     ProcStats,
@@ -562,9 +563,10 @@ class Bench:
         self.say(table(["KIND", "PER MACHINE"], [[k, f"{v:.2f}"] for k, v in kinds.items()]))
 
 
-def _settled_writes(kube: Any, quiet: float = 1.0, limit: float = 15.0) -> Counter[WriteKey]:
+def _settled_writes(kube: Any, quiet: float = BURST_HOLD + 1.0, limit: float = 15.0) -> Counter[WriteKey]:
     """The apiserver's write counts once they stop moving (at most ``limit`` seconds): the last Events of
-    the deletions are posted after the finalizer removal the benchmark waits on, at the lowest priority."""
+    the deletions are posted after the finalizer removal the benchmark waits on, at the lowest priority,
+    and a burst's Event once its cluster has been quiet for ``BURST_HOLD`` (so ``quiet`` is longer)."""
     last = apiserver_writes(kube.raw_get("/metrics"))
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:

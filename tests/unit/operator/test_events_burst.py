@@ -1,0 +1,297 @@
+"""Normal Events of many MaasMachines of one cluster are combined into one Event on its MaasCluster
+(client-go's EventAggregator, keyed by cluster; ``logging.events_burst``): a burst of more than ``burst``
+within the hold is one Event with their count and a sample of their messages; up to ``burst`` are posted on
+their own objects as before; Warnings never are combined; nothing held is lost at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import kubernetes
+import pytest
+from aiohttp import web
+
+from capmaas.operator import events
+from capmaas.operator.events import COMBINED, EventRecorder, cluster_object
+from capmaas.operator.kube import KubeAdapter, Store
+from capmaas.operator.kubehttp import KubeHttp
+
+#: A hold short enough for a test, long enough for a loop of posts to fit in it.
+HOLD = 0.2
+
+
+class Apiserver:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+        self._names = itertools.count()
+
+    async def post(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.events.append(body)
+        return web.json_response({"metadata": {"name": f"e{next(self._names)}"}}, status=201)
+
+    async def patch(self, request: web.Request) -> web.Response:
+        self.patches.append((request.match_info["name"], await request.json()))
+        return web.json_response({})
+
+    def on(self, name: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["involvedObject"]["name"] == name]
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[tuple[Apiserver, KubeHttp]]:
+    server = Apiserver()
+    app = web.Application()
+    app.router.add_post("/api/v1/namespaces/{ns}/events", server.post)
+    app.router.add_patch("/api/v1/namespaces/{ns}/events/{name}", server.patch)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    http = KubeHttp(kubernetes.client.Configuration(host=f"http://127.0.0.1:{runner.addresses[0][1]}"))
+    try:
+        yield server, http
+    finally:
+        await http.aclose()
+        await runner.cleanup()
+
+
+def store(cluster: str = "c1", machines: int = 30) -> Store:
+    """A Cluster, its MaasCluster and ``machines`` MaasMachines in the watch caches."""
+    s = Store()
+    s.put("clusters", {
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": cluster, "namespace": "ns", "uid": f"u-{cluster}", "resourceVersion": "1"},
+        "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MaasCluster",
+                                       "name": f"{cluster}-maas"}},
+    })  # fmt: skip
+    s.put("maasclusters", {
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "MaasCluster",
+        "metadata": {"name": f"{cluster}-maas", "namespace": "ns", "uid": f"u-{cluster}-maas",
+                     "resourceVersion": "1"},
+    })  # fmt: skip
+    for i in range(machines):
+        s.put("maasmachines", machine(f"{cluster}-m{i}", cluster))
+    return s
+
+
+def machine(name: str, cluster: str | None = "c1") -> dict[str, Any]:
+    labels = {"cluster.x-k8s.io/cluster-name": cluster} if cluster else {}
+    return {
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+        "kind": "MaasMachine",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"u-{name}",
+            "labels": labels,
+            "resourceVersion": "1",
+        },
+    }
+
+
+def recorder(http: KubeHttp, s: Store, **kwargs: Any) -> EventRecorder:
+    kwargs.setdefault("burst_hold", HOLD)
+    return EventRecorder(http, group=lambda obj: cluster_object(s.find, obj), **kwargs)
+
+
+def deploying(i: int) -> str:
+    return f"allocated s{i} in zone az{i % 3}; deploying s{i} with cloud-config user data"
+
+
+async def test_a_burst_of_a_clusters_machines_is_one_event_on_its_maascluster(
+    api: tuple[Apiserver, KubeHttp], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="capmaas.operator.events")
+    server, http = api
+    rec = recorder(http, store(), burst=10)
+    for i in range(25):
+        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+    await asyncio.sleep(HOLD * 3)  # the cluster is quiet: the burst is posted without a shutdown
+    assert len(server.events) == 1
+    (e,) = server.events
+    assert (e["involvedObject"]["kind"], e["involvedObject"]["name"]) == ("MaasCluster", "c1-maas")
+    assert e["involvedObject"]["uid"] == "u-c1-maas"
+    assert (e["type"], e["reason"], e["count"]) == ("Normal", "MachineDeploying", 25)
+    assert e["firstTimestamp"] < e["lastTimestamp"]  # from the first of them to the post
+    assert e["message"].startswith(f"{COMBINED}: c1-m0: {deploying(0)}; c1-m1: ")
+    assert e["message"].endswith(f"; and {25 - events.BURST_SAMPLE} more")
+    assert len(e["message"]) <= events.MAX_MESSAGE
+    assert rec.combined == 25
+    assert "25 Normal MachineDeploying Events of MaasCluster ns/c1-maas combined into one" in caplog.text
+    await rec.drain()
+    assert len(server.events) == 1
+    assert server.patches == []
+
+
+async def test_through_the_adapter_a_burst_costs_one_post(api: tuple[Apiserver, KubeHttp]) -> None:
+    """The operator's wiring: KubeAdapter finds the group in its watch caches (``logging.events_burst``)."""
+    server, http = api
+    s = store(machines=20)
+    kube = KubeAdapter(s, http, secret_ttl=30.0)
+    for i in range(20):
+        kube.emit_event(
+            s.find("maasmachines", "ns", f"c1-m{i}") or {}, "Normal", "MachineReleased", f"s{i} released"
+        )
+    await kube.events.drain()
+    assert [(e["involvedObject"]["name"], e.get("count")) for e in server.events] == [("c1-maas", 20)]
+
+
+async def test_up_to_burst_each_machine_keeps_its_own_event(api: tuple[Apiserver, KubeHttp]) -> None:
+    server, http = api
+    rec = recorder(http, store(), burst=10)
+    for i in range(10):
+        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+    await asyncio.sleep(HOLD * 3)
+    assert sorted(e["involvedObject"]["name"] for e in server.events) == sorted(f"c1-m{i}" for i in range(10))
+    assert all(e["message"] == deploying(int(e["involvedObject"]["name"][4:])) for e in server.events)
+    assert all("count" not in e for e in server.events)
+    assert rec.combined == 0
+
+
+async def test_warnings_reach_every_object(api: tuple[Apiserver, KubeHttp]) -> None:
+    server, http = api
+    rec = recorder(http, store(), burst=2)
+    for i in range(12):
+        rec.post(machine(f"c1-m{i}"), "Warning", "MachineBroken", f"s{i} failed to deploy")
+    await rec.drain()
+    assert len(server.events) == 12
+    assert {e["involvedObject"]["kind"] for e in server.events} == {"MaasMachine"}
+
+
+async def test_other_normal_events_are_posted_at_once(api: tuple[Apiserver, KubeHttp]) -> None:
+    """Only what every machine of a scale-up says is held: an adoption, a remediation step are not."""
+    server, http = api
+    rec = recorder(http, store(), burst=2, burst_hold=3600.0)
+    for i in range(5):
+        rec.post(machine(f"c1-m{i}"), "Normal", "MachineAdopted", f"adopted s{i}")
+    await asyncio.sleep(0.1)
+    assert len(server.events) == 5
+    await rec.drain()
+
+
+@pytest.mark.parametrize("burst", [0])
+async def test_zero_never_combines(api: tuple[Apiserver, KubeHttp], burst: int) -> None:
+    server, http = api
+    rec = recorder(http, store(), burst=burst)
+    for i in range(15):
+        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+    assert len(server.events) + len(rec._pending) >= 15  # not held: posted at once
+    await rec.drain()
+    assert len(server.events) == 15
+
+
+async def test_clusters_reasons_and_machines_without_a_cluster_are_apart(
+    api: tuple[Apiserver, KubeHttp],
+) -> None:
+    server, http = api
+    s = store("c1")
+    for plural in ("clusters", "maasclusters", "maasmachines"):
+        for body in store("c2").values(plural):
+            s.put(plural, body)
+    rec = recorder(http, s, burst=3)
+    for i in range(5):
+        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+        rec.post(machine(f"c1-m{i}"), "Normal", "MachineReleased", f"s{i} released")
+        rec.post(machine(f"c2-m{i}", "c2"), "Normal", "MachineDeploying", deploying(i))
+        rec.post(machine(f"lone-{i}", None), "Normal", "MachineDeploying", deploying(i))
+    await rec.drain()
+    combined = sorted(
+        (e["involvedObject"]["name"], e["reason"], e["count"]) for e in server.events if "count" in e
+    )
+    assert combined == [
+        ("c1-maas", "MachineDeploying", 5),
+        ("c1-maas", "MachineReleased", 5),
+        ("c2-maas", "MachineDeploying", 5),
+    ]
+    assert sorted(e["involvedObject"]["name"] for e in server.events if "count" not in e) == [
+        f"lone-{i}" for i in range(5)
+    ]
+
+
+async def test_a_later_burst_adds_to_the_combined_events_count(api: tuple[Apiserver, KubeHttp]) -> None:
+    server, http = api
+    rec = recorder(http, store(), burst=3)
+    for i in range(5):
+        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+    await asyncio.sleep(HOLD * 3)
+    for i in range(5, 12):
+        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+    await asyncio.sleep(HOLD * 3)
+    assert len(server.events) == 1
+    assert server.patches == []  # the count waits for the series flush
+    await rec.drain()  # ... or the shutdown
+    assert len(server.events) == 1
+    assert [(name, body["count"]) for name, body in server.patches] == [("e0", 12)]
+
+
+async def test_after_a_combined_burst_even_a_few_are_counted_on_it(api: tuple[Apiserver, KubeHttp]) -> None:
+    """As client-go's aggregator: once a key went over the limit, similar Events within the window add to
+    the combined one."""
+    server, http = api
+    rec = recorder(http, store(), burst=3)
+    for i in range(5):
+        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+    await asyncio.sleep(HOLD * 3)
+    rec.post(machine("c1-m5"), "Normal", "MachineDeploying", deploying(5))
+    await rec.drain()
+    assert [(e["involvedObject"]["name"], e["count"]) for e in server.events] == [("c1-maas", 5)]
+    assert [(name, body["count"]) for name, body in server.patches] == [("e0", 6)]
+
+
+async def test_held_events_are_posted_at_shutdown(api: tuple[Apiserver, KubeHttp]) -> None:
+    server, http = api
+    rec = recorder(http, store(), burst=10, burst_hold=3600.0)
+    rec.post(machine("c1-m0"), "Normal", "MachineDeploying", deploying(0))
+    for i in range(1, 13):
+        rec.post(machine(f"c1-m{i}"), "Normal", "MachineReleased", f"s{i} released")
+    await asyncio.sleep(0.05)
+    assert server.events == []
+    await rec.drain()
+    assert sorted((e["involvedObject"]["name"], e["reason"], e.get("count")) for e in server.events) == [
+        ("c1-m0", "MachineDeploying", None),
+        ("c1-maas", "MachineReleased", 12),
+    ]
+
+
+async def test_the_bursts_held_are_bounded(
+    api: tuple[Apiserver, KubeHttp], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Like the series: past the bound, the oldest burst is posted at once instead of held."""
+    monkeypatch.setattr(events, "SERIES_CACHE", 2)
+    server, http = api
+    rec = recorder(http, store(), burst=10, burst_hold=3600.0)
+    reasons = ["MachineDeploying", "MachineReleased", "NodeProviderIDSet"]
+    for reason in reasons:
+        rec.post(machine("c1-m0"), "Normal", reason, "m")
+    await asyncio.sleep(0.05)
+    assert [e["reason"] for e in server.events] == reasons[:1]
+    await rec.drain()
+    assert sorted(e["reason"] for e in server.events) == reasons
+
+
+async def test_a_machine_repeating_itself_is_its_own_series_not_a_burst(
+    api: tuple[Apiserver, KubeHttp],
+) -> None:
+    server, http = api
+    rec = recorder(http, store(), burst=3)
+    for _ in range(8):
+        rec.post(machine("c1-m0"), "Normal", "NodeProviderIDSet", "Node m0 providerID=maas://az1/s0")
+    await rec.drain()
+    assert [(e["involvedObject"]["name"], e.get("count")) for e in server.events] == [("c1-m0", 8)]
+    assert server.patches == []
+
+
+def test_the_group_is_the_maascluster_else_the_cluster_else_none() -> None:
+    s = store()
+    assert (cluster_object(s.find, machine("c1-m0")) or {})["kind"] == "MaasCluster"
+    s.delete("maasclusters", "ns", "c1-maas")
+    assert (cluster_object(s.find, machine("c1-m0")) or {})["kind"] == "Cluster"
+    assert cluster_object(s.find, machine("x", "c9")) is None  # no such Cluster in the cache
+    assert cluster_object(s.find, machine("x", None)) is None  # no cluster label
+    assert cluster_object(s.find, {**machine("x"), "kind": "MaasCluster"}) is None

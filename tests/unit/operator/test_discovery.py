@@ -9,6 +9,7 @@ import dataclasses
 import inspect
 import logging
 from collections.abc import Collection
+from typing import cast
 
 import kopf
 import pytest
@@ -243,7 +244,7 @@ async def test_register_runs_the_re_scans_from_kopfs_startup_to_its_cleanup() ->
     reg = kopf.OperatorRegistry()
     insights = discovery.register(reg)
     assert isinstance(insights, references.Insights)
-    handlers = {(h.activity.value, h.id.rsplit(".", 1)[-1]) for h in reg._activities.get_all_handlers()}
+    handlers = {(str(h.activity), h.id.rsplit(".", 1)[-1]) for h in reg._activities.get_all_handlers()}
     assert handlers == {("startup", "follow_late_resources"), ("cleanup", "stop_following_late_resources")}
 
 
@@ -308,4 +309,4 @@ def test_a_kopf_whose_re_scan_differs_is_left_as_it_is(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(observation, "process_discovered_resource_event", other)
     assert not discovery.install_in_kopf()
-    assert observation.process_discovered_resource_event is other
+    assert cast(object, observation.process_discovered_resource_event) is other

@@ -9,7 +9,9 @@ What each part is, and where:
 - :mod:`~capmaas.operator.kopfsettings`: kopf's settings and login;
 - :mod:`~capmaas.operator.handlers`: the watch handlers, which wake what :mod:`~capmaas.operator.routing`'s
   table names;
-- :mod:`~capmaas.operator.templates`, :mod:`~capmaas.operator.ipam`: the other controllers' handlers.
+- :mod:`~capmaas.operator.templates`, :mod:`~capmaas.operator.ipam`: the other controllers' handlers;
+- :mod:`~capmaas.operator.discovery`: the resources kopf's discovery missed (a CRD installed after the
+  operator started), re-read until resolved.
 
 Handlers are registered on a fresh ``kopf.OperatorRegistry`` built from the config (namespace and watch
 filter are known only then), never at import time: another controller joins by one more call in
@@ -24,7 +26,7 @@ import contextlib
 import kopf
 
 from capmaas.config import OperatorConfig
-from capmaas.operator import apiserver, handlers, kopfsettings
+from capmaas.operator import apiserver, discovery, handlers, kopfsettings
 from capmaas.operator.fencing import FencedKubeHttp, always
 from capmaas.operator.ipam import register as register_ipam
 from capmaas.operator.kubehttp import KubeHttp, load_configuration
@@ -97,6 +99,8 @@ async def run_operator(config: OperatorConfig, *, stop_flag: asyncio.Event | Non
         rt.release = elector.release
     registry = kopf.OperatorRegistry()
     register(registry, rt, api=api)
+    # kopf can miss a CRD installed after it started (its discovery read came too early): re-read.
+    insights = discovery.register(registry)
     rt.metrics.serve(config.server.metrics_bind_address, config.server.metrics_port)
     liveness = (
         f"http://{config.server.bind_address}:{config.server.health_port}/healthz"
@@ -106,6 +110,7 @@ async def run_operator(config: OperatorConfig, *, stop_flag: asyncio.Event | Non
     namespaces = [config.kube.namespace] if config.kube.namespace else []
     operator = kopf.operator(
         registry=registry,
+        insights=insights,
         standalone=True,  # kopf's peering is not a lock: the Lease is
         liveness_endpoint=liveness,
         clusterwide=not namespaces,

@@ -12,11 +12,17 @@ below so that a model file reads like a ``*_types.go`` file with its kubebuilder
 
 from __future__ import annotations
 
+import enum
+import functools
+import types
+import typing
 from collections.abc import Mapping
 from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+import annotated_types
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError
 from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
 
 __all__ = [
     "CRD_DEFAULT_KEY",
@@ -71,7 +77,17 @@ class K8sModel(BaseModel):
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Self:
-        """Parse a Kubernetes object body (a dict, or kopf's ``Body``/``Spec``/``Status`` mapping views)."""
+        """Parse a Kubernetes object body (a dict, or kopf's ``Body``/``Spec``/``Status`` mapping views).
+
+        The model never shares a dict or list with ``body``: a model that would keep a value it was given as
+        it is (an ``Any`` field) parses a deep copy (:func:`plain`). One that builds every value it keeps
+        (:func:`builds_its_values`) parses a dict as it is, without the copy (most of a parse's cost);
+        should that fail (a mapping view inside), it parses the copy: the same model, or the same error."""
+        if type(body) is dict and builds_its_values(cls):
+            try:
+                return cls.model_validate(body)
+            except ValidationError:
+                pass
         return cls.model_validate(plain(body))
 
     def to_k8s(self, *, exclude_unset: bool = False) -> dict[str, Any]:
@@ -81,6 +97,56 @@ class K8sModel(BaseModel):
         built from a partially filled model should contain.
         """
         return self.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=exclude_unset)
+
+
+#: Field types whose validated value is never the object given (pydantic makes a new one, or it is immutable).
+_BUILT = frozenset({str, int, float, bool, type(None)})
+#: Generic containers that pydantic validates into a new container of validated items.
+_CONTAINERS = frozenset({list, tuple, dict, set, frozenset})
+
+
+@functools.cache
+def builds_its_values(model: type[BaseModel]) -> bool:
+    """Whether every value a ``model`` keeps is one pydantic builds (scalars, enums, literals, and lists,
+    dicts and models of those), never one passed through as given (``Any``, a plain or wrap validator): then
+    its parse of a body shares nothing with the body, and needs no copy of it first."""
+    decorators = model.__pydantic_decorators__
+    if any(d.info.mode in ("wrap", "plain") for d in decorators.field_validators.values()) or any(
+        d.info.mode in ("wrap", "plain") for d in decorators.model_validators.values()
+    ):
+        return False
+    return all(
+        _built(field.annotation) and all(_checks_only(m) for m in field.metadata)
+        for field in model.model_fields.values()
+    )
+
+
+def _checks_only(marker: Any) -> bool:
+    """A field's metadata that leaves the value to the type's validation (a before-validator changes the input
+    only; a constraint checks it)."""
+    return isinstance(marker, BeforeValidator | annotated_types.BaseMetadata | FieldInfo) or (
+        type(marker).__module__.startswith("pydantic") and "Validator" not in type(marker).__name__
+    )
+
+
+def _built(annotation: Any) -> bool:
+    if annotation in _BUILT:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        inner, *markers = typing.get_args(annotation)
+        return _built(inner) and all(_checks_only(m) for m in markers)
+    if origin is typing.Literal:
+        return True
+    if origin in (typing.Union, types.UnionType) or origin in _CONTAINERS:
+        args = typing.get_args(annotation)
+        return bool(args) and all(a is Ellipsis or _built(a) for a in args)
+    if isinstance(annotation, type):
+        if issubclass(annotation, enum.Enum):
+            return True
+        if issubclass(annotation, BaseModel):
+            return builds_its_values(annotation)
+    return False
 
 
 #: JSON's scalar types: returned as they are, before the (slow, ABC) ``Mapping`` check.

@@ -53,6 +53,7 @@ from capmaas.reconcilers.ports import (
     ObjectPlural,
     Unwatched,
 )
+from capmaas.reconcilers.siblings import ZoneTally
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +218,7 @@ class Store:
     def __init__(self) -> None:
         self._objects: dict[str, dict[str, Any]] = {}
         self._by_cluster: dict[tuple[str, str], set[str]] = {}
+        self._zones: dict[tuple[str, str], ZoneTally] = {}  # the same members, as the zone spread counts them
         self._tombstones: dict[str, None] = {}  # UIDs seen deleted (insertion-ordered, bounded)
 
     def put(self, plural: str, body: Mapping[str, Any]) -> bool:
@@ -254,8 +256,17 @@ class Store:
             meta = body.get("metadata", {})
             cluster = (meta.get("labels") or {}).get(CLUSTER_NAME_LABEL)
             if cluster:
-                bucket = self._by_cluster.setdefault((meta.get("namespace", ""), cluster), set())
-                (bucket.add if add else bucket.discard)(key)
+                where = (meta.get("namespace", ""), cluster)
+                bucket = self._by_cluster.setdefault(where, set())
+                tally = self._zones.get(where)
+                if tally is None:
+                    tally = self._zones[where] = ZoneTally()
+                if add:
+                    bucket.add(key)
+                    tally.put(key, body)
+                else:
+                    bucket.discard(key)
+                    tally.drop(key)
 
     def delete(self, plural: str, namespace: str, name: str, uid: str | None = None) -> None:
         key = object_key(plural, namespace, name)
@@ -292,6 +303,10 @@ class Store:
 
     def cluster_members(self, namespace: str, cluster: str) -> list[str]:
         return sorted(self._by_cluster.get((namespace, cluster), ()))
+
+    def zone_tally(self, namespace: str, cluster: str) -> ZoneTally:
+        """The cluster's MaasMachines as the zone spread counts them (an empty tally for none)."""
+        return self._zones.get((namespace, cluster)) or ZoneTally()
 
     def values(self, plural: str) -> list[dict[str, Any]]:
         prefix = plural + "/"
@@ -457,6 +472,9 @@ class KubeAdapter:
             if body is not None:
                 out.append(body)
         return out
+
+    def zone_tally(self, namespace: str, cluster_name: str) -> ZoneTally:
+        return self.store.zone_tally(namespace, cluster_name)
 
     # --- Cluster API IPAM (the MaasMachine side) ----------------------------------------------------------
     def get_ip_claim(self, namespace: str, name: str) -> Body | None:

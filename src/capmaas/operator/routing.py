@@ -87,12 +87,16 @@ def _deleting(body: Mapping[str, Any] | None) -> bool:
 def maasmachine_to_maascluster(cache: Cache, event: Event) -> Iterable[str]:
     """A control-plane machine's change (its addresses go into the DNS record), and any machine gone while
     the MaasCluster is being deleted (it waits for them). Not every worker event: that would cost a pass over
-    all the cluster's machines per event, O(machines²) while a large cluster is created or deleted."""
-    meta = event.meta
-    cluster = meta.labels.get(CLUSTER_NAME_LABEL)
-    control_plane = CONTROL_PLANE_LABEL in meta.labels
+    all the cluster's machines per event, O(machines²) while a large cluster is created or deleted.
+
+    The labels are read from the body as it is: most events are a worker's, which wake nothing, and need no
+    parse of their metadata."""
+    labels = (event.body.get("metadata") or {}).get("labels") or {}
+    cluster = labels.get(CLUSTER_NAME_LABEL)
+    control_plane = CONTROL_PLANE_LABEL in labels
     if not cluster or not (control_plane or event.deleted):
         return ()
+    meta = event.meta
     key = maascluster_of(cache, meta.namespace, cluster)
     if key and (control_plane or _deleting(cache.get(key))):
         return (key,)

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
@@ -138,9 +139,24 @@ def _keys(store: Store, plural: str) -> list[str]:
     return out
 
 
+#: The cyclic garbage collector's thresholds for the operator (CPython's default: ``(700, 10, 10)``): a
+#: young collection after 10,000 new container objects instead of 700, the older generations as often as
+#: before relative to it. Every watch event and pass allocates thousands of short-lived dicts; with the
+#: default, young collections promoted enough of them that the heap's growth set off full collections over
+#: every cached body, a large share of the operator's CPU in a burst (docs/benchmarks/per-machine.md).
+#: Cycles are still collected, by the same generations; most die young, before they are looked at.
+GC_THRESHOLDS = (10_000, 10, 10)
+
+
+def collect_less() -> None:
+    """Set :data:`GC_THRESHOLDS` (the process's garbage collector: once, when the runtime is built)."""
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 def build_runtime(
     config: OperatorConfig, http: KubeHttp, *, fence: Fence = always, active: bool = True
 ) -> Runtime:
+    collect_less()
     store = Store()
     metrics = Metrics(store)
     kube = FencedKubeAdapter(

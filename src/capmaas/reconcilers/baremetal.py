@@ -78,7 +78,6 @@ from capmaas.reconcilers.lifecycle import Finished, Strategy
 from capmaas.reconcilers.ports import MaasPort
 from capmaas.reconcilers.reuse import NodeReuse
 from capmaas.reconcilers.scope import MachineScope, Requeue
-from capmaas.reconcilers.siblings import SiblingZones
 from capmaas.reconcilers.spread import Asking, ZoneSpread
 
 #: MAAS power type of composed LXD VMs: a bare-metal allocate never takes one (they are Ready between
@@ -121,12 +120,6 @@ class BareMetal(Strategy):
     def spread(self) -> ZoneSpread:
         """The zone spread of this process's allocations (soft memory of dry zones and choices)."""
         return ZoneSpread(self.clock)
-
-    @functools.cached_property
-    def siblings(self) -> SiblingZones:
-        """The cluster's sibling MaasMachines as the spread counts them, each parsed once per version (the
-        spread reads them at every allocation)."""
-        return SiblingZones()
 
     @functools.cached_property
     def reuse(self) -> NodeReuse:
@@ -447,14 +440,12 @@ class BareMetal(Strategy):
             return asked, ZONE_FROM_MAAS
         asking = self._asking(scope, port, asked)
         wet = [d for d in domains if not self.spread.is_dry(asking, d)]
-        counts: dict[str, int] = {}
-        cluster = scope.cluster_name or ""
-        siblings = self.kube.list_maasmachines(scope.namespace, cluster)
-        for sibling in self.siblings.read(scope.namespace, cluster, siblings):
-            uid = sibling.uid
-            z = sibling.failure_domain or self.spread.chosen_zone(uid)
-            if z and uid != scope.uid:
-                counts[z] = counts.get(z, 0) + 1
+        # The cluster's other machines per zone: placed ones where they are, the rest where this process chose
+        # (an allocation in flight: its spec.failureDomain is not in the cache yet).
+        tally = self.kube.zone_tally(scope.namespace, scope.cluster_name or "")
+        counts = tally.counts(
+            leave_out=scope.uid, chosen=self.spread.chosen_zone, chosen_uids=self.spread.chosen_uids()
+        )
         zone = placement.choose_zone(counts, wet or domains, machine=scope.name)
         self.spread.remember_choice(scope.uid, zone)
         return asked.model_copy(update={"zone": zone}), ZONE_FROM_OPERATOR

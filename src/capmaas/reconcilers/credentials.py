@@ -156,6 +156,7 @@ async def check_default_allowed(kube: KubePort, namespace: str, default: MaasCre
 
 
 # --- transport -------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=256)  # a pure function of the endpoint, asked at every pass of every machine
 def _loopback(endpoint: str) -> bool:
     host = urlsplit(endpoint).hostname or ""
     try:

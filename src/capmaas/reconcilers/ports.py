@@ -14,11 +14,14 @@ import enum
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 from capmaas import maas
 from capmaas.api.v1beta1 import MaasMachineSpec
+
+if TYPE_CHECKING:
+    from capmaas.reconcilers.siblings import ZoneTally
 
 #: A Kubernetes object as the apiserver returns it (apiVersion, kind, metadata, spec, status).
 Body = Mapping[str, Any]
@@ -94,6 +97,11 @@ class KubePort(Protocol):
 
     def list_maasmachines(self, namespace: str, cluster_name: str) -> Sequence[Body]:
         """MaasMachines labelled ``cluster.x-k8s.io/cluster-name=<cluster_name>``, from the watch cache."""
+        ...
+
+    def zone_tally(self, namespace: str, cluster_name: str) -> ZoneTally:
+        """What the zone spread counts of the same MaasMachines (:meth:`list_maasmachines`): kept up to date
+        by the watch cache, so reading it does not walk the cluster. Read only, and at once (it changes)."""
         ...
 
     async def get_secret(self, namespace: str, name: str) -> Mapping[str, bytes] | None:

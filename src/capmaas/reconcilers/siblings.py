@@ -1,22 +1,21 @@
-"""What the zone spread reads of a cluster's sibling MaasMachines, each body parsed once per version.
+"""What the zone spread reads of a cluster's sibling MaasMachines: how many are placed in each zone, kept up
+to date as the watch cache changes.
 
 Why: choosing a zone reads every sibling of the cluster (``baremetal``'s spread rule), once per allocation.
-Parsing every sibling each time made a cluster's allocations quadratic: at 400 machines it was a third of the
-operator's CPU (a view costs ~35 µs, most of it :func:`capmaas.api.schema.plain`'s deep copy; profile:
-docs/benchmarks/per-machine.md). Between two allocations most siblings have not changed, so what was read of
-each is kept and reused while the cache holds the same body at the same ``resourceVersion``; a changed, new or
-gone sibling is parsed again or dropped at the next read of its cluster. Only what the spread reads is kept
-(UID and ``spec.failureDomain``: ~60 bytes a sibling, where its whole view is ~4.4 KB of Python objects for a
-Ready MaasMachine). A body without a ``resourceVersion`` is never reused (nothing tells its versions apart).
+Reading each sibling at every allocation made a cluster's allocations quadratic in its size: first a third of
+the operator's CPU at 400 machines (every sibling parsed into a view), then, with each parse kept per version,
+still a pass over the cluster's listing per allocation (profiles: docs/benchmarks/per-machine.md). A
+:class:`ZoneTally` is changed by one entry when a sibling is stored, changed or dropped (the watch cache's
+index keeps one per cluster: :class:`capmaas.operator.kube.Store`), so an allocation reads the counts instead
+of the cluster. The only per-allocation walk left is over the siblings not placed yet that a zone was chosen
+for in this process (an allocation in flight), the smaller of the two sets.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-
-from capmaas.api.related import MaasMachineView
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,35 +26,86 @@ class Sibling:
     #: ``spec.failureDomain``: where it was placed, once its allocation is written.
     failure_domain: str | None
 
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> Sibling:
+        """What the spread reads of ``body``, read as :class:`~capmaas.api.related.MaasMachineView` reads it:
+        a missing or ``null`` section is empty, an empty ``failureDomain`` is none."""
+        meta = body.get("metadata") or {}
+        spec = body.get("spec") or {}
+        zone = spec.get("failureDomain")
+        return cls(str(meta.get("uid") or ""), str(zone) if zone else None)
 
-_Entry = tuple[Mapping[str, Any], str, Sibling]
 
-
-class SiblingZones:
-    """The siblings of a cluster's listing, each reused across reads while its body is unchanged."""
+class ZoneTally:
+    """The siblings of one cluster, by key: how many are placed in each zone and which are not placed yet."""
 
     def __init__(self) -> None:
-        self._clusters: dict[tuple[str, str], dict[int, _Entry]] = {}
+        self._members: dict[str, Sibling] = {}  # object key -> what the spread reads of it
+        self._placed: dict[str, int] = {}  # zone -> members whose spec.failureDomain names it
+        self._unplaced: dict[str, int] = {}  # UID -> members without spec.failureDomain (one, unless reused)
+        self._uid_zones: dict[str, dict[str, str | None]] = {}  # UID -> {key: its zone}: who to leave out
 
-    def read(self, namespace: str, cluster: str, bodies: Sequence[Mapping[str, Any]]) -> list[Sibling]:
-        """A :class:`Sibling` for each of ``bodies`` (the cluster's current listing), in order."""
-        old = self._clusters.get((namespace, cluster), {})
-        new: dict[int, _Entry] = {}
-        out = []
-        for body in bodies:
-            rv = str((body.get("metadata") or {}).get("resourceVersion") or "")
-            hit = old.get(id(body))
-            # The identity check makes id() safe (a freed body's id may be reused); the resourceVersion check
-            # catches a body updated in place.
-            if hit is not None and hit[0] is body and hit[1] == rv and rv:
-                sibling = hit[2]
-            else:
-                view = MaasMachineView.from_body(body)
-                sibling = Sibling(view.metadata.uid, view.spec.failure_domain)
-            new[id(body)] = (body, rv, sibling)
-            out.append(sibling)
-        if new:
-            self._clusters[(namespace, cluster)] = new
+    @classmethod
+    def of(cls, bodies: Iterable[Mapping[str, Any]]) -> ZoneTally:
+        """The tally of a listing (each body under its own key)."""
+        tally = cls()
+        for i, body in enumerate(bodies):
+            tally.put(str(i), body)
+        return tally
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def put(self, key: str, body: Mapping[str, Any]) -> None:
+        """``key`` is now ``body`` (stored or changed)."""
+        self.drop(key)
+        sibling = Sibling.of(body)
+        self._members[key] = sibling
+        uid, zone = sibling.uid, sibling.failure_domain
+        if zone:
+            self._placed[zone] = self._placed.get(zone, 0) + 1
         else:
-            self._clusters.pop((namespace, cluster), None)
-        return out
+            self._unplaced[uid] = self._unplaced.get(uid, 0) + 1
+        self._uid_zones.setdefault(uid, {})[key] = zone
+
+    def drop(self, key: str) -> None:
+        """``key`` is no longer a sibling (gone, or relabelled into another cluster)."""
+        sibling = self._members.pop(key, None)
+        if sibling is None:
+            return
+        uid, zone = sibling.uid, sibling.failure_domain
+        book, name = (self._placed, zone) if zone else (self._unplaced, uid)
+        left = book[name] - 1
+        if left:
+            book[name] = left
+        else:
+            del book[name]
+        zones = self._uid_zones[uid]
+        del zones[key]
+        if not zones:
+            del self._uid_zones[uid]
+
+    def counts(
+        self, *, leave_out: str, chosen: Callable[[str], str | None], chosen_uids: Collection[str]
+    ) -> dict[str, int]:
+        """Siblings per zone, every sibling but those of UID ``leave_out`` (the machine choosing): a placed
+        one in its ``spec.failureDomain``, one not placed yet in the zone ``chosen`` says was chosen for it
+        (its allocation in flight); ``chosen_uids`` are the UIDs ``chosen`` may know."""
+        counts = dict(self._placed)
+        for zone in self._uid_zones.get(leave_out, {}).values():
+            if zone:
+                left = counts[zone] - 1
+                if left:
+                    counts[zone] = left
+                else:
+                    del counts[zone]
+        unplaced = self._unplaced
+        uids: Iterable[str] = unplaced if len(unplaced) <= len(chosen_uids) else chosen_uids
+        for uid in uids:
+            n = unplaced.get(uid, 0)
+            if not n or uid == leave_out:
+                continue
+            zone = chosen(uid)
+            if zone:
+                counts[zone] = counts.get(zone, 0) + n
+        return counts

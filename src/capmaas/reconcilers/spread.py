@@ -14,7 +14,7 @@ failed allocate each.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from capmaas import maas
@@ -56,6 +56,10 @@ class ZoneSpread:
         if len(self._chosen) > 4096:
             self._chosen = {u: c for u, c in self._chosen.items() if c[1] >= now}
         self._chosen[uid] = (zone, now + VERDICT_SECONDS)
+
+    def chosen_uids(self) -> Collection[str]:
+        """The UIDs :meth:`chosen_zone` may know (some expired: it says None for those)."""
+        return self._chosen.keys()
 
     def chosen_zone(self, uid: str) -> str | None:
         choice = self._chosen.get(uid)

@@ -33,6 +33,7 @@ from capmaas.reconcilers.ports import (
     ObjectPlural,
     Unwatched,
 )
+from capmaas.reconcilers.siblings import ZoneTally
 
 MODELS: dict[str, type[pydantic.BaseModel]] = {"maasmachines": MaasMachine, "maasclusters": MaasCluster}
 
@@ -172,6 +173,11 @@ class FakeKube:
             and ns == namespace
             and (b["metadata"].get("labels") or {}).get(CLUSTER_NAME_LABEL) == cluster_name
         ]
+
+    def zone_tally(self, namespace: str, cluster_name: str) -> ZoneTally:
+        # From the listing at each call (the real cache keeps it up to date): a test that makes the listing
+        # stale makes this stale too.
+        return ZoneTally.of(self.list_maasmachines(namespace, cluster_name))
 
     async def get_secret(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
         return self.secrets.get((namespace, name))

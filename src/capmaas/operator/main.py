@@ -130,7 +130,33 @@ def _small_tls_buffers() -> None:
     asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
 
 
+#: Bytes from which glibc's malloc serves a block with a mapping of its own (its initial threshold, kept).
+MMAP_THRESHOLD = 128 * 1024
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+
+
+def _large_blocks_mapped() -> bool:
+    """Keep glibc's mmap threshold where it starts, as ``MALLOC_MMAP_THRESHOLD_`` would: a block of 128 KiB
+    or more is then always a mapping of its own, given back to the system when freed. Left alone, glibc
+    raises the threshold to the size of each such block freed (up to 32 MiB), so the large answers the
+    operator reads (a MAAS listing of the machines in flight, a Kubernetes listing: megabytes each) soon
+    come from the heap, where what they leave free stays resident between what was allocated meanwhile (a
+    share of the peak: docs/scaling.md, "Memory: glibc's mmap threshold"). Returns whether it was set: not
+    when the variable sets it already, nor on a C library without ``mallopt``."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError):
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+
+
 def run(args: argparse.Namespace) -> int:
+    _large_blocks_mapped()
     _lean_imports()
     _small_tls_buffers()
     from capmaas.operator import jsonbodies

@@ -116,17 +116,17 @@ def _no_trust_store(self: ssl.SSLContext) -> None:
     """Stands in for :meth:`ssl.SSLContext.set_default_verify_paths` while the fallbacks are built."""
 
 
-#: Bytes of the read buffer of each TLS connection (asyncio's default: 256 KiB).
-TLS_READ_BUFFER = 64 * 1024
+#: Bytes of the read buffer of each TLS connection (asyncio's default: 256 KiB): one TLS record's payload.
+TLS_READ_BUFFER = 16 * 1024
 
 
 def _small_tls_buffers() -> None:
     """Every TLS connection asyncio makes holds a zero-filled read buffer of ``SSLProtocol.max_size`` bytes,
     all of it resident, for as long as the connection lives; the operator keeps about 26 to its apiserver
-    (kopf's watch of each kind and its own requests, plus :data:`~capmaas.operator.app.KUBE_CONNECTIONS`):
-    6.8 MB at the default. A TLS record carries at most 16 KiB, so a 64 KiB buffer still takes several
-    records per read; a large answer (an initial listing) only takes more reads (docs/scaling.md, "Start-up
-    and memory")."""
+    (kopf's watch of each kind and its own requests, plus :data:`~capmaas.operator.app.KUBE_CONNECTIONS`).
+    A TLS record carries at most 16 KiB, so a read of 16 KiB takes about one record; a large answer (an
+    initial listing, a burst of watch events) only takes more reads, each decrypted data of a read handed on
+    joined as before (docs/scaling.md, "Start-up and memory" and "Memory: session 38")."""
     asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
 
 

@@ -31,12 +31,10 @@ import functools
 import operator
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import pydantic
-
-from capmaas.maas import models
 
 __all__ = ["ACROSS_ANSWERS", "MAX_COMMON", "MAX_SHARED", "WITHIN_ANSWER", "compact"]
 
@@ -45,14 +43,27 @@ MAX_SHARED = 1024
 #: Distinct models of :data:`ACROSS_ANSWERS` kept for sharing (a MAAS has a few zones and pools, and a VLAN
 #: and a subnet per network).
 MAX_COMMON = 1024
-#: Models shared when equal within one answer's model (the disks a machine lists up to three times).
-WITHIN_ANSWER: frozenset[type[pydantic.BaseModel]] = frozenset(
-    {models.Filesystem, models.Partition, models.BlockDevice}
-)
+#: Models shared when equal within one answer's model (the disks a machine lists up to three times); filled
+#: by :func:`share` (capmaas.maas.models names them).
+WITHIN_ANSWER: set[type[pydantic.BaseModel]] = set()
 #: Models shared when equal across answers too (what every machine of one MAAS repeats).
-ACROSS_ANSWERS: frozenset[type[pydantic.BaseModel]] = frozenset(
-    {models.Zone, models.ResourcePool, models.PodRef, models.VlanRef, models.Subnet}
-)
+ACROSS_ANSWERS: set[type[pydantic.BaseModel]] = set()
+#: Models compacted as each is validated (:func:`at_validation`), which :func:`compact` then leaves alone.
+AT_VALIDATION: set[type[pydantic.BaseModel]] = set()
+
+
+def share(
+    *,
+    within: Iterable[type[pydantic.BaseModel]] = (),
+    across: Iterable[type[pydantic.BaseModel]] = (),
+    at_validation: Iterable[type[pydantic.BaseModel]] = (),
+) -> None:
+    """Name the models shared within an answer, across answers, and those compacted as each is validated
+    (before any of them is compacted: each class's plan is made once)."""
+    WITHIN_ANSWER.update(within)
+    ACROSS_ANSWERS.update(across)
+    AT_VALIDATION.update(at_validation)
+
 
 ModelT = TypeVar("ModelT", bound=pydantic.BaseModel)
 
@@ -120,7 +131,17 @@ def _plain(annotation: object) -> bool:
 
 def compact(model: ModelT) -> ModelT:
     """``model`` (and every model nested in it), each sharing its field-name set with earlier answers and
-    holding one object for equal sub-models (see the module docstring)."""
+    holding one object for equal sub-models (see the module docstring); a model of :data:`AT_VALIDATION`
+    was compacted already."""
+    if type(model) in AT_VALIDATION:
+        return model
+    return _compact(model, {})
+
+
+def at_validation(model: ModelT) -> ModelT:
+    """:func:`compact` for a model of :data:`AT_VALIDATION`, from its own after-validator: each machine of a
+    listing is compacted as soon as it is validated, so the listing never holds every machine's own sets
+    and copies at once (a list answer of 200 machines: several MB more at that moment)."""
     return _compact(model, {})
 
 

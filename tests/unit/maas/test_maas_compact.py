@@ -4,6 +4,8 @@ whatever a MAAS answers."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pydantic
 import pytest
@@ -199,3 +201,24 @@ def test_the_table_of_shared_models_is_bounded(monkeypatch: pytest.MonkeyPatch) 
     late = [_compact.compact(Zone.model_validate({"id": 40, "name": "z40"})) for _ in range(2)]
     assert late[0] == late[1]
     assert late[0] is not late[1]
+
+
+def test_each_machine_is_compacted_as_it_is_validated() -> None:
+    """The machines of a listing are compacted one by one as pydantic validates them (their after-validator),
+    so the listing never holds every machine's own sets and disk copies at once; the client's own pass then
+    leaves them as they are."""
+    disk = {"id": 1, "name": "sda", "size": 10, "partitions": [{"id": 2, "size": 5}]}
+    one = {
+        "system_id": "x",
+        "hostname": "h",
+        "status": 4,
+        "zone": {"id": 1, "name": "z"},
+        "boot_disk": disk,
+        "blockdevice_set": [disk],
+    }
+    listed = pydantic.TypeAdapter(list[Machine]).validate_json(json.dumps([one, {**one, "system_id": "y"}]))
+    for m in listed:
+        assert m.boot_disk is m.blockdevice_set[0]
+        assert _compact.compact(m) is m
+    assert listed[0].zone is listed[1].zone
+    assert listed[0].__pydantic_fields_set__ is listed[1].__pydantic_fields_set__

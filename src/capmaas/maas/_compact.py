@@ -141,7 +141,7 @@ def compact(model: ModelT) -> ModelT:
 def at_validation(model: ModelT) -> ModelT:
     """:func:`compact` for a model of :data:`AT_VALIDATION`, from its own after-validator: each machine of a
     listing is compacted as soon as it is validated, so the listing never holds every machine's own sets
-    and copies at once (a list answer of 200 machines: several MB more at that moment)."""
+    and copies at once (docs/scaling.md, "Memory: session 38")."""
     return _compact(model, {})
 
 

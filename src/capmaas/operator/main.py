@@ -141,7 +141,7 @@ def _large_blocks_mapped() -> bool:
     raises the threshold to the size of each such block freed (up to 32 MiB), so the large answers the
     operator reads (a MAAS listing of the machines in flight, a Kubernetes listing: megabytes each) soon
     come from the heap, where what they leave free stays resident between what was allocated meanwhile (a
-    share of the peak: docs/scaling.md, "Memory: glibc's mmap threshold"). Returns whether it was set: not
+    share of the peak: docs/scaling.md, "Memory: session 38"). Returns whether it was set: not
     when the variable sets it already, nor on a C library without ``mallopt``."""
     if "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return False

@@ -10,6 +10,8 @@ import sys
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 from capmaas_dev.bench import memtrace
 
 
@@ -46,3 +48,32 @@ def test_a_mark_records_the_process_memory_and_a_snapshot_when_traced(tmp_path: 
     assert (tmp_path / "01.snap").exists()
     assert json.loads((tmp_path / "01.json").read_text())["traced"]["current"] > 0
     assert memtrace.main(["report", str(tmp_path), "--top", "3"]) == 0
+
+
+def test_each_phase_has_its_own_peak(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a mark, the watcher records the highest memory since that mark as ``NN-peak`` (the deletion's
+    burst after the all-Ready mark), even when the whole run's peak was earlier and higher."""
+    (tmp_path / "marks.txt").write_text("before\\nafter\\n")
+    figures = iter([100, 900, 300, 300, 300, 350, 600, 500])  # the start-up's 900 stays the whole run's peak
+    monkeypatch.setattr(memtrace, "PEAK_STEP", 10)
+    monkeypatch.setattr(memtrace, "PEAK_POLL", 0)
+    monkeypatch.setattr(memtrace, "_rss_bytes", lambda: next(figures))
+    recorder = memtrace._Recorder(tmp_path)
+    written: list[str] = []
+    monkeypatch.setattr(recorder, "write", written.append)
+    marks = {2: "00", 4: "01"}  # a mark lands after the 2nd and the 4th reading
+
+    def sleep(_seconds: float) -> None:
+        if (n := len(readings)) in marks:
+            recorder.marks = int(marks[n]) + 1
+            recorder.phase = None
+        readings.append(n)
+
+    readings: list[int] = []
+    monkeypatch.setattr(memtrace.time, "sleep", sleep)
+    with pytest.raises(StopIteration):
+        recorder.watch_peak()
+    assert written == ["peak", "01-peak"]
+    assert memtrace._label("01-peak", ["before", "after"]) == "peak after after"
+    assert memtrace._label("01", ["before", "after"]) == "after"
+    assert memtrace._label("peak", ["before", "after"]) == "peak"

@@ -19,6 +19,8 @@ from typing import Any
 
 import pydantic
 
+from capmaas.maas import _compact
+
 __all__ = [
     "AllocateConstraints",
     "BlockDevice",
@@ -366,6 +368,11 @@ class Machine(_Model):
     description: str = ""
     resource_uri: str = ""
 
+    @pydantic.model_validator(mode="after")
+    def _kept_small(self) -> Machine:
+        """Each machine compacted as soon as it is validated (capmaas.maas._compact)."""
+        return _compact.at_validation(self)
+
 
 class VmHostResources(_Model):
     """``total``/``used``/``available`` of a VM host: cores, memory (MiB), local storage (bytes)."""
@@ -661,3 +668,10 @@ class ComposeRequest(_Request):
 def form_bool(value: bool) -> str:
     """MAAS's boolean form value (formencode ``StringBool`` accepts ``true``/``false``)."""
     return "true" if value else "false"
+
+
+_compact.share(
+    within=(Filesystem, Partition, BlockDevice),
+    across=(Zone, ResourcePool, PodRef, VlanRef, Subnet),
+    at_validation=(Machine,),
+)

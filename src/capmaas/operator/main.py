@@ -116,21 +116,47 @@ def _no_trust_store(self: ssl.SSLContext) -> None:
     """Stands in for :meth:`ssl.SSLContext.set_default_verify_paths` while the fallbacks are built."""
 
 
-#: Bytes of the read buffer of each TLS connection (asyncio's default: 256 KiB).
-TLS_READ_BUFFER = 64 * 1024
+#: Bytes of the read buffer of each TLS connection (asyncio's default: 256 KiB): one TLS record's payload.
+TLS_READ_BUFFER = 16 * 1024
 
 
 def _small_tls_buffers() -> None:
     """Every TLS connection asyncio makes holds a zero-filled read buffer of ``SSLProtocol.max_size`` bytes,
     all of it resident, for as long as the connection lives; the operator keeps about 26 to its apiserver
-    (kopf's watch of each kind and its own requests, plus :data:`~capmaas.operator.app.KUBE_CONNECTIONS`):
-    6.8 MB at the default. A TLS record carries at most 16 KiB, so a 64 KiB buffer still takes several
-    records per read; a large answer (an initial listing) only takes more reads (docs/scaling.md, "Start-up
-    and memory")."""
+    (kopf's watch of each kind and its own requests, plus :data:`~capmaas.operator.app.KUBE_CONNECTIONS`).
+    A TLS record carries at most 16 KiB, so a read of 16 KiB takes about one record; a large answer (an
+    initial listing, a burst of watch events) only takes more reads, each decrypted data of a read handed on
+    joined as before (docs/scaling.md, "Start-up and memory" and "Memory: session 38")."""
     asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
 
 
+#: Bytes from which glibc's malloc serves a block with a mapping of its own (its initial threshold, kept).
+MMAP_THRESHOLD = 128 * 1024
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+
+
+def _large_blocks_mapped() -> bool:
+    """Keep glibc's mmap threshold where it starts, as ``MALLOC_MMAP_THRESHOLD_`` would: a block of 128 KiB
+    or more is then always a mapping of its own, given back to the system when freed. Left alone, glibc
+    raises the threshold to the size of each such block freed (up to 32 MiB), so the large answers the
+    operator reads (a MAAS listing of the machines in flight, a Kubernetes listing: megabytes each) soon
+    come from the heap, where what they leave free stays resident between what was allocated meanwhile (a
+    share of the peak: docs/scaling.md, "Memory: session 38"). Returns whether it was set: not
+    when the variable sets it already, nor on a C library without ``mallopt``."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError):
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+
+
 def run(args: argparse.Namespace) -> int:
+    _large_blocks_mapped()
     _lean_imports()
     _small_tls_buffers()
     from capmaas.operator import jsonbodies

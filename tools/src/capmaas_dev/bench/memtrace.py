@@ -6,8 +6,9 @@
 first import). Each SIGUSR1 writes a *mark* to DIR: ``NN.json`` (VmRSS, ``/proc/self/smaps_rollup``, glibc's
 ``mallinfo2``, pymalloc's arenas) and, when traced, ``NN.snap`` (a tracemalloc snapshot). A thread writes
 ``peak.json``/``peak.snap`` whenever the process's memory (traced memory when traced, else VmRSS) passes its
-last peak by :data:`PEAK_STEP`. The benchmark sends SIGUSR1 before its first create, at all Ready and once
-every machine is released; it names the marks in ``marks.txt`` (one label a line, in order).
+last peak by :data:`PEAK_STEP`, and ``NN-peak.json``/``NN-peak.snap`` likewise for the peak since mark
+``NN`` (each phase's own). The benchmark sends SIGUSR1 before its first create, at all Ready and once every
+machine is released; it names the marks in ``marks.txt`` (one label a line, in order).
 
 ``python -m capmaas_dev.bench.memtrace report DIR [--top N] [--group traceback|lineno|filename]`` prints the
 marks side by side and the largest holders of each snapshot, and what grew from the first mark to each later
@@ -161,6 +162,7 @@ class _Recorder:
     def __init__(self, out: Path) -> None:
         self.out = out
         self.marks = 0
+        self.phase: str | None = None
         self.lock = threading.Lock()
 
     def write(self, name: str) -> None:
@@ -194,17 +196,27 @@ class _Recorder:
     def mark(self, _sig: int, _frame: FrameType | None) -> None:
         name = f"{self.marks:02d}"
         self.marks += 1
+        self.phase = None  # the peak watcher starts this mark's phase (see watch_peak)
         threading.Thread(target=self.write, args=(name,), daemon=True).start()
 
     def watch_peak(self) -> None:
+        """Writes ``peak`` whenever the memory passes its last recorded peak, and ``NN-peak`` whenever it
+        passes the last one recorded since mark ``NN`` (each phase's own peak: the deletion's burst after
+        the all-Ready mark, though lower than the start-up's)."""
         measure = _traced_bytes if tracemalloc.is_tracing() else _rss_bytes
         best = measure()
+        phase_best = 0
         while True:
             time.sleep(PEAK_POLL)
             now = measure()
+            if self.phase is None and self.marks:
+                self.phase, phase_best = f"{self.marks - 1:02d}-peak", now
             if now > best + PEAK_STEP:
                 best = now
                 self.write("peak")
+            if self.phase is not None and now > phase_best + PEAK_STEP:
+                phase_best = now
+                self.write(self.phase)
 
 
 def run(argv: list[str]) -> int:
@@ -233,18 +245,18 @@ def report(argv: list[str]) -> int:
     args = p.parse_args(argv)
     d: Path = args.dir
     labels = (d / "marks.txt").read_text().splitlines() if (d / "marks.txt").exists() else []
-    names = sorted(x.stem for x in d.glob("[0-9][0-9].json")) + (
+    names = sorted(x.stem for x in d.glob("[0-9][0-9]*.json")) + (
         ["peak"] if (d / "peak.json").exists() else []
     )
     buf = io.StringIO()
     for name in names:
         fig = json.loads((d / f"{name}.json").read_text())
-        label = labels[int(name)] if name.isdigit() and int(name) < len(labels) else name
+        label = _label(name, labels)
         proc, mi, pm = fig["proc_kb"], fig["mallinfo2"], fig["pymalloc"]
         traced = fig.get("traced", {}).get("current", 0)
         rss, anon, files = (proc.get(k, 0) / 1024 for k in ("VmRSS", "RssAnon", "RssFile"))
         buf.write(
-            f"{name} {label:>16}: VmRSS {rss:6.1f} MB (anon {anon:.1f}, file {files:.1f}),"
+            f"{name:>7} {label:>22}: VmRSS {rss:6.1f} MB (anon {anon:.1f}, file {files:.1f}),"
             f" threads {proc.get('Threads')}; malloc in use {_mb(mi.get('uordblks', 0))}"
             f" free kept {_mb(mi.get('fordblks', 0))} mmapped {_mb(mi.get('hblkhd', 0))};"
             f" pymalloc arenas {pm.get('arenas allocated current', 0)}"
@@ -264,6 +276,14 @@ def report(argv: list[str]) -> int:
             print(f"=== {name} against {first}: top {args.top} growth")
             _print_stats(snap.compare_to(loaded[first], args.group), args.top, args.frames)
     return 0
+
+
+def _label(name: str, labels: list[str]) -> str:
+    """A mark's label from ``marks.txt``; ``NN-peak`` is the peak after mark ``NN``."""
+    number, _, peak = name.partition("-")
+    if not number.isdigit() or int(number) >= len(labels):
+        return name
+    return f"peak after {labels[int(number)]}" if peak else labels[int(number)]
 
 
 def _print_stats(stats: list[Any], top: int, frames: int) -> None:

@@ -16,7 +16,9 @@ from collections.abc import Generator
 from urllib.parse import quote
 
 import httpx
+from oauthlib import common as oauth_common
 from oauthlib import oauth1
+from oauthlib.oauth1.rfc5849 import utils as oauth_utils
 
 from capmaas.maas import errors
 
@@ -70,25 +72,86 @@ class Credentials:
 
 
 class MaasAuth(httpx.Auth):
-    """Signs each request with an OAuth 1.0a PLAINTEXT ``Authorization`` header, as libmaas does."""
+    """Signs each request with an OAuth 1.0a PLAINTEXT ``Authorization`` header, as libmaas does.
+
+    PLAINTEXT signs neither URL, method nor body, so the header is the same for every request but for its
+    nonce and timestamp. oauthlib makes it once, at construction, with markers in their place; each request
+    gets a copy with a fresh nonce and timestamp (oauthlib's own generators and escaping) put in: the bytes
+    oauthlib's ``Client.sign`` would send, without its per-request parsing and escaping of every parameter.
+    """
 
     def __init__(self, credentials: Credentials) -> None:
         self._credentials = credentials
+        self._template = _template(credentials)
 
     def __repr__(self) -> str:
         return "MaasAuth(<redacted>)"
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        # A new oauthlib Client per request: nonce and timestamp are generated in sign().
-        client = oauth1.Client(
-            self._credentials.consumer_key,
-            client_secret="",
-            resource_owner_key=self._credentials.token_key,
-            resource_owner_secret=self._credentials.token_secret,
-            signature_method=oauth1.SIGNATURE_PLAINTEXT,
-            realm="OAuth",
-        )
-        # PLAINTEXT signs neither URL, method nor body; sign the bare URL so oauthlib never inspects the body.
-        _, headers, _ = client.sign(str(request.url), http_method=request.method)
-        request.headers["Authorization"] = headers["Authorization"]
+        request.headers["Authorization"] = self.header()
         yield request
+
+    def header(self, nonce: str | None = None, timestamp: str | None = None) -> str:
+        """The ``Authorization`` value for one request: a fresh nonce and timestamp unless given (a test
+        compares with oauthlib's own ``Client.sign`` for the same pair)."""
+        nonce = oauth_common.generate_nonce() if nonce is None else nonce
+        timestamp = oauth_common.generate_timestamp() if timestamp is None else timestamp
+        template = self._template
+        if template is None:
+            return _sign(self._credentials, nonce, timestamp)
+        return (
+            f"{template.before}{oauth_utils.escape(nonce)}"
+            f"{template.between}{oauth_utils.escape(timestamp)}{template.after}"
+        )
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class _Template:
+    """The signed header around its nonce and its timestamp; it holds the token secret, so never prints it."""
+
+    before: str
+    between: str
+    after: str
+
+    def __repr__(self) -> str:
+        return "_Template(<redacted>)"
+
+
+#: Stand-ins for the nonce and timestamp in the signed-once header: characters that OAuth escaping leaves as
+#: they are, so each appears in the header exactly as here (unless a key part contains one: then no template).
+_NONCE_MARK = "capmaasNONCEmark"
+_TIMESTAMP_MARK = "capmaasTIMESTAMPmark"
+
+
+def _sign(credentials: Credentials, nonce: str, timestamp: str) -> str:
+    """oauthlib's ``Authorization`` header for one request with this nonce and timestamp."""
+    client = oauth1.Client(
+        credentials.consumer_key,
+        client_secret="",
+        resource_owner_key=credentials.token_key,
+        resource_owner_secret=credentials.token_secret,
+        signature_method=oauth1.SIGNATURE_PLAINTEXT,
+        realm="OAuth",
+        nonce=nonce,
+        timestamp=timestamp,
+    )
+    # PLAINTEXT signs neither URL, method nor body; sign a bare URL so oauthlib never inspects a body.
+    _, headers, _ = client.sign(_ANY_URL, http_method="GET")
+    header: str = headers["Authorization"]
+    return header
+
+
+_ANY_URL = "http://maas.invalid/MAAS/api/2.0/"
+
+
+def _template(credentials: Credentials) -> _Template | None:
+    """The signed header split around the nonce and the timestamp, or None when a marker is not found
+    exactly once, in order (a key part containing one): then every request is signed by oauthlib in full."""
+    header = _sign(credentials, _NONCE_MARK, _TIMESTAMP_MARK)
+    if header.count(_NONCE_MARK) != 1 or header.count(_TIMESTAMP_MARK) != 1:
+        return None
+    before, rest = header.split(_NONCE_MARK)
+    if _TIMESTAMP_MARK not in rest:  # not oauthlib's order (nonce, then timestamp)
+        return None
+    between, after = rest.split(_TIMESTAMP_MARK)
+    return _Template(before, between, after)

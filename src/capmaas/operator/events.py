@@ -69,7 +69,9 @@ LIFECYCLE_REASONS = frozenset({
     "VMAllocated", "VMComposed", "VMDecomposing", "VMDecomposed",
 })  # fmt: skip
 #: Normal Events of one cluster, type and reason within a hold that are still posted one per object
-#: (``logging.events_burst``; client-go's aggregator posts 10 similar Events before it combines them).
+#: (client-go's aggregator posts 10 similar Events before it combines them); the recorder's default. The
+#: operator's is ``logging.events_burst``, 0 (off) unless set (docs/scaling.md, "Kubernetes writes per
+#: machine").
 BURST = 10
 #: Seconds a cluster's Normal Event waits for more of its kind (counted from the last one).
 BURST_HOLD = 2.0

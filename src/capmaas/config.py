@@ -257,13 +257,12 @@ class LoggingSection(BaseModel):
     """Minimum level of Kubernetes Events posted on objects: Normal Events are INFO, Warnings WARNING
     (``WARNING``: no Normal Event, two writes fewer per machine lifecycle; also kopf's ``posting.level``)."""
 
-    events_burst: int = Field(default=0, ge=0)
-    """Normal Events of one reason from more than this many MaasMachines of a cluster within a burst (no
-    two more than 2 s apart) are posted as one Event on its MaasCluster, with their count and a sample of
-    their messages (client-go's EventAggregator, keyed by cluster); up to this many, one Event each, held
-    until the burst ends. 0 (the default): never combined nor held, every Event posted at once. Warnings
-    never are (docs/scaling.md, "Kubernetes writes per machine": 10 takes a fleet's bursts to five writes
-    per machine, but holds every lifecycle Event of a cluster while the cluster is busy)."""
+    events_burst: int = Field(default=10, ge=0)
+    """Normal lifecycle Events of one reason from more than this many MaasMachines of a cluster within a
+    burst (no two more than 2 s apart) are posted as one Event on its MaasCluster, with their count and a
+    sample of their messages (client-go's EventAggregator, keyed by cluster). A burst's first Event is posted
+    at once on its object; up to this many, the others too, once the burst ends. 0: never combined nor held.
+    Warnings never are (docs/scaling.md, "Kubernetes writes per machine")."""
 
 
 class LeaderElectionSection(BaseModel):

@@ -17,10 +17,12 @@ cost one POST and a few PATCHes (docs/scaling.md, "Kubernetes writes per machine
 Normal Events of many machines of one cluster are combined the way client-go's EventAggregator combines
 similar Events (same reason, other messages), keyed by the cluster instead of the object. A lifecycle Event
 (:data:`LIFECYCLE_REASONS`, the ones every machine of a scale-up or scale-down says) on an object with a
-cluster (``group``: a MaasMachine's MaasCluster, else its Cluster) waits until its cluster has said no more
-of that reason for :data:`BURST_HOLD` (at most :data:`BURST_MAX_HOLD`). If no more than ``burst`` machines
-said it in that time, each Event is posted on its object as it would have been; if more, one Event on the
-cluster's object says them all: its ``count`` is how many, its message a sample of theirs (``(combined from
+cluster (``group``: a MaasMachine's MaasCluster, else its Cluster) is posted at once if it is the first of
+its cluster and reason for a while (a burst's first, or a lone machine's); the ones that follow it wait until
+the cluster has said no more of that reason for :data:`BURST_HOLD` (at most :data:`BURST_MAX_HOLD`). If no
+more than ``burst`` machines said it in that time (its first counted), each Event is posted on its object as
+it would have been; if more, one Event on the cluster's object says the held ones: its ``count`` is how
+many, its message a sample of theirs (``(combined from
 similar events)``, as client-go words it), and any later burst within :data:`SERIES_WINDOW` of it, however
 small, adds to that count. A scale-up of a few machines keeps one Event per machine; a thousand machines
 deploying at once cost one Event instead of a thousand. Warnings are never combined: each reaches its
@@ -69,9 +71,7 @@ LIFECYCLE_REASONS = frozenset({
     "VMAllocated", "VMComposed", "VMDecomposing", "VMDecomposed",
 })  # fmt: skip
 #: Normal Events of one cluster, type and reason within a hold that are still posted one per object
-#: (client-go's aggregator posts 10 similar Events before it combines them); the recorder's default. The
-#: operator's is ``logging.events_burst``, 0 (off) unless set (docs/scaling.md, "Kubernetes writes per
-#: machine").
+#: (``logging.events_burst``; client-go's aggregator posts 10 similar Events before it combines them).
 BURST = 10
 #: Seconds a cluster's Normal Event waits for more of its kind (counted from the last one).
 BURST_HOLD = 2.0
@@ -151,6 +151,8 @@ class _Burst:
     #: Occurrences, and of them the ones that are not a held Event again.
     count: int = 0
     distinct: int = 0
+    #: Events of the burst already posted on their objects: its first, at once.
+    posted: int = 0
     #: Set to post the burst now (evicted from the bounded table).
     due: asyncio.Event = field(default_factory=asyncio.Event)
     #: When the first of them was said (the combined Event's ``firstTimestamp``).
@@ -306,6 +308,10 @@ class EventRecorder:
                 _, oldest = self._bursts.popitem(last=False)
                 oldest.due.set()
             self._start(self._release(burst), f"capmaas event burst {reason}")
+            if not self._combining(key, now):  # the first of a burst is posted at once, on its object
+                burst.posted = 1
+                self._post(obj, type, reason, message, now)
+                return
         burst.count += 1
         burst.last = now
         for held in burst.held:
@@ -329,16 +335,23 @@ class EventRecorder:
             del self._bursts[burst.key]
         self._post_burst(burst)
 
+    def _combining(self, key: BurstKey, now: float) -> bool:
+        """Whether the group's Events of this type and reason go on its combined Event (one was posted or
+        counted within the window)."""
+        combined = self._series.get((*key, COMBINED))
+        return combined is not None and now - combined.seen <= self._window
+
     def _post_burst(self, burst: _Burst) -> None:
         """Each held Event on its object; or one on the group's object for them all: more than ``burst``,
         or any number after such a burst within the window."""
         _, type_, reason = burst.key
+        if not burst.count:  # its first alone, posted already
+            return
         now = self._clock()
         # Keyed by the marker, not the message: a later burst of the group within the window, however
         # small, adds its count to the combined Event (as client-go's aggregator does once over the limit).
         key = (object_id(burst.group), type_, reason, COMBINED)
-        combined = self._series.get(key)
-        if burst.distinct <= self._burst and (combined is None or now - combined.seen > self._window):
+        if burst.posted + burst.distinct <= self._burst and not self._combining(burst.key, now):
             for held in burst.held:
                 self._post(held.obj, type_, reason, held.message, now, count=held.count)
             return

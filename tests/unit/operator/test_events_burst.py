@@ -113,23 +113,28 @@ async def test_a_burst_of_a_clusters_machines_is_one_event_on_its_maascluster(
     for i in range(25):
         rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
     await asyncio.sleep(HOLD * 3)  # the cluster is quiet: the burst is posted without a shutdown
-    assert len(server.events) == 1
-    (e,) = server.events
+    assert len(server.events) == 2
+    first, e = server.events  # the burst's first, posted at once on its machine; then the rest in one
+    assert (first["involvedObject"]["name"], first["message"], first.get("count")) == (
+        "c1-m0",
+        deploying(0),
+        None,
+    )
     assert (e["involvedObject"]["kind"], e["involvedObject"]["name"]) == ("MaasCluster", "c1-maas")
     assert e["involvedObject"]["uid"] == "u-c1-maas"
-    assert (e["type"], e["reason"], e["count"]) == ("Normal", "MachineDeploying", 25)
+    assert (e["type"], e["reason"], e["count"]) == ("Normal", "MachineDeploying", 24)
     assert e["firstTimestamp"] < e["lastTimestamp"]  # from the first of them to the post
-    assert e["message"].startswith(f"{COMBINED}: c1-m0: {deploying(0)}; c1-m1: ")
-    assert e["message"].endswith(f"; and {25 - events.BURST_SAMPLE} more")
+    assert e["message"].startswith(f"{COMBINED}: c1-m1: {deploying(1)}; c1-m2: ")
+    assert e["message"].endswith(f"; and {24 - events.BURST_SAMPLE} more")
     assert len(e["message"]) <= events.MAX_MESSAGE
-    assert rec.combined == 25
-    assert "25 Normal MachineDeploying Events of MaasCluster ns/c1-maas combined into one" in caplog.text
+    assert rec.combined == 24
+    assert "24 Normal MachineDeploying Events of MaasCluster ns/c1-maas combined into one" in caplog.text
     await rec.drain()
-    assert len(server.events) == 1
+    assert len(server.events) == 2
     assert server.patches == []
 
 
-async def test_through_the_adapter_a_burst_costs_one_post(api: tuple[Apiserver, KubeHttp]) -> None:
+async def test_through_the_adapter_a_burst_costs_two_posts(api: tuple[Apiserver, KubeHttp]) -> None:
     """The operator's wiring: KubeAdapter finds the group in its watch caches (``logging.events_burst``)."""
     server, http = api
     s = store(machines=20)
@@ -139,7 +144,10 @@ async def test_through_the_adapter_a_burst_costs_one_post(api: tuple[Apiserver, 
             s.find("maasmachines", "ns", f"c1-m{i}") or {}, "Normal", "MachineReleased", f"s{i} released"
         )
     await kube.events.drain()
-    assert [(e["involvedObject"]["name"], e.get("count")) for e in server.events] == [("c1-maas", 20)]
+    assert [(e["involvedObject"]["name"], e.get("count")) for e in server.events] == [
+        ("c1-m0", None),
+        ("c1-maas", 19),
+    ]
 
 
 async def test_up_to_burst_each_machine_keeps_its_own_event(api: tuple[Apiserver, KubeHttp]) -> None:
@@ -205,13 +213,15 @@ async def test_clusters_reasons_and_machines_without_a_cluster_are_apart(
         (e["involvedObject"]["name"], e["reason"], e["count"]) for e in server.events if "count" in e
     )
     assert combined == [
-        ("c1-maas", "MachineDeploying", 5),
-        ("c1-maas", "MachineReleased", 5),
-        ("c2-maas", "MachineDeploying", 5),
+        ("c1-maas", "MachineDeploying", 4),
+        ("c1-maas", "MachineReleased", 4),
+        ("c2-maas", "MachineDeploying", 4),
     ]
-    assert sorted(e["involvedObject"]["name"] for e in server.events if "count" not in e) == [
-        f"lone-{i}" for i in range(5)
-    ]
+    assert sorted((e["involvedObject"]["name"], e["reason"]) for e in server.events if "count" not in e) == [
+        ("c1-m0", "MachineDeploying"),
+        ("c1-m0", "MachineReleased"),
+        ("c2-m0", "MachineDeploying"),
+    ] + [(f"lone-{i}", "MachineDeploying") for i in range(5)]
 
 
 async def test_a_later_burst_adds_to_the_combined_events_count(api: tuple[Apiserver, KubeHttp]) -> None:
@@ -223,11 +233,15 @@ async def test_a_later_burst_adds_to_the_combined_events_count(api: tuple[Apiser
     for i in range(5, 12):
         rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
     await asyncio.sleep(HOLD * 3)
-    assert len(server.events) == 1
+    # c1-m0 at once; c1-m1..4 combined (e1); the later burst, its first included, counted on e1
+    assert [(e["involvedObject"]["name"], e.get("count")) for e in server.events] == [
+        ("c1-m0", None),
+        ("c1-maas", 4),
+    ]
     assert server.patches == []  # the count waits for the series flush
     await rec.drain()  # ... or the shutdown
-    assert len(server.events) == 1
-    assert [(name, body["count"]) for name, body in server.patches] == [("e0", 12)]
+    assert len(server.events) == 2
+    assert [(name, body["count"]) for name, body in server.patches] == [("e1", 11)]
 
 
 async def test_after_a_combined_burst_even_a_few_are_counted_on_it(api: tuple[Apiserver, KubeHttp]) -> None:
@@ -240,8 +254,11 @@ async def test_after_a_combined_burst_even_a_few_are_counted_on_it(api: tuple[Ap
     await asyncio.sleep(HOLD * 3)
     rec.post(machine("c1-m5"), "Normal", "MachineDeploying", deploying(5))
     await rec.drain()
-    assert [(e["involvedObject"]["name"], e["count"]) for e in server.events] == [("c1-maas", 5)]
-    assert [(name, body["count"]) for name, body in server.patches] == [("e0", 6)]
+    assert [(e["involvedObject"]["name"], e.get("count")) for e in server.events] == [
+        ("c1-m0", None),  # the first of the burst, at once
+        ("c1-maas", 4),
+    ]
+    assert [(name, body["count"]) for name, body in server.patches] == [("e1", 5)]
 
 
 async def test_held_events_are_posted_at_shutdown(api: tuple[Apiserver, KubeHttp]) -> None:
@@ -251,11 +268,16 @@ async def test_held_events_are_posted_at_shutdown(api: tuple[Apiserver, KubeHttp
     for i in range(1, 13):
         rec.post(machine(f"c1-m{i}"), "Normal", "MachineReleased", f"s{i} released")
     await asyncio.sleep(0.05)
-    assert server.events == []
+    # Each reason's first is posted at once; the eleven MachineReleased after c1-m1's are held.
+    assert sorted((e["involvedObject"]["name"], e["reason"]) for e in server.events) == [
+        ("c1-m0", "MachineDeploying"),
+        ("c1-m1", "MachineReleased"),
+    ]
     await rec.drain()
     assert sorted((e["involvedObject"]["name"], e["reason"], e.get("count")) for e in server.events) == [
         ("c1-m0", "MachineDeploying", None),
-        ("c1-maas", "MachineReleased", 12),
+        ("c1-m1", "MachineReleased", None),
+        ("c1-maas", "MachineReleased", 11),
     ]
 
 
@@ -268,11 +290,19 @@ async def test_the_bursts_held_are_bounded(
     rec = recorder(http, store(), burst=10, burst_hold=3600.0)
     reasons = ["MachineDeploying", "MachineReleased", "NodeProviderIDSet"]
     for reason in reasons:
-        rec.post(machine("c1-m0"), "Normal", reason, "m")
+        rec.post(machine("c1-m0"), "Normal", reason, "m")  # each reason's first: posted at once
+        rec.post(machine("c1-m1"), "Normal", reason, "m")  # held
     await asyncio.sleep(0.05)
-    assert [e["reason"] for e in server.events] == reasons[:1]
+    assert sorted((e["involvedObject"]["name"], e["reason"]) for e in server.events) == sorted([
+        ("c1-m0", reasons[0]),
+        ("c1-m0", reasons[1]),
+        ("c1-m1", reasons[0]),  # its burst evicted by the third: posted now, not held
+        ("c1-m0", reasons[2]),
+    ])  # fmt: skip
     await rec.drain()
-    assert sorted(e["reason"] for e in server.events) == reasons
+    assert sorted((e["involvedObject"]["name"], e["reason"]) for e in server.events) == sorted(
+        (m, r) for m in ("c1-m0", "c1-m1") for r in reasons
+    )
 
 
 async def test_a_machine_repeating_itself_is_its_own_series_not_a_burst(
@@ -283,8 +313,10 @@ async def test_a_machine_repeating_itself_is_its_own_series_not_a_burst(
     for _ in range(8):
         rec.post(machine("c1-m0"), "Normal", "NodeProviderIDSet", "Node m0 providerID=maas://az1/s0")
     await rec.drain()
-    assert [(e["involvedObject"]["name"], e.get("count")) for e in server.events] == [("c1-m0", 8)]
-    assert server.patches == []
+    # Posted at once (a burst's first), then its repeats are its own series' count, never a combined Event.
+    assert [(e["involvedObject"]["name"], e.get("count")) for e in server.events] == [("c1-m0", None)]
+    assert rec.combined == 0
+    assert [body["count"] for _, body in server.patches][-1] == 8
 
 
 def test_the_group_is_the_maascluster_else_the_cluster_else_none() -> None:
@@ -295,3 +327,24 @@ def test_the_group_is_the_maascluster_else_the_cluster_else_none() -> None:
     assert cluster_object(s.find, machine("x", "c9")) is None  # no such Cluster in the cache
     assert cluster_object(s.find, machine("x", None)) is None  # no cluster label
     assert cluster_object(s.find, {**machine("x"), "kind": "MaasCluster"}) is None
+
+
+async def test_a_lone_machines_lifecycle_event_is_posted_at_once(api: tuple[Apiserver, KubeHttp]) -> None:
+    """A burst's first Event is never held: a machine deploying on its own (a scale-up by one, a replacement)
+    has its Event on its object at once, not when the cluster has been quiet for the hold (the hold is an hour
+    here). The next one of its cluster within the hold is held."""
+    server, http = api
+    rec = recorder(http, store(), burst=10, burst_hold=3600.0)
+    rec.post(machine("c1-m0"), "Normal", "MachineDeploying", deploying(0))
+    for _ in range(100):
+        if server.events:
+            break
+        await asyncio.sleep(0.01)
+    assert [(e["involvedObject"]["name"], e["reason"]) for e in server.events] == [
+        ("c1-m0", "MachineDeploying")
+    ]
+    rec.post(machine("c1-m1"), "Normal", "MachineDeploying", deploying(1))
+    await asyncio.sleep(0.1)
+    assert len(server.events) == 1  # held: more may come
+    await rec.drain()
+    assert sorted(e["involvedObject"]["name"] for e in server.events) == ["c1-m0", "c1-m1"]

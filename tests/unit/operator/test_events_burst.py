@@ -14,6 +14,7 @@ from typing import Any
 import kubernetes
 import pytest
 from aiohttp import web
+from fake_apiserver import Serve
 
 from capmaas.operator import events
 from capmaas.operator.events import COMBINED, EventRecorder, cluster_object
@@ -44,21 +45,17 @@ class Apiserver:
 
 
 @pytest.fixture
-async def api() -> AsyncIterator[tuple[Apiserver, KubeHttp]]:
+async def api(loopback: Serve) -> AsyncIterator[tuple[Apiserver, KubeHttp]]:
     server = Apiserver()
-    app = web.Application()
-    app.router.add_post("/api/v1/namespaces/{ns}/events", server.post)
-    app.router.add_patch("/api/v1/namespaces/{ns}/events/{name}", server.patch)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    http = KubeHttp(kubernetes.client.Configuration(host=f"http://127.0.0.1:{runner.addresses[0][1]}"))
+    url = await loopback([
+        web.post("/api/v1/namespaces/{ns}/events", server.post),
+        web.patch("/api/v1/namespaces/{ns}/events/{name}", server.patch),
+    ])  # fmt: skip
+    http = KubeHttp(kubernetes.client.Configuration(host=url))
     try:
         yield server, http
     finally:
         await http.aclose()
-        await runner.cleanup()
 
 
 def store(cluster: str = "c1", machines: int = 30) -> Store:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator
 from typing import Any
 
 import kubernetes
 import pytest
 from aiohttp import web
+from fake_apiserver import Serve
 
 from capmaas.operator.kube import KubeAdapter, Store
 from capmaas.operator.kubehttp import KubeHttp
@@ -45,21 +45,14 @@ class Apiserver:
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[tuple[Apiserver, str]]:
+async def server(loopback: Serve) -> tuple[Apiserver, str]:
     api = Apiserver()
-    app = web.Application()
-    app.router.add_get("/api/v1/namespaces/{ns}/secrets/{name}", api.secret)
-    app.router.add_patch("/apis/{group}/{version}/namespaces/{ns}/maasmachines/{name}", api.patch)
-    app.router.add_patch("/apis/{group}/{version}/namespaces/{ns}/maasmachines/{name}/status", api.patch)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield api, f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    url = await loopback([
+        web.get("/api/v1/namespaces/{ns}/secrets/{name}", api.secret),
+        web.patch("/apis/{group}/{version}/namespaces/{ns}/maasmachines/{name}", api.patch),
+        web.patch("/apis/{group}/{version}/namespaces/{ns}/maasmachines/{name}/status", api.patch),
+    ])  # fmt: skip
+    return api, url
 
 
 def adapter(url: str, connections: int) -> KubeAdapter:

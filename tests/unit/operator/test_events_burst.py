@@ -101,14 +101,19 @@ def deploying(i: int) -> str:
     return f"allocated s{i} in zone az{i % 3}; deploying s{i} with cloud-config user data"
 
 
+def scale_up(rec: EventRecorder, machines: range) -> None:
+    """Each of c1's ``machines`` posts its MachineDeploying, one after another as a scale-up's passes do."""
+    for i in machines:
+        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+
+
 async def test_a_burst_of_a_clusters_machines_is_one_event_on_its_maascluster(
     api: tuple[Apiserver, KubeHttp], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="capmaas.operator.events")
     server, http = api
     rec = recorder(http, store(), burst=10)
-    for i in range(25):
-        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+    scale_up(rec, range(25))
     await asyncio.sleep(HOLD * 3)  # the cluster is quiet: the burst is posted without a shutdown
     assert len(server.events) == 2
     first, e = server.events  # the burst's first, posted at once on its machine; then the rest in one
@@ -150,8 +155,7 @@ async def test_through_the_adapter_a_burst_costs_two_posts(api: tuple[Apiserver,
 async def test_up_to_burst_each_machine_keeps_its_own_event(api: tuple[Apiserver, KubeHttp]) -> None:
     server, http = api
     rec = recorder(http, store(), burst=10)
-    for i in range(10):
-        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+    scale_up(rec, range(10))
     await asyncio.sleep(HOLD * 3)
     assert sorted(e["involvedObject"]["name"] for e in server.events) == sorted(f"c1-m{i}" for i in range(10))
     assert all(e["message"] == deploying(int(e["involvedObject"]["name"][4:])) for e in server.events)
@@ -184,8 +188,7 @@ async def test_other_normal_events_are_posted_at_once(api: tuple[Apiserver, Kube
 async def test_zero_never_combines(api: tuple[Apiserver, KubeHttp], burst: int) -> None:
     server, http = api
     rec = recorder(http, store(), burst=burst)
-    for i in range(15):
-        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+    scale_up(rec, range(15))
     assert len(server.events) + len(rec._pending) >= 15  # not held: posted at once
     await rec.drain()
     assert len(server.events) == 15
@@ -224,11 +227,9 @@ async def test_clusters_reasons_and_machines_without_a_cluster_are_apart(
 async def test_a_later_burst_adds_to_the_combined_events_count(api: tuple[Apiserver, KubeHttp]) -> None:
     server, http = api
     rec = recorder(http, store(), burst=3)
-    for i in range(5):
-        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+    scale_up(rec, range(5))
     await asyncio.sleep(HOLD * 3)
-    for i in range(5, 12):
-        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+    scale_up(rec, range(5, 12))
     await asyncio.sleep(HOLD * 3)
     # c1-m0 at once; c1-m1..4 combined (e1); the later burst, its first included, counted on e1
     assert [(e["involvedObject"]["name"], e.get("count")) for e in server.events] == [
@@ -246,8 +247,7 @@ async def test_after_a_combined_burst_even_a_few_are_counted_on_it(api: tuple[Ap
     the combined one."""
     server, http = api
     rec = recorder(http, store(), burst=3)
-    for i in range(5):
-        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+    scale_up(rec, range(5))
     await asyncio.sleep(HOLD * 3)
     rec.post(machine("c1-m5"), "Normal", "MachineDeploying", deploying(5))
     await rec.drain()

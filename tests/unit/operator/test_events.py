@@ -29,6 +29,12 @@ class Apiserver:
         self.queries: list[str] = []
         self.status = 201
 
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/api/v1/namespaces/{ns}/events", self.event),
+            web.patch("/apis/{group}/{version}/namespaces/{ns}/maasmachines/{name}", self.patch),
+        ]
+
     async def event(self, request: web.Request) -> web.Response:
         if request.content_type != "application/json":  # what the apiserver answers (415) to anything else
             return web.json_response({"message": "unsupported media type"}, status=415)
@@ -43,11 +49,7 @@ class Apiserver:
 @pytest.fixture
 async def server(loopback: Serve) -> tuple[Apiserver, str]:
     api = Apiserver()
-    url = await loopback([
-        web.post("/api/v1/namespaces/{ns}/events", api.event),
-        web.patch("/apis/{group}/{version}/namespaces/{ns}/maasmachines/{name}", api.patch),
-    ])  # fmt: skip
-    return api, url
+    return api, await loopback(api.routes())
 
 
 def http(url: str, **kwargs: Any) -> KubeHttp:

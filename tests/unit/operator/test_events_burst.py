@@ -31,6 +31,12 @@ class Apiserver:
         self.patches: list[tuple[str, dict[str, Any]]] = []
         self._names = itertools.count()
 
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/api/v1/namespaces/{ns}/events", self.post),
+            web.patch("/api/v1/namespaces/{ns}/events/{name}", self.patch),
+        ]
+
     async def post(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.events.append(body)
@@ -47,11 +53,7 @@ class Apiserver:
 @pytest.fixture
 async def api(loopback: Serve) -> AsyncIterator[tuple[Apiserver, KubeHttp]]:
     server = Apiserver()
-    url = await loopback([
-        web.post("/api/v1/namespaces/{ns}/events", server.post),
-        web.patch("/api/v1/namespaces/{ns}/events/{name}", server.patch),
-    ])  # fmt: skip
-    http = KubeHttp(kubernetes.client.Configuration(host=url))
+    http = KubeHttp(kubernetes.client.Configuration(host=await loopback(server.routes())))
     try:
         yield server, http
     finally:

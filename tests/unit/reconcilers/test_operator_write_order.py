@@ -29,6 +29,13 @@ class Apiserver:
         self.gate.set()
         self.arrived = asyncio.Event()  # set by the first request to reach the server
 
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/api/v1/namespaces/{ns}/secrets/{name}", self.secret),
+            web.patch("/apis/{group}/{version}/namespaces/{ns}/maasmachines/{name}", self.patch),
+            web.patch("/apis/{group}/{version}/namespaces/{ns}/maasmachines/{name}/status", self.patch),
+        ]
+
     async def secret(self, request: web.Request) -> web.Response:
         self.seen.append("GET " + request.match_info["name"])
         self.arrived.set()
@@ -47,12 +54,7 @@ class Apiserver:
 @pytest.fixture
 async def server(loopback: Serve) -> tuple[Apiserver, str]:
     api = Apiserver()
-    url = await loopback([
-        web.get("/api/v1/namespaces/{ns}/secrets/{name}", api.secret),
-        web.patch("/apis/{group}/{version}/namespaces/{ns}/maasmachines/{name}", api.patch),
-        web.patch("/apis/{group}/{version}/namespaces/{ns}/maasmachines/{name}/status", api.patch),
-    ])  # fmt: skip
-    return api, url
+    return api, await loopback(api.routes())
 
 
 def adapter(url: str, connections: int) -> KubeAdapter:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import kubernetes
 import pytest
 from aiohttp import web
+from fake_apiserver import Serve
 
 from capmaas.operator.events import MAX_MESSAGE, EventRecorder
 from capmaas.operator.kube import KubeAdapter, Store
@@ -29,6 +29,12 @@ class Apiserver:
         self.queries: list[str] = []
         self.status = 201
 
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/api/v1/namespaces/{ns}/events", self.event),
+            web.patch("/apis/{group}/{version}/namespaces/{ns}/maasmachines/{name}", self.patch),
+        ]
+
     async def event(self, request: web.Request) -> web.Response:
         if request.content_type != "application/json":  # what the apiserver answers (415) to anything else
             return web.json_response({"message": "unsupported media type"}, status=415)
@@ -41,19 +47,9 @@ class Apiserver:
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[tuple[Apiserver, str]]:
+async def server(loopback: Serve) -> tuple[Apiserver, str]:
     api = Apiserver()
-    app = web.Application()
-    app.router.add_post("/api/v1/namespaces/{ns}/events", api.event)
-    app.router.add_patch("/apis/{group}/{version}/namespaces/{ns}/maasmachines/{name}", api.patch)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield api, f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    return api, await loopback(api.routes())
 
 
 def http(url: str, **kwargs: Any) -> KubeHttp:

@@ -14,6 +14,7 @@ from typing import Any
 import kubernetes
 import pytest
 from aiohttp import web
+from fake_apiserver import Serve
 
 from capmaas.operator import events
 from capmaas.operator.events import COMBINED, EventRecorder, cluster_object
@@ -30,6 +31,12 @@ class Apiserver:
         self.patches: list[tuple[str, dict[str, Any]]] = []
         self._names = itertools.count()
 
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/api/v1/namespaces/{ns}/events", self.post),
+            web.patch("/api/v1/namespaces/{ns}/events/{name}", self.patch),
+        ]
+
     async def post(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.events.append(body)
@@ -44,21 +51,13 @@ class Apiserver:
 
 
 @pytest.fixture
-async def api() -> AsyncIterator[tuple[Apiserver, KubeHttp]]:
+async def api(loopback: Serve) -> AsyncIterator[tuple[Apiserver, KubeHttp]]:
     server = Apiserver()
-    app = web.Application()
-    app.router.add_post("/api/v1/namespaces/{ns}/events", server.post)
-    app.router.add_patch("/api/v1/namespaces/{ns}/events/{name}", server.patch)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    http = KubeHttp(kubernetes.client.Configuration(host=f"http://127.0.0.1:{runner.addresses[0][1]}"))
+    http = KubeHttp(kubernetes.client.Configuration(host=await loopback(server.routes())))
     try:
         yield server, http
     finally:
         await http.aclose()
-        await runner.cleanup()
 
 
 def store(cluster: str = "c1", machines: int = 30) -> Store:
@@ -104,14 +103,19 @@ def deploying(i: int) -> str:
     return f"allocated s{i} in zone az{i % 3}; deploying s{i} with cloud-config user data"
 
 
+def scale_up(rec: EventRecorder, machines: range) -> None:
+    """Each of c1's ``machines`` posts its MachineDeploying, one after another as a scale-up's passes do."""
+    for i in machines:
+        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+
+
 async def test_a_burst_of_a_clusters_machines_is_one_event_on_its_maascluster(
     api: tuple[Apiserver, KubeHttp], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="capmaas.operator.events")
     server, http = api
     rec = recorder(http, store(), burst=10)
-    for i in range(25):
-        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+    scale_up(rec, range(25))
     await asyncio.sleep(HOLD * 3)  # the cluster is quiet: the burst is posted without a shutdown
     assert len(server.events) == 2
     first, e = server.events  # the burst's first, posted at once on its machine; then the rest in one
@@ -153,8 +157,7 @@ async def test_through_the_adapter_a_burst_costs_two_posts(api: tuple[Apiserver,
 async def test_up_to_burst_each_machine_keeps_its_own_event(api: tuple[Apiserver, KubeHttp]) -> None:
     server, http = api
     rec = recorder(http, store(), burst=10)
-    for i in range(10):
-        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+    scale_up(rec, range(10))
     await asyncio.sleep(HOLD * 3)
     assert sorted(e["involvedObject"]["name"] for e in server.events) == sorted(f"c1-m{i}" for i in range(10))
     assert all(e["message"] == deploying(int(e["involvedObject"]["name"][4:])) for e in server.events)
@@ -187,8 +190,7 @@ async def test_other_normal_events_are_posted_at_once(api: tuple[Apiserver, Kube
 async def test_zero_never_combines(api: tuple[Apiserver, KubeHttp], burst: int) -> None:
     server, http = api
     rec = recorder(http, store(), burst=burst)
-    for i in range(15):
-        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+    scale_up(rec, range(15))
     assert len(server.events) + len(rec._pending) >= 15  # not held: posted at once
     await rec.drain()
     assert len(server.events) == 15
@@ -227,11 +229,9 @@ async def test_clusters_reasons_and_machines_without_a_cluster_are_apart(
 async def test_a_later_burst_adds_to_the_combined_events_count(api: tuple[Apiserver, KubeHttp]) -> None:
     server, http = api
     rec = recorder(http, store(), burst=3)
-    for i in range(5):
-        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+    scale_up(rec, range(5))
     await asyncio.sleep(HOLD * 3)
-    for i in range(5, 12):
-        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+    scale_up(rec, range(5, 12))
     await asyncio.sleep(HOLD * 3)
     # c1-m0 at once; c1-m1..4 combined (e1); the later burst, its first included, counted on e1
     assert [(e["involvedObject"]["name"], e.get("count")) for e in server.events] == [
@@ -249,8 +249,7 @@ async def test_after_a_combined_burst_even_a_few_are_counted_on_it(api: tuple[Ap
     the combined one."""
     server, http = api
     rec = recorder(http, store(), burst=3)
-    for i in range(5):
-        rec.post(machine(f"c1-m{i}"), "Normal", "MachineDeploying", deploying(i))
+    scale_up(rec, range(5))
     await asyncio.sleep(HOLD * 3)
     rec.post(machine("c1-m5"), "Normal", "MachineDeploying", deploying(5))
     await rec.drain()

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator
 from typing import Any
 
 import kubernetes
 import pytest
 from aiohttp import web
+from fake_apiserver import Serve
 
 from capmaas.operator.kube import KubeAdapter, Store
 from capmaas.operator.kubehttp import KubeHttp
@@ -29,6 +29,13 @@ class Apiserver:
         self.gate.set()
         self.arrived = asyncio.Event()  # set by the first request to reach the server
 
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/api/v1/namespaces/{ns}/secrets/{name}", self.secret),
+            web.patch("/apis/{group}/{version}/namespaces/{ns}/maasmachines/{name}", self.patch),
+            web.patch("/apis/{group}/{version}/namespaces/{ns}/maasmachines/{name}/status", self.patch),
+        ]
+
     async def secret(self, request: web.Request) -> web.Response:
         self.seen.append("GET " + request.match_info["name"])
         self.arrived.set()
@@ -45,21 +52,9 @@ class Apiserver:
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[tuple[Apiserver, str]]:
+async def server(loopback: Serve) -> tuple[Apiserver, str]:
     api = Apiserver()
-    app = web.Application()
-    app.router.add_get("/api/v1/namespaces/{ns}/secrets/{name}", api.secret)
-    app.router.add_patch("/apis/{group}/{version}/namespaces/{ns}/maasmachines/{name}", api.patch)
-    app.router.add_patch("/apis/{group}/{version}/namespaces/{ns}/maasmachines/{name}/status", api.patch)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield api, f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    return api, await loopback(api.routes())
 
 
 def adapter(url: str, connections: int) -> KubeAdapter:

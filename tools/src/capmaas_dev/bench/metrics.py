@@ -58,6 +58,31 @@ def proc_stats(pid: int) -> ProcStats:
     return ProcStats(kb["VmHWM"] / 1024, kb["VmRSS"] / 1024, ticks / os.sysconf("SC_CLK_TCK"))
 
 
+def thread_cpu_seconds(pid: int, tid: int) -> float:
+    """CPU time (user + system) of one live thread ``tid`` of process ``pid``, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class HarnessCpu:
+    """The benchmark process's own CPU seconds at one moment: all of it, and its MAAS simulator thread's
+    (the simulator runs in the benchmark process, but it stands in for MAAS, not for the harness)."""
+
+    process: float
+    simulator: float
+
+    @classmethod
+    def now(cls, simulator_tid: int) -> HarnessCpu:
+        pid = os.getpid()
+        return cls(proc_stats(pid).cpu_seconds, thread_cpu_seconds(pid, simulator_tid))
+
+    def harness_since(self, before: HarnessCpu) -> float:
+        """The harness's CPU seconds from ``before`` to this moment: the creates, the watch, the waiting
+        loop (every thread of the process but the simulator's, those that have ended included)."""
+        return (self.process - before.process) - (self.simulator - before.simulator)
+
+
 def percentile(values: Sequence[float], p: float) -> float:
     """Nearest-rank percentile (no interpolation: a reported p99 is a lag some machine really had)."""
     if not values:

@@ -53,11 +53,11 @@ def test_harness_cpu_leaves_the_simulator_thread_out() -> None:
     t = threading.Thread(target=simulator)
     t.start()
     started.wait(10)
-    before = HarnessCpu.now(tid[0])
+    before = HarnessCpu.now(tid[0], watch_tid=threading.get_native_id())
     go.set()
     _spin(0.1)  # the harness's own work, on this thread
     done.wait(10)
-    after = HarnessCpu.now(tid[0])
+    after = HarnessCpu.now(tid[0], watch_tid=threading.get_native_id())
     finish.set()
     t.join()
     assert after.simulator - before.simulator >= 0.35
@@ -66,3 +66,6 @@ def test_harness_cpu_leaves_the_simulator_thread_out() -> None:
     harness = after.harness_since(before)
     assert harness >= 0.05
     assert harness <= (after.process - before.process) - 0.35
+    assert (
+        after.watch - before.watch >= 0.05
+    )  # the thread named as the watch: this one, a part of the harness

@@ -66,16 +66,19 @@ def thread_cpu_seconds(pid: int, tid: int) -> float:
 
 @dataclass(frozen=True)
 class HarnessCpu:
-    """The benchmark process's own CPU seconds at one moment: all of it, and its MAAS simulator thread's
-    (the simulator runs in the benchmark process, but it stands in for MAAS, not for the harness)."""
+    """The benchmark process's own CPU seconds at one moment: all of it, its MAAS simulator thread's (the
+    simulator runs in the benchmark process, but it stands in for MAAS, not for the harness) and its watch
+    thread's (part of the harness)."""
 
     process: float
     simulator: float
+    watch: float = 0.0
 
     @classmethod
-    def now(cls, simulator_tid: int) -> HarnessCpu:
+    def now(cls, simulator_tid: int, watch_tid: int | None = None) -> HarnessCpu:
         pid = os.getpid()
-        return cls(proc_stats(pid).cpu_seconds, thread_cpu_seconds(pid, simulator_tid))
+        watch = thread_cpu_seconds(pid, watch_tid) if watch_tid is not None else 0.0
+        return cls(proc_stats(pid).cpu_seconds, thread_cpu_seconds(pid, simulator_tid), watch)
 
     def harness_since(self, before: HarnessCpu) -> float:
         """The harness's CPU seconds from ``before`` to this moment: the creates, the watch, the waiting

@@ -139,6 +139,14 @@ class RawWatcher:
         self._thread.start()
         return self
 
+    @property
+    def native_id(self) -> int:
+        """The watch thread's id in the OS (its CPU time is in ``/proc/self/task/<id>/stat``)."""
+        tid = self._thread.native_id
+        if tid is None:
+            raise RuntimeError("the watch thread has not started")
+        return tid
+
     def _list(self) -> str:
         path = collection_path(self.p, self.namespace)
         status, data = self.raw.request("GET", path)

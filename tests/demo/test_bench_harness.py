@@ -6,7 +6,7 @@ import os
 import threading
 import time
 
-from capmaas_dev.bench.metrics import HarnessCpu, proc_stats, thread_cpu_seconds
+from capmaas_dev.bench.metrics import HarnessCpu, cpu_seconds_of, proc_stats, thread_cpu_seconds
 
 
 def _spin(seconds: float) -> None:
@@ -69,3 +69,10 @@ def test_harness_cpu_leaves_the_simulator_thread_out() -> None:
     assert (
         after.watch - before.watch >= 0.05
     )  # the thread named as the watch: this one, a part of the harness
+
+
+def test_cpu_seconds_of_named_processes() -> None:
+    _spin(0.05)
+    out = cpu_seconds_of({"this": os.getpid()})
+    assert list(out) == ["this"]
+    assert out["this"] >= 0.05

@@ -10,7 +10,7 @@ import math
 import os
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +56,11 @@ def proc_stats(pid: int) -> ProcStats:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
     return ProcStats(kb["VmHWM"] / 1024, kb["VmRSS"] / 1024, ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def cpu_seconds_of(pids: Mapping[str, int]) -> dict[str, float]:
+    """CPU time (user + system) of each named live process (the control plane's components)."""
+    return {name: proc_stats(pid).cpu_seconds for name, pid in pids.items()}
 
 
 def thread_cpu_seconds(pid: int, tid: int) -> float:

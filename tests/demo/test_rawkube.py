@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import types
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -226,53 +225,3 @@ def test_the_tracker_counts_rows_seen_ready_and_deleted_once() -> None:
     tracker.apply([WatchEvent(5.0, "DELETED", obj("a", "5")), WatchEvent(6.0, "DELETED", obj("a", "6"))])
     assert tracker.deleted == 1 == tracker.count(["a", "b"], deleted=True)
     assert tracker.rows["a"].deleted_at == 6.0  # the last DELETED seen, as before
-
-
-class Feed:
-    """A watcher that hands out the batches it is given, one per drain, then nothing."""
-
-    def __init__(self, batches: list[list[WatchEvent]]) -> None:
-        self.batches = batches
-        self.drains = 0
-
-    def drain(self, timeout: float) -> list[WatchEvent]:
-        self.drains += 1
-        return self.batches.pop(0) if self.batches else []
-
-
-def test_follow_checks_at_most_every_check_every(monkeypatch: pytest.MonkeyPatch) -> None:
-    from capmaas_dev.demo import progress
-
-    monkeypatch.setattr(progress, "CHECK_EVERY", 3600.0)
-    feed = Feed([[WatchEvent(float(i), "MODIFIED", obj(f"m{i}", str(i), ready=True))] for i in range(50)])
-    checks: list[int] = []
-    tracker = Tracker()
-    assert tracker.follow(feed, lambda: tracker.readied >= 50, 60, check=lambda: checks.append(1))
-    assert feed.drains == 50
-    assert len(checks) == 1  # the first pass only: the others came sooner than CHECK_EVERY
-
-    monkeypatch.setattr(progress, "CHECK_EVERY", 0.0)
-    feed = Feed([[WatchEvent(float(i), "MODIFIED", obj(f"m{i}", str(i), ready=True))] for i in range(50)])
-    checks.clear()
-    tracker = Tracker()
-    assert tracker.follow(feed, lambda: tracker.readied >= 50, 60, check=lambda: checks.append(1))
-    assert len(checks) == 49  # every pass but the last, which ended the wait
-
-
-def test_follow_lets_events_gather_after_a_batch_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from capmaas_dev.demo import progress
-
-    slept: list[float] = []
-    clock = types.SimpleNamespace(monotonic=time.monotonic, sleep=slept.append)
-    monkeypatch.setattr(progress, "time", clock)  # this module's clock only
-    feed = Feed(
-        [[WatchEvent(1.0, "ADDED", obj("a", "1"))], [], [WatchEvent(2.0, "ADDED", obj("b", "2"))], []]
-    )
-    tracker = Tracker()
-    stamps: list[float] = []
-    done = tracker.follow(
-        feed, lambda: feed.drains >= 4, 60, on_change=lambda at, row: stamps.append(at), gather=0.01
-    )
-    assert done
-    assert slept == [0.01, 0.01]  # after each of the two batches, not after the empty drains
-    assert stamps == [1.0, 2.0]  # the events keep the times the watcher stamped

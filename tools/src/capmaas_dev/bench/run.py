@@ -67,8 +67,6 @@ from capmaas_dev.demo.stack import OperatorProcess, Stack, StackError, StackOpti
 from capmaas_dev.simulator import Inventory, Timings
 
 CLUSTER = "bench"
-#: Seconds the waiting loop lets watch events gather between batches (the events keep their arrival times).
-GATHER = 0.01
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -277,7 +275,6 @@ class Bench:
                 lambda: tracker.readied >= n and tracker.count(names, ready=True) == n,
                 timeout,
                 check=check,
-                gather=GATHER,
             )
             harness_ready = HarnessCpu.now(sim.native_id, watcher.native_id)
             control_ready = cpu_seconds_of(control)
@@ -302,7 +299,6 @@ class Bench:
                 lambda: tracker.deleted >= n and tracker.count(names, deleted=True) == n,
                 timeout,
                 check=check,
-                gather=GATHER,
             )
             gone = tracker.count(names, deleted=True)
             t_released = time.time() - t1

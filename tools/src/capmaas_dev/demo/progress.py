@@ -8,7 +8,6 @@ Ready, Releasing, Released) or the system ID changes. The benchmark reads ``read
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -87,10 +86,6 @@ def _rfc3339(value: str) -> float | None:
         return None
 
 
-#: The least time between two runs of :meth:`Tracker.follow`'s ``check``.
-CHECK_EVERY = 0.1
-
-
 class Drains(Protocol):
     """A watcher's queue of timestamped events (:class:`capmaas_dev.demo.kube.Watcher`, or the benchmark's
     :class:`capmaas_dev.demo.rawkube.RawWatcher`)."""
@@ -134,31 +129,20 @@ class Tracker:
         *,
         on_change: Callable[[float, Row], None] = lambda at, row: None,
         check: Callable[[], None] = lambda: None,
-        gather: float = 0.0,
     ) -> bool:
         """Fold the watcher's events in until ``until()`` holds (True) or ``timeout`` passes (False).
 
-        ``check`` runs at least every half second, at most every :data:`CHECK_EVERY` seconds; it raises to
-        abort (the operator died, for instance). ``gather``: seconds to let events gather after a batch
-        before the next, so a stream of events does not wake this thread once each (their times are their
-        arrival's, stamped by the watcher; ``until`` is then seen up to ``gather`` seconds later).
+        ``check`` runs at least every half second; it raises to abort (the operator died, for instance).
         """
         deadline = time.monotonic() + timeout
-        checked = -math.inf
         while True:
-            events = watcher.drain(timeout=0.5)
-            for at, row in self.apply(events):
+            for at, row in self.apply(watcher.drain(timeout=0.5)):
                 on_change(at, row)
             if until():
                 return True
-            now = time.monotonic()
-            if now - checked >= CHECK_EVERY:
-                check()
-                checked = now
-            if now > deadline:
+            check()
+            if time.monotonic() > deadline:
                 return False
-            if events and gather > 0:
-                time.sleep(gather)
 
     def count(self, names: Iterable[str], *, ready: bool = False, deleted: bool = False) -> int:
         n = 0

@@ -234,6 +234,10 @@ FIGURES = [
     "operator peak RSS",
     "operator CPU (create..released)",
     "operator CPU (whole run)",
+    "bench harness CPU in the window (create..all Ready)",
+    "MAAS simulator CPU in the window (not above)",
+    "kube-apiserver CPU in the window",
+    "etcd CPU in the window",
     "released after delete",
     "simulator invariants",
 ]
@@ -259,10 +263,13 @@ def test_bench_prints_every_figure(tmp_path: Path) -> None:
         "time_to_all_ready_seconds", "readiness_lag_p50_seconds", "readiness_lag_p99_seconds",
         "maas_requests_per_machine", "kube_writes_per_machine", "operator_peak_rss_mb",
         "operator_cpu_seconds_window", "operator_cpu_seconds_total",
+        "bench_harness_cpu_seconds_to_ready", "bench_watch_cpu_seconds_to_ready",
+        "simulator_cpu_seconds_to_ready",
     ):  # fmt: skip
         value = data[key]
         assert isinstance(value, int | float), (key, value)
         assert value == value, (key, value)  # not NaN
         assert value >= 0, (key, value)
+    assert set(data["control_plane_cpu_seconds_to_ready"]) >= {"kube-apiserver", "etcd"}
     assert data["maas_requests_per_machine"] >= 3  # at least allocate, deploy and release per machine
     assert data["operator_peak_rss_mb"] > 10

@@ -10,7 +10,7 @@ import math
 import os
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +56,39 @@ def proc_stats(pid: int) -> ProcStats:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
     return ProcStats(kb["VmHWM"] / 1024, kb["VmRSS"] / 1024, ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def cpu_seconds_of(pids: Mapping[str, int]) -> dict[str, float]:
+    """CPU time (user + system) of each named live process (the control plane's components)."""
+    return {name: proc_stats(pid).cpu_seconds for name, pid in pids.items()}
+
+
+def thread_cpu_seconds(pid: int, tid: int) -> float:
+    """CPU time (user + system) of one live thread ``tid`` of process ``pid``, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class HarnessCpu:
+    """The benchmark process's own CPU seconds at one moment: all of it, its MAAS simulator thread's (the
+    simulator runs in the benchmark process, but it stands in for MAAS, not for the harness) and its watch
+    thread's (part of the harness)."""
+
+    process: float
+    simulator: float
+    watch: float = 0.0
+
+    @classmethod
+    def now(cls, simulator_tid: int, watch_tid: int | None = None) -> HarnessCpu:
+        pid = os.getpid()
+        watch = thread_cpu_seconds(pid, watch_tid) if watch_tid is not None else 0.0
+        return cls(proc_stats(pid).cpu_seconds, thread_cpu_seconds(pid, simulator_tid), watch)
+
+    def harness_since(self, before: HarnessCpu) -> float:
+        """The harness's CPU seconds from ``before`` to this moment: the creates, the watch, the waiting
+        loop (every thread of the process but the simulator's, those that have ended included)."""
+        return (self.process - before.process) - (self.simulator - before.simulator)
 
 
 def percentile(values: Sequence[float], p: float) -> float:

@@ -143,10 +143,10 @@ class Kube:
 
     # -- raw GET with the admin certificate (apiserver /metrics) ----------------------------------------
     def raw_get(self, path: str, timeout: float = 30.0) -> str:
-        with urllib.request.urlopen(self.server + path, timeout=timeout, context=self._context()) as resp:
+        with urllib.request.urlopen(self.server + path, timeout=timeout, context=self.ssl_context()) as resp:
             return str(resp.read().decode())
 
-    def _context(self) -> ssl.SSLContext:
+    def ssl_context(self) -> ssl.SSLContext:
         """An SSL context from the kubeconfig's inline CA and client certificate (the dev cluster's admin)."""
         if self._ssl is None:
             cfg = yaml.safe_load(self.kubeconfig.read_text())

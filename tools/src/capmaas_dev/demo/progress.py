@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
-from capmaas_dev.demo.kube import Watcher, WatchEvent
+from capmaas_dev.demo.kube import WatchEvent
 from capmaas_dev.demo.manifests import CONTROL_PLANE_LABEL
 
 
@@ -86,11 +86,21 @@ def _rfc3339(value: str) -> float | None:
         return None
 
 
+class Drains(Protocol):
+    """A watcher's queue of timestamped events (:class:`capmaas_dev.demo.kube.Watcher`, or the benchmark's
+    :class:`capmaas_dev.demo.rawkube.RawWatcher`)."""
+
+    def drain(self, timeout: float) -> list[WatchEvent]: ...
+
+
 class Tracker:
-    """Rows by MaasMachine name, in creation order."""
+    """Rows by MaasMachine name, in creation order. ``readied`` and ``deleted`` count the rows that have
+    been seen ready and deleted (of every name), so a wait can skip counting by name until they add up."""
 
     def __init__(self) -> None:
         self.rows: dict[str, Row] = {}
+        self.readied = 0
+        self.deleted = 0
 
     def apply(self, events: Iterable[WatchEvent]) -> list[tuple[float, Row]]:
         """Fold ``events`` in; return (time, row) for every row whose phase or system ID changed."""
@@ -101,9 +111,11 @@ class Tracker:
             before = (row.phase, row.system_id)
             _update(row, ev.obj)
             if ev.type == "DELETED":
+                self.deleted += row.deleted_at is None
                 row.deleted_at = ev.at
             if row.ready and row.ready_at is None:
                 row.ready_at = ev.at
+                self.readied += 1
             row.phase = _phase(row)
             if (row.phase, row.system_id) != before:
                 changes.append((ev.at, dataclasses.replace(row)))
@@ -111,7 +123,7 @@ class Tracker:
 
     def follow(
         self,
-        watcher: Watcher,
+        watcher: Drains,
         until: Callable[[], bool],
         timeout: float,
         *,

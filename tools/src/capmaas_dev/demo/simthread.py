@@ -80,6 +80,14 @@ class SimulatorThread:
             raise RuntimeError(f"the MAAS simulator failed to start: {self._error}") from self._error
         return self
 
+    @property
+    def native_id(self) -> int:
+        """The simulator thread's id in the OS (its CPU time is in ``/proc/self/task/<id>/stat``)."""
+        tid = self._thread.native_id
+        if tid is None:
+            raise RuntimeError("the MAAS simulator thread has not started")
+        return tid
+
     def call(self, fn: Callable[[Simulator], T], timeout: float = 30.0) -> T:
         """Run ``fn(sim)`` on the simulator's loop and return its result."""
         if self._loop is None or not self._thread.is_alive():

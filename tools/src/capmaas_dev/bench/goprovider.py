@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import dataclasses
 import json
 import os
 import shlex
@@ -233,7 +234,7 @@ class GoBench:
         self.figures: dict[str, Any] = {
             "provider": "go",
             "binary": str(binary),
-            "provenance": provenance.__dict__ if provenance else None,
+            "provenance": dataclasses.asdict(provenance) if provenance else None,
             "machines": self.n,
             "deploy_seconds": args.deploy_seconds,
             "machine_concurrency": args.machine_concurrency,

@@ -1,0 +1,56 @@
+"""The shared poll lists a large round in pages (issue 26 target 3): with the default ``polling.batch_size``,
+no list call carries more than 50 system IDs, so one answer (and the parsed tree pydantic's JSON parser holds
+while it reads it) stays a page's worth however many machines are in flight; every watched machine is still
+read once per round, and a machine absent from its page is still found gone. Real simulator, real client."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import httpx
+
+from capmaas import maas
+from capmaas.config import PollingSection
+from capmaas.gateway.poller import MachinePoller
+from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings
+
+ENDPOINT = "http://maas.test/MAAS"
+#: System IDs one list call of the shared poll may carry with the default settings.
+PAGE = 50
+
+
+async def test_a_round_of_many_machines_is_listed_in_pages_of_at_most_fifty_ids() -> None:
+    machines = 2 * PAGE + 30
+    sim = Simulator(Inventory.generate(machines=machines, zones=1, seed=4), timings=Timings(), faults=Faults())
+    client = maas.MaasClient(
+        ENDPOINT, api_key=sim.api_key, transport=httpx.ASGITransport(app=sim.app), max_retries=0
+    )
+    woken: list[str] = []
+    poller = MachinePoller(
+        client, fast=1.0, idle=30.0, batch_size=PollingSection().batch_size, wake=woken.append
+    )
+    calls: list[list[str]] = []
+    listed = client.machines.list_lenient
+
+    async def recording(ids: Sequence[str]) -> tuple[list[maas.Machine], list[str]]:
+        calls.append(list(ids))
+        return await listed(ids)
+
+    client.machines.list_lenient = recording  # type: ignore[method-assign]
+    try:
+        ids = list(sim.state.machines)
+        for sid in ids:
+            poller.watch(sid, f"key-{sid}")
+        poller.watch("gone00", "key-gone00")  # MAAS does not know it: found absent from its page
+        await poller.poll_once()
+        assert [len(c) for c in calls] == [PAGE, PAGE, 31]
+        assert sorted(sid for c in calls for sid in c) == sorted([*ids, "gone00"])
+        for sid in ids:
+            snap = poller.snapshot(sid)
+            assert snap is not None
+            assert snap.system_id == sid
+            assert snap.status == maas.NodeStatus.READY
+        assert poller.is_gone("gone00")
+        assert sorted(woken) == sorted(f"key-{sid}" for sid in [*ids, "gone00"])  # each woken once
+    finally:
+        await client.aclose()

@@ -21,7 +21,8 @@ PAGE = 50
 
 async def test_a_round_of_many_machines_is_listed_in_pages_of_at_most_fifty_ids() -> None:
     machines = 2 * PAGE + 30
-    sim = Simulator(Inventory.generate(machines=machines, zones=1, seed=4), timings=Timings(), faults=Faults())
+    inventory = Inventory.generate(machines=machines, zones=1, seed=4)
+    sim = Simulator(inventory, timings=Timings(), faults=Faults())
     client = maas.MaasClient(
         ENDPOINT, api_key=sim.api_key, transport=httpx.ASGITransport(app=sim.app), max_retries=0
     )

@@ -153,7 +153,7 @@ class PollingSection(BaseModel):
     idle_interval: float = 30.0
     """Seconds between polls when every watched machine is steady (deployed, or nothing in flight)."""
 
-    batch_size: int = 50
+    batch_size: int = 100
     """System IDs per list call of the shared poll (a round's calls go one after the other). Bounds the URL
     length, and what one answer costs in memory while it is read: pydantic's JSON parser holds a whole
     answer's parsed tree at once, several times its bytes, and a MAAS machine is kilobytes of JSON, so at a

@@ -153,8 +153,12 @@ class PollingSection(BaseModel):
     idle_interval: float = 30.0
     """Seconds between polls when every watched machine is steady (deployed, or nothing in flight)."""
 
-    batch_size: int = 200
-    """System IDs per list call; bounds the URL length for very large fleets."""
+    batch_size: int = 100
+    """System IDs per list call of the shared poll (a round's calls go one after the other). Bounds the URL
+    length, and what one answer costs in memory while it is read: pydantic's JSON parser holds a whole
+    answer's parsed tree at once, several times its bytes, and a MAAS machine is kilobytes of JSON, so at a
+    few hundred machines in flight the list answer was the operator's peak (docs/scaling.md, "Memory:
+    session 39"). Larger: fewer list calls per round (the steady machines' reads too), a higher peak."""
 
     poll_deadline: float = 120.0
     """Seconds one poll round (all its list calls, retries included) may take; past it the round is given up

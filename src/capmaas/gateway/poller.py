@@ -242,27 +242,25 @@ class MachinePoller:
 
     async def poll_once(self, *, full: bool = True) -> None:
         """One round of list calls over every watched system ID (``full=False``: the hot ones and the steady
-        ones that are due, see :meth:`_round`). Also used directly by tests."""
+        ones that are due, see :meth:`_round`), ``batch_size`` IDs a call, one call after the other. Each
+        call's machines are folded in as soon as it is answered (their owners are woken without waiting for
+        the rest of the round); a failed call ends the round there, the calls before it kept. Also used
+        directly by tests."""
         ids = list(self._watched) if full else self._round()
         if not ids:
             return
-        started = self._seq
         self._fresh &= self._watched.keys()  # put() of a machine nobody watches (any more)
         for sid in self._seen.keys() - self._watched.keys():
             del self._seen[sid]
         fresh = self._fresh.intersection(ids)
         self._fresh -= fresh  # a put() meanwhile makes its machine fresh again
-        asked = time.monotonic()
-        found: dict[str, maas.Machine] = {}
-        unreadable: set[str] = set()  # MAAS returned them, but not in a shape we read: not gone
         try:
             async with asyncio.timeout(self._deadline):
                 for start in range(0, len(ids), self._batch):
                     chunk = ids[start : start + self._batch]
+                    started, asked = self._seq, time.monotonic()
                     machines, skipped = await self._client.machines.list_lenient(chunk)
-                    unreadable.update(skipped)
-                    for m in machines:
-                        found[m.system_id] = m
+                    self._fold(chunk, {m.system_id: m for m in machines}, set(skipped), started, asked)
         except TimeoutError:
             self._fresh |= fresh & self._watched.keys()
             log.warning("MAAS poll gave up after its %ss deadline", self._deadline)
@@ -279,6 +277,12 @@ class MachinePoller:
             return
         self.polls += 1
         self.last_error = None
+
+    def _fold(
+        self, ids: list[str], found: dict[str, maas.Machine], unreadable: set[str], started: int, asked: float
+    ) -> None:
+        """One list call's answer over ``ids`` (asked at ``asked``, after put number ``started``): ``found``
+        the machines it returned, ``unreadable`` those MAAS returned in a shape we do not read (not gone)."""
         for sid in ids:
             if sid in self._watched:
                 self._seen[sid] = asked

@@ -35,6 +35,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from capmaas import __version__
 from capmaas.operator import jsonbodies
 from capmaas.operator.slots import PrioritySlots
 
@@ -42,6 +43,10 @@ __all__ = ["KubeHttp", "KubeHttpError", "PrioritySlots", "Retries", "Target", "l
 
 JSON = "application/json"  # a POST without it is refused (HTTP 415)
 MERGE = "application/merge-patch+json"
+#: Sent with every request: the apiserver names the field manager of a write without ``fieldManager`` after
+#: the agent's first word (``capmaas`` in ``kubectl get -o yaml --show-managed-fields``, not aiohttp's
+#: ``Python``), and audit logs name the client.
+USER_AGENT = f"capmaas/{__version__}"
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +168,7 @@ class KubeHttp:
                 connector=aiohttp.TCPConnector(limit=self._connections, ssl=self._ssl),
                 timeout=self._timeout,
                 trust_env=False,
+                headers={"User-Agent": USER_AGENT},
             )
         return self._session
 

@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-from capmaas_dev.bench.metrics import apiserver_writes, percentile, proc_stats
+from capmaas_dev.bench.metrics import apiserver_writes, percentile, proc_stats, settled_writes
 from capmaas_dev.demo import cli, manifests
 from capmaas_dev.demo.kube import WatchEvent
-from capmaas_dev.demo.progress import Tracker, table
+from capmaas_dev.demo.progress import PhaseTicker, Tracker, table
 
 
 def mm(
@@ -73,6 +73,22 @@ def test_tracker_flags_terminal_reasons() -> None:
     assert [r.name for r in t.failed(["w", "x"], frozenset({"RetriesExhausted"}))] == ["w"]
 
 
+def test_phase_ticker_counts_the_phases_at_most_once_per_interval() -> None:
+    t = Tracker()
+    t.apply([
+        WatchEvent(0.0, "ADDED", mm("a", sid="s1", state="Deployed", ready=True, reason="Ready")),
+        WatchEvent(0.0, "ADDED", mm("b", sid="s2", state="Deployed", ready=True, reason="Ready")),
+        WatchEvent(0.0, "ADDED", mm("c", sid="s3", state="Deploying", reason="MachineDeploying")),
+    ])  # fmt: skip
+    lines: list[str] = []
+    PhaseTicker(lines.append, t, every=3600.0).tick()
+    assert lines == []  # not yet an interval since it started
+    ticker = PhaseTicker(lines.append, t, every=0.0)
+    ticker.tick()
+    assert len(lines) == 1
+    assert lines[0].endswith("Ready 2, Deploying 1")
+
+
 def test_table_aligns_columns() -> None:
     out = table(["A", "LONGER"], [["xxxx", 1], ["y", None]])
     assert out.splitlines() == ["A     LONGER", "xxxx  1", "y     None"]
@@ -100,6 +116,31 @@ METRICS = "\n".join(
 def test_apiserver_writes_counts_non_reads_by_resource() -> None:
     writes = apiserver_writes(METRICS)
     assert dict(writes) == {("POST", "maasmachines", ""): 7, ("PATCH", "maasmachines", "status"): 7}
+
+
+def test_settled_writes_reads_until_the_counts_stop_moving() -> None:
+    """A count that still moves is read again; the first unchanged pair ends the wait."""
+    later = METRICS.replace("} 7", "} 9")  # two more creates
+    answers = iter([METRICS, later, later, "never read"])
+    reads: list[str] = []
+
+    def metrics() -> str:
+        reads.append(text := next(answers))
+        return text
+
+    writes = settled_writes(metrics, quiet=0.0)
+    assert len(reads) == 3
+    assert dict(writes) == {("POST", "maasmachines", ""): 9, ("PATCH", "maasmachines", "status"): 7}
+
+
+def test_settled_writes_gives_up_after_its_limit() -> None:
+    counter = iter(range(1_000_000))
+    writes = settled_writes(
+        lambda: f'apiserver_request_total{{verb="POST",resource="events"}} {next(counter)}\n',
+        quiet=0.01,
+        limit=0.05,
+    )
+    assert 0 < writes[("POST", "events", "")] < 100
 
 
 def test_proc_stats_of_this_process() -> None:

@@ -43,12 +43,19 @@ import yaml
 
 from capmaas_dev.bench import goprovider_manifests as G
 from capmaas_dev.bench.goprovider_source import read_crd_sources
-from capmaas_dev.bench.metrics import WriteKey, apiserver_writes, percentile, proc_stats, writes_by_kind
+from capmaas_dev.bench.metrics import (
+    WriteKey,
+    apiserver_writes,
+    percentile,
+    proc_stats,
+    settled_writes,
+    writes_by_kind,
+)
 from capmaas_dev.bench.stackrun import run_on_stack
 from capmaas_dev.demo import manifests as M
 from capmaas_dev.demo.capi import Capi, MachineSpec, parallel
 from capmaas_dev.demo.kube import CLUSTERS, MAASCLUSTERS, MAASMACHINES, Kube
-from capmaas_dev.demo.progress import Tracker, table
+from capmaas_dev.demo.progress import PhaseTicker, Tracker, table
 from capmaas_dev.demo.simthread import SimulatorThread
 from capmaas_dev.demo.stack import OperatorProcess, Stack, StackError, StackOptions, sigterm_as_interrupt
 from capmaas_dev.devcluster import ControlPlane, apply_capi_crds, cache_dir
@@ -301,7 +308,7 @@ class GoBench:
             created = time.time() - t0
             self.say(f"  created {n} MaasMachines in {created:.1f}s; waiting for Ready")
             timeout = self.args.timeout or max(120.0, n * 0.5 + self.args.deploy_seconds * 3)
-            progress = _Progress(self.say, tracker)
+            progress = PhaseTicker(self.say, tracker)
 
             def tick() -> None:
                 check()
@@ -328,7 +335,7 @@ class GoBench:
             held = _wait_released(sim, 30.0)
             t_released = time.time() - t1
             counters = sim.counters()
-            writes = _settled_writes(kube)
+            writes = settled_writes(lambda: kube.raw_get("/metrics"), quiet=3.0)
             writes.subtract(writes0)
             at_end = proc_stats(proc.pid)
             load["end"] = loadavg()
@@ -434,36 +441,6 @@ def _wait_released(sim: SimulatorThread, timeout: float) -> int:
         if held == 0 or time.monotonic() > deadline:
             return held
         time.sleep(0.5)
-
-
-def _settled_writes(kube: Kube, quiet: float = 3.0, limit: float = 15.0) -> Counter[WriteKey]:
-    """The apiserver's write counts once they stop moving (at most ``limit`` seconds): Events of the last
-    deletions land after the finalizer removal the benchmark waits on."""
-    last = apiserver_writes(kube.raw_get("/metrics"))
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        time.sleep(quiet)
-        now = apiserver_writes(kube.raw_get("/metrics"))
-        if now == last:
-            break
-        last = now
-    return last
-
-
-class _Progress:
-    """One status line every few seconds while waiting."""
-
-    def __init__(self, say: Any, tracker: Tracker) -> None:
-        self.say, self.tracker = say, tracker
-        self.t0 = self.last = time.monotonic()
-
-    def tick(self) -> None:
-        now = time.monotonic()
-        if now - self.last < 5:
-            return
-        self.last = now
-        phases = Counter(r.phase for r in self.tracker.rows.values())
-        self.say(f"  {now - self.t0:6.1f}s  " + ", ".join(f"{k} {v}" for k, v in phases.most_common()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 import os
 import re
+import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,21 @@ def apiserver_writes(metrics_text: str) -> Counter[WriteKey]:
                 continue
             out[(verb, labels.get("resource", ""), labels.get("subresource", ""))] += int(sample.value)
     return out
+
+
+def settled_writes(metrics: Callable[[], str], quiet: float, limit: float = 15.0) -> Counter[WriteKey]:
+    """:func:`apiserver_writes` once the counts stop moving for ``quiet`` seconds (at most ``limit``):
+    ``metrics`` reads the apiserver's ``/metrics``. The last Events of a run's deletions are posted after
+    the finalizer removal a benchmark waits on, so counts read at once would miss them."""
+    last = apiserver_writes(metrics())
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = apiserver_writes(metrics())
+        if now == last:
+            break
+        last = now
+    return last
 
 
 @dataclass(frozen=True)

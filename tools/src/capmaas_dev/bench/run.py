@@ -53,6 +53,7 @@ from capmaas_dev.bench.metrics import (
     first_reconcile_after,
     percentile,
     proc_stats,
+    settled_writes,
     writes_by_kind,
 )
 from capmaas_dev.bench.profiled import ProfiledOperator
@@ -61,7 +62,7 @@ from capmaas_dev.bench.stackrun import run_on_stack
 from capmaas_dev.demo.capi import Capi, MachineSpec, parallel
 from capmaas_dev.demo.kube import MAASMACHINES
 from capmaas_dev.demo.manifests import CLUSTER_NAME_LABEL
-from capmaas_dev.demo.progress import Tracker, table
+from capmaas_dev.demo.progress import PhaseTicker, Tracker, table
 from capmaas_dev.demo.rawkube import RawKube
 from capmaas_dev.demo.stack import OperatorProcess, Stack, StackError, StackOptions, sigterm_as_interrupt
 from capmaas_dev.simulator import Inventory, Timings
@@ -264,7 +265,7 @@ class Bench:
             created = time.time() - t0
             self.say(f"  created {n} MaasMachines in {created:.1f}s; waiting for Ready")
             timeout = self.args.timeout or max(120.0, n * 0.5 + self.args.deploy_seconds * 3)
-            progress = _Progress(self.say, tracker, names)
+            progress = PhaseTicker(self.say, tracker)
 
             def check() -> None:
                 check_operators()
@@ -305,7 +306,8 @@ class Bench:
             maas = sim.machine_states()
             held = sum(1 for m in maas.values() if m["owner"] is not None)
             counters = sim.counters()
-            writes = _settled_writes(kube)
+            # A burst's Event is posted once its cluster has been quiet for BURST_HOLD: wait longer than that.
+            writes = settled_writes(lambda: kube.raw_get("/metrics"), quiet=BURST_HOLD + 1.0)
             writes.subtract(writes0)
             at_end = {shard.index: proc_stats(shard.proc.pid) for shard in shards}
             harness_end = HarnessCpu.now(sim.native_id, watcher.native_id)
@@ -613,21 +615,6 @@ class Bench:
         self.say(table(["KIND", "PER MACHINE"], [[k, f"{v:.2f}"] for k, v in kinds.items()]))
 
 
-def _settled_writes(kube: Any, quiet: float = BURST_HOLD + 1.0, limit: float = 15.0) -> Counter[WriteKey]:
-    """The apiserver's write counts once they stop moving (at most ``limit`` seconds): the last Events of
-    the deletions are posted after the finalizer removal the benchmark waits on, at the lowest priority,
-    and a burst's Event once its cluster has been quiet for ``BURST_HOLD`` (so ``quiet`` is longer)."""
-    last = apiserver_writes(kube.raw_get("/metrics"))
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        time.sleep(quiet)
-        now = apiserver_writes(kube.raw_get("/metrics"))
-        if now == last:
-            break
-        last = now
-    return last
-
-
 def _startup_row(f: dict[str, Any], verdict: Callable[[float, float], str]) -> list[str]:
     seconds, cpu = f["startup_seconds"], f.get("startup_cpu_seconds")
     value = f"{seconds:.2f} s" + (f" ({cpu:.2f} s CPU)" if cpu is not None else "")
@@ -665,23 +652,6 @@ def _delete_all(kube: Any, namespace: str, cluster: str, attempts: int = 5) -> i
                 raise
             print(f"  delete-collection answer broken off (attempt {attempt}: {exc}); retrying", flush=True)
     return attempts
-
-
-class _Progress:
-    """One status line every few seconds while waiting (the benchmark prints no per-machine lines)."""
-
-    def __init__(self, say: Any, tracker: Tracker, names: list[str]) -> None:
-        self.say, self.tracker, self.names = say, tracker, names
-        self.t0 = self.last = time.monotonic()
-
-    def tick(self) -> None:
-        now = time.monotonic()
-        if now - self.last < 5:
-            return
-        self.last = now
-        phases = Counter(r.phase for r in self.tracker.rows.values())
-        summary = ", ".join(f"{k} {v}" for k, v in phases.most_common())
-        self.say(f"  {now - self.t0:6.1f}s  {summary}")
 
 
 def main(argv: list[str] | None = None) -> int:

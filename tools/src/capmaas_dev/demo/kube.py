@@ -18,7 +18,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Self, cast
 
 import kubernetes
 import yaml
@@ -168,68 +168,60 @@ class Kube:
         return Watcher(self, p, namespace).start()
 
 
-class Watcher:
+class WatchThread:
     """A background thread that lists then watches ``p`` in ``namespace`` and queues :class:`WatchEvent`s.
 
     Objects present at start arrive as ADDED; an expired resourceVersion (410) re-lists. Events are stamped
-    with ``time.time()`` on arrival, which is what the benchmark compares with the simulator's clock.
+    with ``time.time()`` on arrival, which is what the benchmark compares with the simulator's clock. A
+    subclass says how to list (:meth:`_list`), how to watch from a version (:meth:`_stream`), which error
+    means the version is gone (:meth:`_gone`), and how to stop its stream (:meth:`stop`).
     """
 
-    def __init__(self, kube: Kube, p: Plural, namespace: str) -> None:
-        self.kube, self.p, self.namespace = kube, p, namespace
+    def __init__(self, p: Plural, namespace: str) -> None:
+        self.p, self.namespace = p, namespace
         self.events: queue.Queue[WatchEvent] = queue.Queue()
-        self._stop = threading.Event()
-        self._watch: Any = None
-        self._thread = threading.Thread(target=self._main, name=f"watch-{p.plural}", daemon=True)
         self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=f"watch-{p.plural}", daemon=True)
 
-    def start(self) -> Watcher:
+    def start(self) -> Self:
         self._thread.start()
         return self
 
+    def _list(self) -> str:
+        """Queue every object as ADDED; returns the listing's resourceVersion."""
+        raise NotImplementedError
+
+    def _stream(self, rv: str) -> str:
+        """One watch from ``rv`` until the server ends it or :meth:`stop`; returns the version to go on from
+        ("" to list again)."""
+        raise NotImplementedError
+
+    def _gone(self, exc: Exception) -> bool:
+        """``exc`` says the version watched from is too old (410): list again."""
+        raise NotImplementedError
+
+    def _queue(self, at: float, ev: dict[str, Any], rv: str) -> str:
+        """Queue a watch event received at ``at``; returns the version to go on from ("" after an ERROR,
+        usually 410 Gone: list again)."""
+        type_, obj = ev.get("type"), ev.get("object") or {}
+        if type_ == "ERROR":
+            return ""
+        if type_ in ("ADDED", "MODIFIED", "DELETED"):
+            self.events.put(WatchEvent(at, type_, obj))
+        return str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+
     def _main(self) -> None:
-        p = self.p
         rv = ""
         while not self._stop.is_set():
             try:
                 if not rv:
-                    listing = _dict(
-                        self.kube.custom.list_namespaced_custom_object(
-                            p.group, p.version, self.namespace, p.plural
-                        )
-                    )
-                    now = time.time()
-                    for item in listing.get("items") or []:
-                        self.events.put(WatchEvent(now, "ADDED", item))
-                    rv = listing["metadata"]["resourceVersion"]
-                self._watch = kubernetes.watch.Watch()  # type: ignore[no-untyped-call]
-                for ev in self._watch.stream(
-                    self.kube.custom.list_namespaced_custom_object,
-                    p.group,
-                    p.version,
-                    self.namespace,
-                    p.plural,
-                    resource_version=rv,
-                    timeout_seconds=30,
-                    allow_watch_bookmarks=True,
-                ):
-                    if self._stop.is_set():
-                        return
-                    obj = ev["object"]
-                    rv = obj.get("metadata", {}).get("resourceVersion") or rv
-                    if ev["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                        self.events.put(WatchEvent(time.time(), ev["type"], obj))
-                    elif ev["type"] == "ERROR":
-                        rv = ""  # usually 410 Gone: the resourceVersion is too old; list again
-            except ApiException as exc:
-                if exc.status == 410:
+                    rv = self._list()
+                rv = self._stream(rv)
+            except Exception as exc:  # connection reset while the apiserver stops, etc.
+                if self._gone(exc):
                     rv = ""
                     continue
-                if self._stop.is_set():
-                    return
-                self.error = exc
-                time.sleep(0.5)
-            except Exception as exc:  # connection reset while the apiserver stops, etc.
                 if self._stop.is_set():
                     return
                 self.error = exc
@@ -250,6 +242,49 @@ class Watcher:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+class Watcher(WatchThread):
+    """:class:`WatchThread` through the ``kubernetes`` client."""
+
+    def __init__(self, kube: Kube, p: Plural, namespace: str) -> None:
+        super().__init__(p, namespace)
+        self.kube = kube
+        self._watch: Any = None
+
+    def _list(self) -> str:
+        p = self.p
+        listing = _dict(
+            self.kube.custom.list_namespaced_custom_object(p.group, p.version, self.namespace, p.plural)
+        )
+        now = time.time()
+        for item in listing.get("items") or []:
+            self.events.put(WatchEvent(now, "ADDED", item))
+        return str(listing["metadata"]["resourceVersion"])
+
+    def _stream(self, rv: str) -> str:
+        p = self.p
+        self._watch = kubernetes.watch.Watch()  # type: ignore[no-untyped-call]
+        for ev in self._watch.stream(
+            self.kube.custom.list_namespaced_custom_object,
+            p.group,
+            p.version,
+            self.namespace,
+            p.plural,
+            resource_version=rv,
+            timeout_seconds=30,
+            allow_watch_bookmarks=True,
+        ):
+            if self._stop.is_set():
+                return rv
+            rv = self._queue(time.time(), ev, rv)
+        return rv
+
+    def _gone(self, exc: Exception) -> bool:
+        return isinstance(exc, ApiException) and exc.status == 410
+
+    def stop(self) -> None:
+        super().stop()
         if self._watch is not None:
             with contextlib.suppress(Exception):
                 self._watch.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -155,6 +156,24 @@ class Tracker:
     def failed(self, names: Iterable[str], terminal_reasons: frozenset[str]) -> list[Row]:
         """Rows stuck on a reason that needs a person (the operator gave up)."""
         return [r for n in names if (r := self.rows.get(n)) and not r.ready and r.reason in terminal_reasons]
+
+
+class PhaseTicker:
+    """While a benchmark waits: one line every ``every`` seconds counting the tracked objects by phase (a
+    benchmark prints no per-machine lines)."""
+
+    def __init__(self, say: Callable[[str], None], tracker: Tracker, every: float = 5.0) -> None:
+        self.say, self.tracker, self.every = say, tracker, every
+        self.t0 = self.last = time.monotonic()
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every:
+            return
+        self.last = now
+        phases = Counter(r.phase for r in self.tracker.rows.values())
+        summary = ", ".join(f"{k} {v}" for k, v in phases.most_common())
+        self.say(f"  {now - self.t0:6.1f}s  {summary}")
 
 
 def table(headers: list[str], rows: Iterable[Iterable[object]]) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import queue
 import socket
 import ssl
 import threading
@@ -26,7 +25,7 @@ import time
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from capmaas_dev.demo.kube import Kube, Plural, WatchEvent
+from capmaas_dev.demo.kube import Kube, Plural, WatchEvent, WatchThread
 
 #: Errors of a kept-alive connection the server closed meanwhile: the request is sent again on a new one.
 _STALE = (
@@ -122,22 +121,14 @@ class RawKube:
         return RawWatcher(self, p, namespace).start()
 
 
-class RawWatcher:
-    """What :class:`capmaas_dev.demo.kube.Watcher` does (list, then watch from the listing's version, list
-    again after a 410; every event stamped with ``time.time()`` on arrival and queued), on a raw stream."""
+class RawWatcher(WatchThread):
+    """:class:`~capmaas_dev.demo.kube.WatchThread` on a raw stream: one JSON decode per event."""
 
     def __init__(self, raw: RawKube, p: Plural, namespace: str, *, timeout_seconds: int = 30) -> None:
-        self.raw, self.p, self.namespace = raw, p, namespace
+        super().__init__(p, namespace)
+        self.raw = raw
         self.timeout_seconds = timeout_seconds
-        self.events: queue.Queue[WatchEvent] = queue.Queue()
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
         self._conn: http.client.HTTPConnection | None = None
-        self._thread = threading.Thread(target=self._main, name=f"watch-{p.plural}", daemon=True)
-
-    def start(self) -> RawWatcher:
-        self._thread.start()
-        return self
 
     @property
     def native_id(self) -> int:
@@ -182,56 +173,20 @@ class RawWatcher:
                 line = resp.readline()
                 if not line:
                     return rv  # the server ended the watch (timeoutSeconds): watch again from here
-                at = time.time()
-                ev = json.loads(line)
-                type_, obj = ev.get("type"), ev.get("object") or {}
-                if type_ == "ERROR":
-                    return ""  # usually 410 Gone: the resourceVersion is too old; list again
-                rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-                if type_ in ("ADDED", "MODIFIED", "DELETED"):
-                    self.events.put(WatchEvent(at, type_, obj))
+                rv = self._queue(time.time(), json.loads(line), rv)
+                if not rv:
+                    return ""  # an ERROR event, usually 410 Gone: the resourceVersion is too old; list again
             return rv
         finally:
             self._conn = None
             conn.close()
 
-    def _main(self) -> None:
-        rv = ""
-        while not self._stop.is_set():
-            try:
-                if not rv:
-                    rv = self._list()
-                rv = self._stream(rv)
-            except RawKubeError as exc:
-                if exc.status == 410:
-                    rv = ""
-                    continue
-                if self._stop.is_set():
-                    return
-                self.error = exc
-                time.sleep(0.5)
-            except Exception as exc:  # connection reset while the apiserver stops, etc.
-                if self._stop.is_set():
-                    return
-                self.error = exc
-                time.sleep(0.5)
-
-    def drain(self, timeout: float) -> list[WatchEvent]:
-        """Events received so far, waiting up to ``timeout`` seconds for the first one."""
-        out: list[WatchEvent] = []
-        try:
-            out.append(self.events.get(timeout=timeout))
-        except queue.Empty:
-            return out
-        while True:
-            try:
-                out.append(self.events.get_nowait())
-            except queue.Empty:
-                return out
+    def _gone(self, exc: Exception) -> bool:
+        return isinstance(exc, RawKubeError) and exc.status == 410
 
     def stop(self) -> None:
         """Stop the thread: the stream's socket is shut down, so a read waiting on it returns at once."""
-        self._stop.set()
+        super().stop()
         conn = self._conn
         if conn is not None and conn.sock is not None:
             with contextlib.suppress(OSError):

@@ -89,6 +89,36 @@ def test_phase_ticker_counts_the_phases_at_most_once_per_interval() -> None:
     assert lines[0].endswith("Ready 2, Deploying 1")
 
 
+def test_phase_ticker_after_runs_the_check_before_each_tick() -> None:
+    lines: list[str] = []
+    tick = PhaseTicker(lambda line: lines.append("tick"), Tracker(), every=0.0).after(
+        lambda: lines.append("check")
+    )
+    tick()
+    tick()
+    assert lines == ["check", "tick", "check", "tick"]
+
+    def dead() -> None:
+        raise RuntimeError("the operator exited")
+
+    with pytest.raises(RuntimeError, match="operator exited"):
+        PhaseTicker(lines.append, Tracker(), every=0.0).after(dead)()
+
+
+def test_tracker_ready_after_and_readiness_lags() -> None:
+    t = Tracker()
+    t.apply([
+        WatchEvent(10.0, "ADDED", mm("a", sid="s1", state="Deployed", ready=True, reason="Ready")),
+        WatchEvent(12.5, "ADDED", mm("b", sid="s2", state="Deployed", ready=True, reason="Ready")),
+        WatchEvent(13.0, "ADDED", mm("c", sid="s3", state="Deploying", reason="MachineDeploying")),
+        WatchEvent(14.0, "ADDED", mm("d", sid="s4", state="Deployed", ready=True, reason="Ready")),
+    ])  # fmt: skip
+    assert t.ready_after(["a", "b", "c"], 9.0) == 3.5  # the last ready of the names asked, not of all rows
+    assert math.isnan(t.ready_after(["c", "missing"], 0.0))
+    # c is not ready, d's deploy time is unknown: neither has a lag
+    assert t.readiness_lags(["a", "b", "c", "d"], {"s1": 9.0, "s2": 12.0, "s3": 12.0}) == [1.0, 0.5]
+
+
 def test_table_aligns_columns() -> None:
     out = table(["A", "LONGER"], [["xxxx", 1], ["y", None]])
     assert out.splitlines() == ["A     LONGER", "xxxx  1", "y     None"]

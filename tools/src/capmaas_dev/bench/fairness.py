@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capmaas_dev.bench.metrics import percentile
-from capmaas_dev.bench.stackrun import run_on_stack
+from capmaas_dev.bench.stackrun import phase_timeout, run_on_stack
 from capmaas_dev.demo.capi import Capi, MachineSpec, parallel
 from capmaas_dev.demo.kube import MAASMACHINES, Watcher
 from capmaas_dev.demo.progress import Tracker, table
@@ -227,12 +227,12 @@ class _Run:
             raise StackError(f"the large tenant's creates failed: {errors[0]}")
         create_seconds = time.time() - t0
         names = [s.name for s in large_specs]
-        timeout = b.args.timeout or max(120.0, b.n * 0.5 + b.args.deploy_seconds * 3)
+        timeout = phase_timeout(b.args, b.n)
         large.tracker.follow(
             large.watcher, lambda: large.tracker.count(names, ready=True) == b.n, timeout, check=check
         )
         deployed = sim.call(lambda s: dict(sim.deployed_at))
-        large_lags = _lags(large.tracker, names, deployed)
+        large_lags = large.tracker.readiness_lags(names, deployed)
         ready_times = [r.ready_at for nm in names if (r := large.tracker.rows.get(nm)) and r.ready_at]
         b.figures.update(
             alone=alone.figures(),
@@ -263,7 +263,7 @@ class _Run:
             parallel(lambda s: small.capi.create_maasmachine(s, small.uids[s.name]), specs, len(specs))
             small.tracker.follow(small.watcher, _all_ready(small.tracker, names), timeout, check=self.check)
             deployed = sim.call(lambda s: dict(sim.deployed_at))
-            out.lags += _lags(small.tracker, names, deployed)
+            out.lags += small.tracker.readiness_lags(names, deployed)
             rows = [r for nm in names if (r := small.tracker.rows.get(nm))]
             out.create_to_ready += [r.ready_at - t0 for r in rows if r.ready_at is not None]
             large.tracker.apply(large.watcher.drain(timeout=0))
@@ -273,11 +273,3 @@ class _Run:
 
 def _all_ready(tracker: Tracker, names: list[str]) -> Callable[[], bool]:
     return lambda: tracker.count(names, ready=True) == len(names)
-
-
-def _lags(tracker: Tracker, names: list[str], deployed: dict[str, float]) -> list[float]:
-    return [
-        r.ready_at - deployed[r.system_id]
-        for nm in names
-        if (r := tracker.rows.get(nm)) and r.ready_at is not None and r.system_id in deployed
-    ]

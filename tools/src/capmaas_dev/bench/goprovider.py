@@ -51,10 +51,10 @@ from capmaas_dev.bench.metrics import (
     settled_writes,
     writes_by_kind,
 )
-from capmaas_dev.bench.stackrun import run_on_stack
+from capmaas_dev.bench.stackrun import phase_timeout, run_on_stack
 from capmaas_dev.demo import manifests as M
 from capmaas_dev.demo.capi import Capi, MachineSpec, parallel
-from capmaas_dev.demo.kube import CLUSTERS, MAASCLUSTERS, MAASMACHINES, Kube
+from capmaas_dev.demo.kube import CLUSTERS, MAASCLUSTERS, MAASMACHINES
 from capmaas_dev.demo.progress import PhaseTicker, Tracker, table
 from capmaas_dev.demo.simthread import SimulatorThread
 from capmaas_dev.demo.stack import OperatorProcess, Stack, StackError, StackOptions, sigterm_as_interrupt
@@ -180,14 +180,9 @@ class GoStack(Stack):
         with self._step("CRDs: the Go provider's (from its source) and Cluster API core"):
             self._apply_crds()
             apply_capi_crds(self.cp.kubeconfig)
-        self.kube = Kube(self.cp.kubeconfig)
-        self.kube.create_namespace(self.namespace)
-        with self._step("MAAS simulator"):
-            self.sim = SimulatorThread(
-                self.opts.inventory, self.opts.timings, faults=self.opts.faults
-            ).start()
+        sim = self._start_simulator()
         with self._step("operator: the Go provider's manager"):
-            self.operator = self._manager(self.sim).start()
+            self.operator = self._manager(sim).start()
             time.sleep(0.3)
             self.check_operator()
         return self
@@ -307,26 +302,16 @@ class GoBench:
             parallel(lambda s: capi.create_maasmachine(s, uids[s.name]), specs, self.args.threads)
             created = time.time() - t0
             self.say(f"  created {n} MaasMachines in {created:.1f}s; waiting for Ready")
-            timeout = self.args.timeout or max(120.0, n * 0.5 + self.args.deploy_seconds * 3)
-            progress = PhaseTicker(self.say, tracker)
-
-            def tick() -> None:
-                check()
-                progress.tick()
-
+            timeout = phase_timeout(self.args, n)
+            tick = PhaseTicker(self.say, tracker).after(check)
             tracker.follow(watcher, lambda: tracker.count(names, ready=True) == n, timeout, check=tick)
             ready = tracker.count(names, ready=True)
-            times = [r.ready_at for nm in names if (r := tracker.rows.get(nm)) and r.ready_at is not None]
-            t_ready = max(times) - t0 if times else float("nan")
+            t_ready = tracker.ready_after(names, t0)
             at_ready = proc_stats(proc.pid)
             load["ready"] = loadavg()
             self.say(f"  {ready}/{n} Ready after {t_ready:.1f}s; deleting all")
             deployed = sim.call(lambda _: dict(sim.deployed_at))  # read on the simulator's loop
-            lags = [
-                r.ready_at - deployed[r.system_id]
-                for nm in names
-                if (r := tracker.rows.get(nm)) and r.ready_at is not None and r.system_id in deployed
-            ]
+            lags = tracker.readiness_lags(names, deployed)
             t1 = time.time()
             kube.delete_all(MAASMACHINES, ns, label_selector=f"{M.CLUSTER_NAME_LABEL}={CLUSTER}")
             tracker.follow(watcher, lambda: tracker.count(names, deleted=True) == n, timeout, check=tick)

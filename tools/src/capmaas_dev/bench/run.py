@@ -58,7 +58,7 @@ from capmaas_dev.bench.metrics import (
 )
 from capmaas_dev.bench.profiled import ProfiledOperator
 from capmaas_dev.bench.shards import WATCH_FILTER_LABEL, ShardCapi, ShardOperator, shard_settings, shard_value
-from capmaas_dev.bench.stackrun import run_on_stack
+from capmaas_dev.bench.stackrun import phase_timeout, run_on_stack
 from capmaas_dev.demo.capi import Capi, MachineSpec, parallel
 from capmaas_dev.demo.kube import MAASMACHINES
 from capmaas_dev.demo.manifests import CLUSTER_NAME_LABEL
@@ -264,13 +264,8 @@ class Bench:
             )
             created = time.time() - t0
             self.say(f"  created {n} MaasMachines in {created:.1f}s; waiting for Ready")
-            timeout = self.args.timeout or max(120.0, n * 0.5 + self.args.deploy_seconds * 3)
-            progress = PhaseTicker(self.say, tracker)
-
-            def check() -> None:
-                check_operators()
-                progress.tick()
-
+            timeout = phase_timeout(self.args, n)
+            check = PhaseTicker(self.say, tracker).after(check_operators)
             tracker.follow(
                 watcher,
                 lambda: tracker.readied >= n and tracker.count(names, ready=True) == n,
@@ -280,10 +275,10 @@ class Bench:
             harness_ready = HarnessCpu.now(sim.native_id, watcher.native_id)
             control_ready = cpu_seconds_of(control)
             ready = tracker.count(names, ready=True)
-            t_ready = _ready_after(tracker, names, t0)
+            t_ready = tracker.ready_after(names, t0)
             self.say(f"  {ready}/{n} Ready after {t_ready:.1f}s; deleting all")
             deployed = sim.call(lambda s: dict(sim.deployed_at))
-            lags = _lags(tracker, names, deployed)
+            lags = tracker.readiness_lags(names, deployed)
             lags_condition = [
                 r.ready_condition_at - deployed[r.system_id]
                 for nm in names
@@ -344,14 +339,15 @@ class Bench:
             self.figures["operator_cpu_seconds_total"] = round(sum(x.cpu_seconds for x in at_end.values()), 2)
             self.figures["operator_peak_rss_mb"] = round(max(x.peak_rss_mb for x in at_end.values()), 1)
             self.figures["operator_rss_at_ready_mb"] = round(max(x.rss_mb for x in at_ready.values()), 1)
+            shard_lags = {s.index: tracker.readiness_lags(s.names, deployed) for s in shards}
             self.figures["shards"] = [
                 {
                     "shard": shard_value(s.index),
                     "machines": len(s.names),
                     "ready": tracker.count(s.names, ready=True),
-                    "time_to_all_ready_seconds": round(_ready_after(tracker, s.names, t0), 2),
-                    "readiness_lag_p50_seconds": round(percentile(_lags(tracker, s.names, deployed), 50), 3),
-                    "readiness_lag_p99_seconds": round(percentile(_lags(tracker, s.names, deployed), 99), 3),
+                    "time_to_all_ready_seconds": round(tracker.ready_after(s.names, t0), 2),
+                    "readiness_lag_p50_seconds": round(percentile(shard_lags[s.index], 50), 3),
+                    "readiness_lag_p99_seconds": round(percentile(shard_lags[s.index], 99), 3),
                     "cpu_seconds_window": round(at_end[s.index].cpu_seconds - s.cpu0, 2),
                     "cpu_seconds_total": round(at_end[s.index].cpu_seconds, 2),
                     "peak_rss_mb": round(at_end[s.index].peak_rss_mb, 1),
@@ -619,20 +615,6 @@ def _startup_row(f: dict[str, Any], verdict: Callable[[float, float], str]) -> l
     seconds, cpu = f["startup_seconds"], f.get("startup_cpu_seconds")
     value = f"{seconds:.2f} s" + (f" ({cpu:.2f} s CPU)" if cpu is not None else "")
     return ["operator start-up (to first reconcile)", value, "<= 1.5 s", verdict(seconds, 1.5)]
-
-
-def _ready_after(tracker: Tracker, names: list[str], t0: float) -> float:
-    times = [r.ready_at for nm in names if (r := tracker.rows.get(nm)) and r.ready_at is not None]
-    return max(times) - t0 if times else float("nan")
-
-
-def _lags(tracker: Tracker, names: list[str], deployed: dict[str, float]) -> list[float]:
-    """Readiness lag per machine: MAAS reported it Deployed → the watch showed its MaasMachine ready."""
-    return [
-        r.ready_at - deployed[r.system_id]
-        for nm in names
-        if (r := tracker.rows.get(nm)) and r.ready_at is not None and r.system_id in deployed
-    ]
 
 
 def _delete_all(kube: Any, namespace: str, cluster: str, attempts: int = 5) -> int:

@@ -3,6 +3,7 @@ Ctrl-C exits 130, and the stack is always closed."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 
 from capmaas_dev.demo.capi import CapiError
@@ -21,3 +22,9 @@ def run_on_stack(stack: Stack, run: Callable[[Stack], int], say: Callable[[str],
         return 130
     finally:
         stack.close()
+
+
+def phase_timeout(args: argparse.Namespace, n: int) -> float:
+    """How long a benchmark waits for ``n`` machines to reach Ready (or to go): ``--timeout``, else half a
+    second a machine, at least two minutes, plus three MAAS deploys."""
+    return float(args.timeout or max(120.0, n * 0.5 + args.deploy_seconds * 3))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -153,6 +153,20 @@ class Tracker:
                 n += 1
         return n
 
+    def ready_after(self, names: Iterable[str], t0: float) -> float:
+        """Seconds from ``t0`` until the last of ``names`` was seen ready (NaN if none was)."""
+        times = [r.ready_at for n in names if (r := self.rows.get(n)) and r.ready_at is not None]
+        return max(times) - t0 if times else float("nan")
+
+    def readiness_lags(self, names: Iterable[str], deployed: Mapping[str, float]) -> list[float]:
+        """Readiness lag per machine: MAAS reported it Deployed (``deployed``: time by system ID) until the
+        watch showed its MaasMachine ready."""
+        return [
+            r.ready_at - deployed[r.system_id]
+            for n in names
+            if (r := self.rows.get(n)) and r.ready_at is not None and r.system_id in deployed
+        ]
+
     def failed(self, names: Iterable[str], terminal_reasons: frozenset[str]) -> list[Row]:
         """Rows stuck on a reason that needs a person (the operator gave up)."""
         return [r for n in names if (r := self.rows.get(n)) and not r.ready and r.reason in terminal_reasons]
@@ -174,6 +188,16 @@ class PhaseTicker:
         phases = Counter(r.phase for r in self.tracker.rows.values())
         summary = ", ".join(f"{k} {v}" for k, v in phases.most_common())
         self.say(f"  {now - self.t0:6.1f}s  {summary}")
+
+    def after(self, check: Callable[[], None]) -> Callable[[], None]:
+        """The ``check=`` of :meth:`Tracker.follow` for a benchmark: ``check`` (the stack's own, e.g. that its
+        operator still runs), then this ticker's line when one is due."""
+
+        def tick() -> None:
+            check()
+            self.tick()
+
+        return tick
 
 
 def table(headers: list[str], rows: Iterable[Iterable[object]]) -> str:

@@ -184,14 +184,9 @@ class Stack:
             with self._step("CRDs: capmaas (from the models) and Cluster API core"):
                 self._apply_crds()
                 apply_capi_crds(self.cp.kubeconfig)
-        self.kube = Kube(self.cp.kubeconfig)
-        self.kube.create_namespace(self.namespace)
-        with self._step("MAAS simulator"):
-            self.sim = SimulatorThread(
-                self.opts.inventory, self.opts.timings, faults=self.opts.faults
-            ).start()
-            if self.workload is not None:
-                self._register_nodes(self.sim, self.workload)
+        sim = self._start_simulator()
+        if self.workload is not None:
+            self._register_nodes(sim, self.workload)
         with self._step("operator: capmaas run"):
             self.operator = OperatorProcess(
                 self._operator_env(), self.namespace, self.workdir / "operator.log"
@@ -200,6 +195,17 @@ class Stack:
             time.sleep(0.3)
             self.check_operator()
         return self
+
+    def _start_simulator(self) -> SimulatorThread:
+        """The benchmark's namespace on the control plane, then the MAAS simulator (``self.sim``)."""
+        assert self.cp is not None
+        self.kube = Kube(self.cp.kubeconfig)
+        self.kube.create_namespace(self.namespace)
+        with self._step("MAAS simulator"):
+            self.sim = SimulatorThread(
+                self.opts.inventory, self.opts.timings, faults=self.opts.faults
+            ).start()
+        return self.sim
 
     @staticmethod
     def _register_nodes(sim: SimulatorThread, workload: WorkloadCluster) -> None:

@@ -45,11 +45,8 @@ SHARED_CONTEXTS = 16
 
 @functools.lru_cache(maxsize=SHARED_CONTEXTS)
 def _shared_context(ca_data: str | None, insecure: bool) -> ssl.SSLContext:
-    if insecure:  # verifies nothing, so it needs no trust store
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        return context
+    if insecure:  # verifies nothing, so it needs no trust store: the stdlib's unverified context (PEP 476)
+        return ssl._create_unverified_context()
     context = ssl.create_default_context()
     if ca_data:
         load_ca(context, ca_data)

@@ -6,7 +6,8 @@ what kopf is built on, so it is installed with the operator.
 
 httpx's transport interface is public; the client keeps its auth, retries, error mapping and metrics. What the
 transport owes it: TLS as the client would have verified it (an :class:`ssl.SSLContext`, see
-:func:`ssl_context`), the per-request timeouts httpx puts in ``request.extensions["timeout"]``, failures as
+:func:`ssl_context`; the system's trust store is loaded only for an ``https`` request, once per process), the
+per-request timeouts httpx puts in ``request.extensions["timeout"]``, failures as
 the ``httpx`` exceptions the client maps (connect failures as :class:`httpx.ConnectError`, so a POST that
 never left is retried and one that may have left is not), and the body as a stream: the client counts the
 bytes as they arrive and stops reading past its cap (a 400 MiB answer from a tenant's endpoint is never held
@@ -15,6 +16,7 @@ whole).
 
 from __future__ import annotations
 
+import functools
 import ssl
 from collections.abc import AsyncIterator
 from typing import Any
@@ -29,12 +31,24 @@ __all__ = ["AiohttpTransport", "load_ca", "ssl_context"]
 
 def ssl_context(*, ca_data: str | None = None, insecure: bool = False) -> ssl.SSLContext:
     """What a transport verifies MAAS's certificate against: the system store plus ``ca_data`` (PEM), or
-    nothing at all with ``insecure`` (the client logs that switch when it is built with ``insecure=True``)."""
+    nothing at all with ``insecure`` (the client logs that switch when it is built with ``insecure=True``).
+
+    One context per distinct trust configuration, shared by every transport given it (a context is only read
+    once made): loading the system store costs each context native memory and CPU (docs/scaling.md,
+    "Memory: session 40"). :class:`InvalidCaError` when ``ca_data`` is not a certificate."""
+    return _shared_context(ca_data, insecure)
+
+
+#: Distinct trust configurations kept (the default one, and an identity's own CA or insecure switch each).
+SHARED_CONTEXTS = 16
+
+
+@functools.lru_cache(maxsize=SHARED_CONTEXTS)
+def _shared_context(ca_data: str | None, insecure: bool) -> ssl.SSLContext:
+    if insecure:  # verifies nothing, so it needs no trust store: the stdlib's unverified context (PEP 476)
+        return ssl._create_unverified_context()
     context = ssl.create_default_context()
-    if insecure:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    elif ca_data:
+    if ca_data:
         load_ca(context, ca_data)
     return context
 
@@ -74,9 +88,10 @@ class _Body(httpx.AsyncByteStream):
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
     """One pooled aiohttp session (made on first use, inside the running event loop), TLS as ``ssl_context``
-    says."""
+    says; without one, the system's trust store (:func:`ssl_context`), loaded at the first ``https`` request:
+    a transport to an ``http://`` MAAS never loads it."""
 
-    def __init__(self, *, ssl_context: ssl.SSLContext, connections: int = 32) -> None:
+    def __init__(self, *, ssl_context: ssl.SSLContext | None = None, connections: int = 32) -> None:
         self._verify = ssl_context
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
@@ -84,12 +99,21 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._connections, ssl=self._verify),
+                connector=aiohttp.TCPConnector(limit=self._connections),
                 auto_decompress=False,  # httpx decodes Content-Encoding itself
                 trust_env=False,
                 skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"),
             )
         return self._session
+
+    def _tls(self, url: httpx.URL) -> ssl.SSLContext | bool:
+        """The context an ``https`` request verifies with; ``True`` (aiohttp's "default", unused) for
+        ``http``."""
+        if url.scheme != "https":
+            return True
+        if self._verify is None:
+            self._verify = ssl_context()
+        return self._verify
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         timeouts: dict[str, Any] = request.extensions.get("timeout") or {}
@@ -107,6 +131,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 data=body or None,
                 allow_redirects=False,
                 timeout=timeout,
+                ssl=self._tls(request.url),
             )
             headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
             return httpx.Response(

@@ -186,11 +186,13 @@ def build_runtime(
 
     def client_factory(c: MaasCredentials) -> maas.MaasClient:
         insecure = c.insecure  # each identity's own setting: the operator's applies to its default only
+        # Without a CA or the insecure switch: the system store, loaded only if the endpoint is https.
+        tls = maas.ssl_context(ca_data=c.ca_data, insecure=insecure) if c.ca_data or insecure else None
         return maas.MaasClient(
             c.endpoint,
             api_key=c.api_key,
             transport=FencedTransport(
-                maas.AiohttpTransport(ssl_context=maas.ssl_context(ca_data=c.ca_data, insecure=insecure)),
+                maas.AiohttpTransport(ssl_context=tls),
                 fence,
             ),
             ca_data=c.ca_data,

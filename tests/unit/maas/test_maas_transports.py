@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from capmaas import maas
+from capmaas.maas import _transports
 from capmaas.maas import errors as maas_errors
 from capmaas_dev.devcluster.pki import make_serving_pki
 from capmaas_dev.simulator import Faults, Inventory, Simulator, Timings, serve
@@ -252,3 +253,46 @@ def test_a_ca_that_is_no_certificate_is_invalid_ca_error(ca: str) -> None:
         maas.ssl_context(ca_data=ca)
     with pytest.raises(maas.InvalidCaError):
         maas.MaasClient("https://maas.example/MAAS", api_key="a:b:c", ca_data=ca)
+
+
+@pytest.fixture
+def store_loads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ssl.SSLContext]]:
+    """Every load of the system's trust store from here on (the shared contexts made afresh)."""
+    loads: list[ssl.SSLContext] = []
+    real = ssl.SSLContext.set_default_verify_paths
+
+    def counted(self: ssl.SSLContext) -> None:
+        loads.append(self)
+        real(self)
+
+    monkeypatch.setattr(ssl.SSLContext, "set_default_verify_paths", counted)
+    _transports._shared_context.cache_clear()
+    yield loads
+    _transports._shared_context.cache_clear()
+
+
+async def test_an_http_endpoint_never_loads_the_system_trust_store(
+    store_loads: list[ssl.SSLContext], tls: tuple[ssl.SSLContext, str]
+) -> None:
+    """A transport without a context of its own loads the store at its first https request, not before, and
+    every such transport shares that one context; verification stays on (our CA is not in the store)."""
+    async with raw_server(answer(OK)) as url:
+        assert (await send(maas.AiohttpTransport(), url)).status_code == 200
+    assert store_loads == []
+    server, _ = tls
+    async with raw_server(answer(OK), tls=server) as url:
+        for _ in range(2):
+            with pytest.raises(httpx.ConnectError):
+                await send(maas.AiohttpTransport(), url)
+    assert len(store_loads) == 1
+
+
+def test_one_context_per_trust_configuration(
+    store_loads: list[ssl.SSLContext], tls: tuple[ssl.SSLContext, str]
+) -> None:
+    _, ca = tls
+    assert maas.ssl_context() is maas.ssl_context()
+    assert maas.ssl_context(ca_data=ca) is maas.ssl_context(ca_data=ca)
+    assert maas.ssl_context(ca_data=ca) is not maas.ssl_context()
+    assert maas.ssl_context(insecure=True) is not maas.ssl_context()
+    assert len(store_loads) == 2  # the default and the CA's (system store plus the CA); insecure loads none

@@ -4,6 +4,7 @@ kubeconfig with a plugin is left to that package (None). The operator's start-up
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from capmaas.operator.apiserver import ApiserverConfigError, from_kubeconfig, load
+from capmaas.operator.apiserver import Apiserver, ApiserverConfigError, from_kubeconfig, load
+from capmaas_dev.devcluster.pki import make_serving_pki
 
 
 def kubeconfig(path: Path, *, user: dict[str, object], current: str | None = "c", name: str = "c") -> Path:
@@ -90,3 +92,31 @@ def test_the_operator_starts_without_the_kubernetes_package_or_httpx_cli() -> No
         "import kubernetes.config\n"  # still there for the kubeconfigs that need it
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_apiserver_context_trusts_its_ca_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a CA (the service account's, a kubeconfig's) the operator's own TLS context loads that CA and not
+    the system's trust store (native memory per context: docs/scaling.md, "Memory: session 40"); without one
+    it verifies against the system store. Verification is on either way."""
+    loads: list[ssl.SSLContext] = []
+    real = ssl.SSLContext.set_default_verify_paths
+
+    def counted(self: ssl.SSLContext) -> None:
+        loads.append(self)
+        real(self)
+
+    monkeypatch.setattr(ssl.SSLContext, "set_default_verify_paths", counted)
+    pki = make_serving_pki(tmp_path)
+    for api in (
+        Apiserver(server="https://10.0.0.1:6443", ca_path=str(pki.ca_cert), token="t"),
+        Apiserver(server="https://10.0.0.1:6443", ca_data=pki.ca_cert.read_text(), token="t"),
+    ):
+        tls = api.target().tls
+        assert isinstance(tls, ssl.SSLContext)
+        assert (tls.verify_mode, tls.check_hostname) == (ssl.CERT_REQUIRED, True)
+        assert tls.cert_store_stats()["x509_ca"] == 1
+    assert loads == []
+    tls = Apiserver(server="https://10.0.0.1:6443", token="t").target().tls
+    assert isinstance(tls, ssl.SSLContext)
+    assert tls.verify_mode == ssl.CERT_REQUIRED
+    assert len(loads) == 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Self
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, ValidationError
 
 from capmaas.api.schema import K8sModel
 
@@ -46,6 +46,19 @@ class _View(K8sModel):
     def view(cls, body: Mapping[str, Any] | None) -> Self | None:
         """The view of ``body`` (None for None)."""
         return None if body is None else cls.from_body(body)
+
+    @classmethod
+    def glance(cls, body: Mapping[str, Any]) -> Self:
+        """The view of ``body`` for a caller that reads it and drops it in the same expression: a plain dict
+        is parsed as it is, even by a view that keeps a value as given (an ``Any`` field), so the values it
+        keeps may be the body's own; nothing must hold the view, or change what it reads. Otherwise, or should
+        that parse fail, :meth:`~capmaas.api.schema.K8sModel.from_body`: the same view, or the same error."""
+        if type(body) is dict:
+            try:
+                return cls.model_validate(body)
+            except ValidationError:
+                pass
+        return cls.from_body(body)
 
 
 class ObjectRef(_View):

@@ -82,6 +82,12 @@ class MachinePoller:
         self._written: dict[str, int] = {}
         self._seen: dict[str, float] = {}  # system_id -> monotonic time MAAS last told us its state
         self._fresh: set[str] = set()  # turned hot (deploying, or not seen yet) since the last list of them
+        # The watched machines that are hot (:meth:`_hot`), and of those the ones not being released: kept as
+        # the snapshot and the registrations change (:meth:`_note`), so the loop's checks after every kick
+        # read a set's size instead of walking every watched machine (a walk per kick was quadratic in a
+        # burst: docs/benchmarks/per-machine.md, session 40).
+        self._hot_ids: set[str] = set()
+        self._waiting: set[str] = set()
         #: The Ready machines (and VM hosts) templates count capacity on; listed in this loop, only while
         #: wanted (:mod:`capmaas.gateway.inventory`).
         self.inventory = Inventory(client, interval=idle)
@@ -91,6 +97,7 @@ class MachinePoller:
     def watch(self, system_id: str, key: str) -> None:
         if self._watched.get(system_id) != key:
             self._watched[system_id] = key
+            self._note(system_id)
             if system_id not in self._snap:
                 self._fresh.add(system_id)
                 self._kick.set()  # a machine we know nothing about (e.g. after a restart): poll soon
@@ -102,6 +109,7 @@ class MachinePoller:
         self._gone.discard(system_id)
         self._fresh.discard(system_id)
         self._seen.pop(system_id, None)
+        self._note(system_id)
 
     def forget_key(self, key: str) -> None:
         for sid in [s for s, k in self._watched.items() if k == key]:
@@ -128,6 +136,7 @@ class MachinePoller:
         self._snap[machine.system_id] = machine
         self._gone.discard(machine.system_id)
         self._seen[machine.system_id] = time.monotonic()  # an allocate's answer comes before its watch()
+        self._note(machine.system_id)
         self.inventory.fold(machine)
         if machine.status.transitional:
             if not machine.status.releasing:
@@ -154,14 +163,26 @@ class MachinePoller:
         m = self._snap.get(system_id)
         return m is None or m.status.transitional
 
+    def _note(self, system_id: str) -> None:
+        """Bring ``system_id``'s place in the hot sets up to date; called after every change of its
+        registration or its snapshot (a snapshot is frozen: its state changes only with a new one)."""
+        if system_id in self._watched and self._hot(system_id):
+            self._hot_ids.add(system_id)
+            m = self._snap.get(system_id)
+            if m is None or not m.status.releasing:
+                self._waiting.add(system_id)
+            else:
+                self._waiting.discard(system_id)
+        else:
+            self._hot_ids.discard(system_id)
+            self._waiting.discard(system_id)
+
     def spacing(self) -> float:
         """Least time from one poll to the next while machines are hot (see the module docstring)."""
         if len(self._fresh) >= FRESH_BATCH:
             return self._fast
-        for sid in self._watched:
-            m = self._snap.get(sid)
-            if m is None or (m.status.transitional and not m.status.releasing):
-                return self._hot_max
+        if self._waiting:  # a watched machine not seen yet, or in flight other than being released
+            return self._hot_max
         return min(self._idle, self._fast * RELEASE_SLOWDOWN)
 
     def _interval(self) -> float:
@@ -172,7 +193,7 @@ class MachinePoller:
     def _watch_interval(self) -> float:
         if self.last_error is not None:
             return min(self._idle, max(self._fast, 5.0))
-        if any(self._hot(sid) for sid in self._watched):
+        if self._hot_ids:
             return self.spacing()
         return max(self._fast, self._idle - self._oldest_age())
 
@@ -193,8 +214,9 @@ class MachinePoller:
         size, carries the steady machines that would be due within two spacings: a call MAAS answers anyway,
         and each machine is still read about once per idle interval."""
         now = time.monotonic()
-        hot = [sid for sid in self._watched if self._hot(sid)]
-        ages = {sid: self._age(sid, now) for sid in self._watched if not self._hot(sid)}
+        hot_ids = self._hot_ids
+        hot = [sid for sid in self._watched if sid in hot_ids]
+        ages = {sid: self._age(sid, now) for sid in self._watched if sid not in hot_ids}
         if ages and max(ages.values()) >= self._idle:
             return hot + [sid for sid, age in ages.items() if age >= self._idle / 2]
         if not hot:
@@ -296,10 +318,12 @@ class MachinePoller:
                 if sid not in self._gone:
                     self._gone.add(sid)
                     self._snap.pop(sid, None)
+                    self._note(sid)
                     self._wake(key)
                 continue
             self._gone.discard(sid)
             self._snap[sid] = new
+            self._note(sid)
             self.inventory.fold(new)
             if old is None or _fingerprint(old) != _fingerprint(new):
                 self._wake(key)

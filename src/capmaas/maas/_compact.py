@@ -151,6 +151,9 @@ def _compact(model: ModelT, seen: dict[tuple[object, ...], pydantic.BaseModel]) 
     answer) or :data:`_common` (earlier answers)."""
     plan = _plan(type(model))
     values = model.__dict__
+    # Nested models by identity, gathered as they are compacted: they are the shared ones by then, so equal
+    # children are the same object.
+    ids: list[object] = []
     for name in plan.nested:
         value = values.get(name)
         if isinstance(value, tuple):
@@ -161,9 +164,12 @@ def _compact(model: ModelT, seen: dict[tuple[object, ...], pydantic.BaseModel]) 
                         items = list(value)
                     items[i] = kept
             if items is not None:
-                values[name] = tuple(items)
-        elif isinstance(value, pydantic.BaseModel):
-            values[name] = _compact(value, seen)
+                value = values[name] = tuple(items)
+            ids.append(tuple(map(id, value)))
+        else:
+            if isinstance(value, pydantic.BaseModel):
+                value = values[name] = _compact(value, seen)
+            ids.append(id(value))
     if not plan.shareable:
         return model
     names = model.__pydantic_fields_set__
@@ -176,16 +182,12 @@ def _compact(model: ModelT, seen: dict[tuple[object, ...], pydantic.BaseModel]) 
         _set(model, "__pydantic_fields_set__", shared)
     if not plan.scope or plan.plain is None or model.__pydantic_extra__ or model.__pydantic_private__:
         return model
-    # Nested models by identity: they are the shared ones already, so equal children are the same object.
-    ids = tuple(
-        tuple(map(id, v)) if isinstance(v := values.get(name), tuple) else id(v) for name in plan.nested
-    )
-    key = (type(model), names_key, plan.plain(values), ids)
+    key = (type(model), names_key, plan.plain(values), tuple(ids))
     found = seen.get(key)
     if found is None and plan.scope == _ACROSS:
         found = _common.get(key)
     if found is not None:
-        return typing.cast(ModelT, found)
+        return found  # type: ignore[return-value]  # an equal model of the same class
     seen[key] = model
     if plan.scope == _ACROSS and len(_common) < MAX_COMMON:
         _common[key] = model

@@ -86,7 +86,7 @@ def adopt(scope: ObjectScope) -> None:
 # --- MaasMachines ----------------------------------------------------------------------------------------
 def machine_references(body: Body) -> list[str]:
     """What a MaasMachine holds in MAAS, as people read it (``spec.systemID=abc``, ``…/allocating``)."""
-    return _references(MaasMachineView.from_body(body))
+    return _references(MaasMachineView.glance(body))  # strings out, the view dropped: no copy of the body
 
 
 def _references(mm: MaasMachineView) -> list[str]:

@@ -100,12 +100,12 @@ class ZoneTally:
                 else:
                     del counts[zone]
         unplaced = self._unplaced
-        uids: Iterable[str] = unplaced if len(unplaced) <= len(chosen_uids) else chosen_uids
-        for uid in uids:
-            n = unplaced.get(uid, 0)
-            if not n or uid == leave_out:
+        # Only a sibling both not placed and chosen for can count: the two sets' common part, found in C
+        # (the smaller walked), not a Python loop over the smaller set with a lookup each.
+        for uid in unplaced.keys() & chosen_uids:
+            if uid == leave_out:
                 continue
             zone = chosen(uid)
             if zone:
-                counts[zone] = counts.get(zone, 0) + n
+                counts[zone] = counts.get(zone, 0) + unplaced[uid]
         return counts

@@ -66,6 +66,17 @@ def test_an_unplaced_sibling_counts_where_it_was_chosen() -> None:
     assert tally.counts(leave_out="", chosen=nothing_chosen, chosen_uids=["uid-a"]) == {"z1": 1}
 
 
+def test_siblings_sharing_a_uid_count_each_where_it_was_chosen() -> None:
+    """Two unplaced siblings under one UID (a copy of an object, before its UID changes) are two machines
+    where that UID's zone was chosen, and none when they are the machine choosing."""
+    tally = ZoneTally()
+    tally.put("a", {"metadata": {"uid": "uid-x"}, "spec": {}})
+    tally.put("b", {"metadata": {"uid": "uid-x"}, "spec": {}})
+    tally.put("c", body("c", "1", "z1"))
+    assert counts(tally, chosen={"uid-x": "z2"}) == {"z1": 1, "z2": 2}
+    assert counts(tally, leave_out="uid-x", chosen={"uid-x": "z2"}) == {"z1": 1}
+
+
 def test_gone_siblings_are_dropped() -> None:
     tally = ZoneTally()
     tally.put("a", body("a", "1", "z1"))

@@ -256,18 +256,10 @@ def test_a_ca_that_is_no_certificate_is_invalid_ca_error(ca: str) -> None:
 
 
 @pytest.fixture
-def store_loads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ssl.SSLContext]]:
+def store_loads(trust_store_loads: list[ssl.SSLContext]) -> Iterator[list[ssl.SSLContext]]:
     """Every load of the system's trust store from here on (the shared contexts made afresh)."""
-    loads: list[ssl.SSLContext] = []
-    real = ssl.SSLContext.set_default_verify_paths
-
-    def counted(self: ssl.SSLContext) -> None:
-        loads.append(self)
-        real(self)
-
-    monkeypatch.setattr(ssl.SSLContext, "set_default_verify_paths", counted)
     _transports._shared_context.cache_clear()
-    yield loads
+    yield trust_store_loads
     _transports._shared_context.cache_clear()
 
 

@@ -94,18 +94,13 @@ def test_the_operator_starts_without_the_kubernetes_package_or_httpx_cli() -> No
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_the_apiserver_context_trusts_its_ca_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_apiserver_context_trusts_its_ca_only(
+    tmp_path: Path, trust_store_loads: list[ssl.SSLContext]
+) -> None:
     """With a CA (the service account's, a kubeconfig's) the operator's own TLS context loads that CA and not
     the system's trust store (native memory per context: docs/scaling.md, "Memory: session 40"); without one
     it verifies against the system store. Verification is on either way."""
-    loads: list[ssl.SSLContext] = []
-    real = ssl.SSLContext.set_default_verify_paths
-
-    def counted(self: ssl.SSLContext) -> None:
-        loads.append(self)
-        real(self)
-
-    monkeypatch.setattr(ssl.SSLContext, "set_default_verify_paths", counted)
+    loads = trust_store_loads
     pki = make_serving_pki(tmp_path)
     for api in (
         Apiserver(server="https://10.0.0.1:6443", ca_path=str(pki.ca_cert), token="t"),

@@ -6,8 +6,12 @@ provided`` annotation → used as is, no DNS. Otherwise capmaas owns a MAAS DNS 
 the spec write finds the same name again). Its A records follow the running control-plane MaasMachines
 (the shared poller's view of the machine each one holds, else its status: no MAAS read per pass) but are
 never emptied while control-plane machines exist: a control plane that is briefly down keeps its last
-addresses (the Go provider wiped them and clusters lost their API). The record is deleted with the cluster,
-once no MaasMachine of the cluster is left.
+addresses (the Go provider wiped them and clusters lost their API). Nor is it emptied the moment the watch
+cache shows no control-plane MaasMachine: an operator just started, or the target of a ``clusterctl move``,
+may hold the MaasCluster and its Cluster before their MaasMachines' events (one watch per kind, no order
+between them), and would wipe a live cluster's endpoint. The record is emptied only after the cache has shown
+none for :data:`CONTROL_PLANE_GONE_SECONDS` (a pass is requeued for then). The record is deleted with the
+cluster, once no MaasMachine of the cluster is left.
 
 Ownership: a record is ours only if we created it. Its MAAS id and name are kept in the
 ``…/dns-record`` annotation (written by the operator only: the admission policy; kept by clusterctl move,
@@ -32,6 +36,7 @@ provider's ConfigMap ``maas-preferred-subnet`` in the namespace).
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -84,6 +89,9 @@ DEFAULT_API_PORT = 6443
 RUNNING_STATES = frozenset({"Deployed", "Deploying"})
 #: Seconds between looks (at the watch cache, no API call) of a deleting MaasCluster for its MaasMachines.
 DELETE_RECHECK_SECONDS = 5.0
+#: How long the watch cache must show no control-plane MaasMachine of a cluster before its DNS record, which
+#: still lists addresses, is emptied: longer than any lag between the watches of two kinds.
+CONTROL_PLANE_GONE_SECONDS = 30.0
 
 
 class ClusterScope(ObjectScope):
@@ -258,8 +266,13 @@ class ClusterReconciler:
         *,
         default_credentials: MaasCredentials | None,
         tenancy: Tenancy | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
+        self._clock = clock
+        # Since when the watch cache has shown no control-plane MaasMachine, per MaasCluster UID whose record
+        # still lists addresses (CONTROL_PLANE_GONE_SECONDS). Soft state: a restart waits the time again.
+        self._cp_gone: dict[str, float] = {}
         self.connector = connector
         self.default_credentials = default_credentials
         self.tenancy = tenancy or Tenancy()
@@ -333,6 +346,8 @@ class ClusterReconciler:
         if endpoint is None:
             return Requeue()
         scope.set_status(ready=True, initialization={"provisioned": True})
+        if (since := self._cp_gone.get(scope.uid)) is not None:  # look again when the record may be emptied
+            return Requeue(max(0.0, since + CONTROL_PLANE_GONE_SECONDS - self._clock()))
         return Requeue()
 
     def _settings(self, scope: ClusterScope) -> None:
@@ -558,12 +573,25 @@ class ClusterReconciler:
             await port.dns_update(record.id, want)
             record = DnsRecord(record.id, fqdn, want)
             scope.event("Normal", "DNSRecordUpdated", f"{fqdn} -> {sorted(want)}")
-        elif cp.count == 0 and record.ips:
+        elif cp.count == 0 and record.ips and self._control_plane_gone(scope.uid):
             await port.dns_update(record.id, frozenset())  # no control plane left at all
             record = DnsRecord(record.id, fqdn, frozenset())
+            scope.event(
+                "Normal",
+                "DNSRecordUpdated",
+                f"{fqdn} -> [] (no control-plane MaasMachine for {CONTROL_PLANE_GONE_SECONDS:.0f} s)",
+            )
+        if cp.count or not record.ips:
+            self._cp_gone.pop(scope.uid, None)
         self._dns[scope.uid] = (port.identity, record)
         identity.adopt(scope)  # the record we recorded, found through this identity: stamp an older object
         return record
+
+    def _control_plane_gone(self, uid: str) -> bool:
+        """Whether the watch cache has shown no control-plane MaasMachine of MaasCluster ``uid`` for
+        :data:`CONTROL_PLANE_GONE_SECONDS` (counted from this call when it is the first to see none)."""
+        since = self._cp_gone.setdefault(uid, self._clock())
+        return self._clock() - since >= CONTROL_PLANE_GONE_SECONDS
 
     async def _reserve_vip(self, scope: ClusterScope, port: MaasPort, fqdn: str) -> DnsRecord:
         """Reserve ``spec.controlPlaneVIP`` in MAAS with ``fqdn`` as its hostname: MAAS makes the DNS resource
@@ -704,3 +732,4 @@ class ClusterReconciler:
                     f"{fqdn} (MAAS id {record.id}) is not the record capmaas created; left alone",
                 )
             self._dns.pop(scope.uid, None)
+            self._cp_gone.pop(scope.uid, None)

@@ -12,7 +12,12 @@ import pytest
 from reconciler_env import ENDPOINT, Env, make_env
 
 from capmaas.api import conditions as C
-from capmaas.reconcilers.cluster import ClusterReconciler, dns_name, legacy_dns_name
+from capmaas.reconcilers.cluster import (
+    CONTROL_PLANE_GONE_SECONDS,
+    ClusterReconciler,
+    dns_name,
+    legacy_dns_name,
+)
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, DELETE_FOR_MOVE_ANNOTATION, DNS_RECORD
 from capmaas.reconcilers.tenancy import Tenancy
 from capmaas_dev import demo
@@ -273,6 +278,67 @@ async def test_clusterctl_move_keeps_the_record_status_does_not_travel(env: Env)
     del env.kube.objects[("maasmachines", "ns", "cp0")]
     await delete(env, "c1", "ns", target)
     assert records(env) == {}
+
+
+def dns_puts(env: Env) -> int:
+    return sum(
+        n for (method, path, _), n in env.sim.counters.items() if method == "PUT" and "dnsresources" in path
+    )
+
+
+async def test_a_move_target_whose_cache_lacks_the_control_plane_leaves_the_record_alone(env: Env) -> None:
+    """The target of a clusterctl move (or an operator just started) can see the MaasCluster and its resumed
+    Cluster before the MaasMachines' watch events: no control plane in its cache for a moment. The record of
+    a live cluster is not emptied for that (it was: MAAS writes during a move, the endpoint briefly wiped)."""
+    await add_cluster(env)
+    running_cp(env, "cp0", "10.0.0.10")
+    src = await reconcile(env)
+    fqdn = src["spec"]["controlPlaneEndpoint"]["host"]
+    assert records(env) == {fqdn.split(".")[0]: ["10.0.0.10"]}
+    cp0 = env.kube.objects.pop(("maasmachines", "ns", "cp0"))  # not in the target's cache yet
+    moved = copy.deepcopy(src)
+    moved.pop("status")
+    moved["metadata"]["uid"] = "uid-after-move"
+    env.kube.objects[("maasclusters", "ns", "c1")] = moved
+    target = ClusterReconciler(env.kube, env.connections, default_credentials=env.creds)
+    puts = dns_puts(env)
+    wish = await target.reconcile(env.kube.get("maasclusters", "c1", "ns"))
+    assert records(env) == {fqdn.split(".")[0]: ["10.0.0.10"]}
+    assert wish.after is not None  # looks again when the record may be emptied
+    assert 0 < wish.after <= CONTROL_PLANE_GONE_SECONDS
+    env.kube.add("maasmachines", cp0)  # the MaasMachine's event arrives
+    mc = await reconcile(env, r=target)
+    assert cond(mc, C.DNS_READY_CONDITION)["reason"] == C.DNS_RECORD_READY_REASON
+    assert records(env) == {fqdn.split(".")[0]: ["10.0.0.10"]}
+    assert dns_puts(env) == puts  # not one DNS write
+
+
+async def test_the_record_is_emptied_once_the_control_plane_has_been_gone_for_a_while(env: Env) -> None:
+    clock = Clock()
+    r = ClusterReconciler(env.kube, env.connections, default_credentials=env.creds, clock=clock)
+    await add_cluster(env)
+    running_cp(env, "cp0", "10.0.0.10")
+    mc = await reconcile(env, r=r)
+    short = mc["spec"]["controlPlaneEndpoint"]["host"].split(".")[0]
+    del env.kube.objects[("maasmachines", "ns", "cp0")]  # the whole control plane deleted
+    for waited, left in ((0.0, CONTROL_PLANE_GONE_SECONDS), (29.0, 1.0)):
+        clock.now += waited
+        wish = await r.reconcile(env.kube.get("maasclusters", "c1", "ns"))
+        assert records(env) == {short: ["10.0.0.10"]}
+        assert wish.after == pytest.approx(left)
+    clock.now += 1.0
+    wish = await r.reconcile(env.kube.get("maasclusters", "c1", "ns"))
+    assert records(env) == {short: []}
+    assert wish.after is None
+    event = [e for e in env.kube.events if e[2] == "DNSRecordUpdated"][-1]
+    assert event[3].endswith("-> [] (no control-plane MaasMachine for 30 s)")
+    # A control plane again: the record follows it at once, and a later absence waits the time again.
+    running_cp(env, "cp1", "10.0.0.11")
+    await reconcile(env, r=r)
+    assert records(env) == {short: ["10.0.0.11"]}
+    del env.kube.objects[("maasmachines", "ns", "cp1")]
+    await r.reconcile(env.kube.get("maasclusters", "c1", "ns"))
+    assert records(env) == {short: ["10.0.0.11"]}
 
 
 # --- issue 16 item 5: addresses as soon as MAAS has them, never a released one ---------------------------

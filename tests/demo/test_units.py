@@ -5,10 +5,18 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections import Counter
 
 import pytest
 
-from capmaas_dev.bench.metrics import apiserver_writes, percentile, proc_stats, settled_writes
+from capmaas_dev.bench.metrics import (
+    apiserver_writes,
+    harness_writes,
+    operator_writes,
+    percentile,
+    proc_stats,
+    settled_writes,
+)
 from capmaas_dev.demo import cli, manifests
 from capmaas_dev.demo.kube import WatchEvent
 from capmaas_dev.demo.progress import PhaseTicker, Tracker, table
@@ -146,6 +154,22 @@ METRICS = "\n".join(
 def test_apiserver_writes_counts_non_reads_by_resource() -> None:
     writes = apiserver_writes(METRICS)
     assert dict(writes) == {("POST", "maasmachines", ""): 7, ("PATCH", "maasmachines", "status"): 7}
+
+
+def test_the_harness_writes_are_left_out_of_the_operators() -> None:
+    writes = Counter({
+        ("POST", "maasmachines", ""): 10,
+        ("DELETE", "maasmachines", ""): 2,
+        ("PATCH", "maasmachines", ""): 30,
+        ("PATCH", "maasmachines", "status"): 20,
+    })  # fmt: skip
+    own = harness_writes(writes, creates=10, delete_calls=2)
+    assert own == {("POST", "maasmachines", ""): 10, ("DELETE", "maasmachines", ""): 2}
+    assert operator_writes(writes, own) == 50
+    # an older apiserver counts the delete-collection calls as DELETECOLLECTION
+    old = Counter({("DELETECOLLECTION", "maasmachines", ""): 1, ("POST", "maasmachines", ""): 3})
+    assert harness_writes(old, 3, 1)[("DELETECOLLECTION", "maasmachines", "")] == 1
+    assert operator_writes(old, harness_writes(old, 3, 1)) == 0
 
 
 def test_settled_writes_reads_until_the_counts_stop_moving() -> None:

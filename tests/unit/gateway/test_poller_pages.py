@@ -21,10 +21,12 @@ PAGE = 100
 REQUEST = maas_errors.RequestInfo("GET", "machines/", "machines/")
 
 
-async def test_a_round_of_many_machines_is_listed_in_pages_of_at_most_a_hundred_ids() -> None:
-    machines = 2 * PAGE + 30
-    inventory = Inventory.generate(machines=machines, zones=1, seed=4)
-    sim = Simulator(inventory, timings=Timings(), faults=Faults())
+def polled(machines: int, *, seed: int) -> tuple[Simulator, maas.MaasClient, MachinePoller, list[str]]:
+    """A simulator of ``machines``, a client of it and a poller with the default page size, and the keys the
+    poller wakes, in order."""
+    sim = Simulator(
+        Inventory.generate(machines=machines, zones=1, seed=seed), timings=Timings(), faults=Faults()
+    )
     client = maas.MaasClient(
         ENDPOINT, api_key=sim.api_key, transport=httpx.ASGITransport(app=sim.app), max_retries=0
     )
@@ -32,6 +34,11 @@ async def test_a_round_of_many_machines_is_listed_in_pages_of_at_most_a_hundred_
     poller = MachinePoller(
         client, fast=1.0, idle=30.0, batch_size=PollingSection().batch_size, wake=woken.append
     )
+    return sim, client, poller, woken
+
+
+async def test_a_round_of_many_machines_is_listed_in_pages_of_at_most_a_hundred_ids() -> None:
+    sim, client, poller, woken = polled(2 * PAGE + 30, seed=4)
     calls: list[list[str]] = []
     listed = client.machines.list_lenient
 
@@ -63,15 +70,7 @@ async def test_each_page_is_folded_in_as_soon_as_it_is_answered() -> None:
     """The owners of a page's machines are woken when that page is answered, not after the whole round (a
     round of many pages must not hold back the first machines' readiness); a failed call ends the round
     there, with the pages before it kept and the round counted as failed."""
-    inventory = Inventory.generate(machines=2 * PAGE + 5, zones=1, seed=5)
-    sim = Simulator(inventory, timings=Timings(), faults=Faults())
-    client = maas.MaasClient(
-        ENDPOINT, api_key=sim.api_key, transport=httpx.ASGITransport(app=sim.app), max_retries=0
-    )
-    woken: list[str] = []
-    poller = MachinePoller(
-        client, fast=1.0, idle=30.0, batch_size=PollingSection().batch_size, wake=woken.append
-    )
+    sim, client, poller, woken = polled(2 * PAGE + 5, seed=5)
     woken_before_call: list[int] = []
     listed = client.machines.list_lenient
 

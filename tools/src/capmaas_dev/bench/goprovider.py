@@ -46,6 +46,8 @@ from capmaas_dev.bench.goprovider_source import read_crd_sources
 from capmaas_dev.bench.metrics import (
     WriteKey,
     apiserver_writes,
+    harness_writes,
+    operator_writes,
     percentile,
     proc_stats,
     settled_writes,
@@ -326,12 +328,8 @@ class GoBench:
             load["end"] = loadavg()
         finally:
             watcher.stop()
-        own = Counter({("POST", "maasmachines", ""): n})
-        for verb in ("DELETECOLLECTION", "DELETE"):
-            if writes.get((verb, "maasmachines", ""), 0) > 0:
-                own[(verb, "maasmachines", "")] = 1
-                break
-        op_writes = sum(max(0, v - own.get(k, 0)) for k, v in writes.items())
+        own = harness_writes(writes, n, 1)
+        op_writes = operator_writes(writes, own)
         maas_total = sum(counters.values())
         self.figures.update(
             create_seconds=round(created, 2),

@@ -130,6 +130,23 @@ WRITE_KINDS = {
 }
 
 
+def harness_writes(writes: Counter[WriteKey], creates: int, delete_calls: int) -> Counter[WriteKey]:
+    """The benchmark's own writes among ``writes``: its ``creates`` MaasMachine creates and its
+    ``delete_calls`` delete-collection calls (the apiserver counts those as DELETECOLLECTION or, in recent
+    versions, DELETE)."""
+    own: Counter[WriteKey] = Counter({("POST", "maasmachines", ""): creates})
+    for verb in ("DELETECOLLECTION", "DELETE"):
+        if writes.get((verb, "maasmachines", ""), 0) > 0:
+            own[(verb, "maasmachines", "")] = delete_calls
+            break
+    return own
+
+
+def operator_writes(writes: Counter[WriteKey], own: Counter[WriteKey]) -> int:
+    """All of ``writes`` but the benchmark's own (:func:`harness_writes`)."""
+    return sum(max(0, v - own.get(k, 0)) for k, v in writes.items())
+
+
 def writes_by_kind(writes: Counter[WriteKey], own: Counter[WriteKey], machines: int) -> dict[str, float]:
     """The operator's writes per machine by kind (:data:`WRITE_KINDS`; anything else by verb and resource),
     the benchmark's own (``own``) left out."""

@@ -51,6 +51,8 @@ from capmaas_dev.bench.metrics import (
     apiserver_writes,
     cpu_seconds_of,
     first_reconcile_after,
+    harness_writes,
+    operator_writes,
     percentile,
     proc_stats,
     settled_writes,
@@ -419,16 +421,10 @@ class Bench:
         harness: tuple[HarnessCpu, HarnessCpu, HarnessCpu],
     ) -> None:
         n = self.n
-        # Ours: N creates and the delete-collection calls (the apiserver counts them as DELETECOLLECTION or,
-        # in recent versions, DELETE).
-        own = {("POST", "maasmachines", ""): n}
-        for verb in ("DELETECOLLECTION", "DELETE"):
-            if writes.get((verb, "maasmachines", ""), 0) > 0:
-                own[(verb, "maasmachines", "")] = deletes
-                break
-        op_writes = sum(max(0, v - own.get(k, 0)) for k, v in writes.items())
+        own = harness_writes(writes, n, deletes)
+        op_writes = operator_writes(writes, own)
         stats_ready, stats_end, cpu0 = stats
-        self.figures["kube_writes_per_machine_by_kind"] = writes_by_kind(writes, Counter(own), n)
+        self.figures["kube_writes_per_machine_by_kind"] = writes_by_kind(writes, own, n)
         self.figures.update(
             create_seconds=round(created, 2),
             ready=ready,

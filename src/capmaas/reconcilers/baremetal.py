@@ -183,6 +183,7 @@ class BareMetal(Strategy):
             msg = f"MAAS machine {sid} is not held under this MaasMachine's agent name; forgot it"
             if not await self.ownership.check(self, scope, port, sid, msg):
                 return Requeue(0.0)
+        await self.reuse.settle(scope)  # node reuse hook: a server is held, any entry it claimed goes
         return str(sid)
 
     async def owns(self, scope: MachineScope, port: MaasPort, system_id: str) -> bool:

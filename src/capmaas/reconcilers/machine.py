@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 
 from capmaas.api import conditions as C
 from capmaas.api.related import CapiCluster, CapiMachine
-from capmaas.reconcilers import addresses, identity
+from capmaas.reconcilers import addresses, identity, reuse
 from capmaas.reconcilers.baremetal import BareMetal
 from capmaas.reconcilers.credentials import DEFAULT_REF, connect_ref
 from capmaas.reconcilers.errors import ReconcileError, TransientError
@@ -203,4 +203,5 @@ class MachineReconciler:
             done = await self.life.delete(p, scope, port)
         if MACHINE_FINALIZER not in scope.finalizers:  # released: the addresses go back to their pools
             await addresses.drop_claims(scope, self.kube)
+            await reuse.drop_claims(scope, self.kube)  # node reuse hook: a server it claimed is free again
         return done

@@ -22,19 +22,24 @@ MaasMachine whose pass connects with another identity (the MaasCluster's ``ident
 MAAS user or endpoint) never uses it: a server released without erase keeps its data, and allocating it by
 system ID under another user would hand that data over (or, in another MAAS, name someone else's server).
 
-Taking it back. A new bare-metal MaasMachine whose owner has an entry of its identity claims it (the entry is
-removed with a resourceVersion-guarded write of the MaasCluster, so two MaasMachines never claim one server)
-and allocates through the usual crash-safe path (``…/allocating`` first, agent name = its UID, adoption after
-a lost answer), with ``system_id=<sid>`` added to the template's constraints: MAAS ANDs them, so the pool,
-tags and sizes of the new template still hold. A 409 (taken meanwhile, gone, no longer matching) ends reuse
-for that MaasMachine: it allocates a fresh server at once. With no entry yet, a MaasMachine whose template has
+Taking it back. A new bare-metal MaasMachine whose owner has an entry of its identity claims it: the entry
+gets ``claimant: <its UID>`` with a resourceVersion-guarded write of the MaasCluster (so two MaasMachines
+never claim one server) and is ignored by every other MaasMachine from then on. The claimant allocates through
+the usual crash-safe path (``…/allocating`` first, agent name = its UID, adoption after a lost answer), with
+``system_id=<sid>`` added to the template's constraints: MAAS ANDs them, so the pool, tags and sizes of the
+new template still hold. A pass that ends between the claim and the allocate (its own write refused with 409
+because CAPI changed the MaasMachine meanwhile, a crash, a lost answer) finds its claim again on the next
+pass. Once the MaasMachine holds a server (or gave up on reuse), its claimed entries are removed, on every
+pass until that write succeeds. A 409 from MAAS (taken meanwhile, gone, no longer matching) ends reuse for
+that MaasMachine: it allocates a fresh server at once. With no entry yet, a MaasMachine whose template has
 ``nodeReuse`` waits up to ``MachineSettings.reuse_wait`` from its creation (a rollout with ``maxSurge: 0``
 creates it after the old Machine is gone, so the entry is normally there). Entries are used whatever the new
 template says (as CAPM3's labelled hosts take precedence); the wait only with ``nodeReuse``.
 
-What can be lost, never leaked: a crash between the claim and the ``…/allocating`` write loses the entry (the
-server stays Ready in MAAS's pool); a crash between the release and the ``…/reuse-for`` write records nothing.
-The MAAS user never holds a server it did not allocate under a MaasMachine's agent name.
+What can be lost, never leaked: an entry claimed by a MaasMachine deleted before it allocated is removed by
+its deletion (the server stays Ready in MAAS's pool); a crash between the release and the ``…/reuse-for``
+write records nothing. The MAAS user never holds a server it did not allocate under a MaasMachine's agent
+name.
 """
 
 from __future__ import annotations
@@ -77,6 +82,9 @@ class Reusable(K8sModel):
     system_id: str = Field(alias="systemID", description="The MAAS system ID.")
     identity: str = Field(description="Fingerprint of the MAAS endpoint + user that released it.")
     released: float = Field(description="When, in epoch seconds.")
+    claimant: str | None = Field(
+        default=None, description="UID of the MaasMachine taking it back (no other MaasMachine uses it then)."
+    )
 
 
 _RECORDS = pydantic.TypeAdapter(list[Reusable])
@@ -111,10 +119,20 @@ def added(records: Sequence[Reusable], new: Reusable, now: float, ttl: float) ->
     return live([*rest, new], now, ttl)
 
 
-def pick(records: Sequence[Reusable], owner: str, identity: str) -> Reusable | None:
-    """The oldest entry of ``owner`` released through ``identity`` (entries of other identities are never
-    candidates)."""
-    return next((r for r in records if r.owner == owner and r.identity == identity), None)
+def pick(records: Sequence[Reusable], owner: str, identity: str, claimant: str) -> Reusable | None:
+    """The entry ``claimant`` claimed already, else the oldest unclaimed one, of ``owner`` released through
+    ``identity`` (entries of other identities, and those other MaasMachines claimed, are never candidates)."""
+    ours = [r for r in records if r.owner == owner and r.identity == identity]
+    mine = next((r for r in ours if r.claimant == claimant), None)
+    return mine or next((r for r in ours if r.claimant is None), None)
+
+
+def claimed(records: Sequence[Reusable], system_id: str, claimant: str) -> list[Reusable]:
+    """``records`` with ``system_id``'s entry claimed by ``claimant`` (unchanged if another claimed it)."""
+    return [
+        r.model_copy(update={"claimant": claimant}) if r.system_id == system_id and r.claimant is None else r
+        for r in records
+    ]
 
 
 def owner_of(machine: CapiMachine | None) -> str | None:
@@ -187,16 +205,23 @@ class NodeReuse:
     # --- a new machine -----------------------------------------------------------------------------------
     async def claim(self, scope: MachineScope, port: MaasPort) -> str | Requeue | None:
         """Before a fresh allocation: the system ID of a server released for this Machine's owner through
-        this identity (its entry removed), a wait for one, or None (allocate as usual)."""
+        this identity (its entry claimed for this MaasMachine, or claimed by an earlier pass), a wait for one,
+        or None (allocate as usual)."""
         owner = owner_of(scope.machine)
         cluster = scope.maascluster
-        if owner is None or cluster is None or scope.annotation(REUSE_TRIED):
+        if scope.annotation(REUSE_TRIED):
+            await self.settle(scope)
+            return None
+        if owner is None or cluster is None:
             return None
         now = self.clock()
         records = live(parse(_annotation(cluster)), now, self.ttl)
-        found = pick(records, owner, port.identity)
+        found = pick(records, owner, port.identity, scope.uid)
         if found is not None:
-            await self._write(cluster, lambda rs: [r for r in rs if r.system_id != found.system_id])
+            if found.claimant is None:
+                await scope.flush()  # the finalizer first: a claimant deleted later drops its claim
+                sid, uid = found.system_id, scope.uid
+                await self._write(cluster, lambda rs: claimed(rs, sid, uid))
             return found.system_id
         left = self._left(scope, now)
         if left > 0 and self.template_reuses(scope):
@@ -205,6 +230,10 @@ class NodeReuse:
             scope.wait(C.WAITING_FOR_REUSABLE_MACHINE_REASON, msg)
             return Requeue(min(left, REUSE_LOOK))
         return None
+
+    async def settle(self, scope: MachineScope) -> None:
+        """This MaasMachine holds a server or gave up on reuse: the entries it claimed go."""
+        await drop_claims(scope, self.kube)
 
     def narrow(
         self, asked: maas.AllocateConstraints, sid: str, *, keep_zone: bool
@@ -230,21 +259,37 @@ class NodeReuse:
         return max(0.0, at + self.wait - now)
 
     async def _write(self, cluster: Body, change: Callable[[list[Reusable]], list[Reusable]]) -> None:
-        """Compare-and-set of the MaasCluster's entries: the patch carries the resourceVersion read, so a
-        concurrent writer makes it fail with 409 (the pass runs again from the current object)."""
-        meta = cluster.get("metadata") or {}
-        before = parse(_annotation(cluster))
-        after = change(before)
-        if after == before:
-            return
-        body = {
-            "metadata": {
-                "resourceVersion": meta.get("resourceVersion"),
-                "annotations": {ANNOTATION_PREFIX + REUSABLE: dump(after)},
-            }
+        await _write(self.kube, cluster, change)
+
+
+async def drop_claims(scope: MachineScope, kube: KubePort) -> None:
+    """Remove the entries this MaasMachine claimed (it holds a server, gave up on reuse or is gone). No
+    request unless it has one; a refused write fails the pass, and the next pass tries again."""
+    cluster = scope.maascluster
+    text = _annotation(cluster) if cluster is not None else None
+    uid = scope.uid
+    if cluster is None or not text or not uid or uid not in text:
+        return
+    if any(r.claimant == uid for r in parse(text)):
+        await _write(kube, cluster, lambda rs: [r for r in rs if r.claimant != uid])
+
+
+async def _write(kube: KubePort, cluster: Body, change: Callable[[list[Reusable]], list[Reusable]]) -> None:
+    """Compare-and-set of the MaasCluster's entries: the patch carries the resourceVersion read, so a
+    concurrent writer makes it fail with 409 (the pass runs again from the current object)."""
+    meta = cluster.get("metadata") or {}
+    before = parse(_annotation(cluster))
+    after = change(before)
+    if after == before:
+        return
+    body = {
+        "metadata": {
+            "resourceVersion": meta.get("resourceVersion"),
+            "annotations": {ANNOTATION_PREFIX + REUSABLE: dump(after)},
         }
-        namespace, name = meta.get("namespace", ""), meta.get("name", "")
-        await self.kube.patch(MAASCLUSTER, namespace, name, body, status=False)
+    }
+    namespace, name = meta.get("namespace", ""), meta.get("name", "")
+    await kube.patch(MAASCLUSTER, namespace, name, body, status=False)
 
 
 def _annotation(cluster: Body) -> str | None:

@@ -6,6 +6,7 @@ system ID, under its own agent name, through the same identity only."""
 
 from __future__ import annotations
 
+import copy
 import datetime
 from typing import Any
 
@@ -31,7 +32,7 @@ from capmaas.api.v1beta1 import ReleaseOptions
 from capmaas.gateway import MaasConnections
 from capmaas.reconcilers import reuse
 from capmaas.reconcilers.cluster import ClusterReconciler
-from capmaas.reconcilers.errors import TransientError
+from capmaas.reconcilers.errors import ConflictError, TransientError
 from capmaas.reconcilers.keys import ANNOTATION_PREFIX, IDENTITY, REUSABLE
 from capmaas.reconcilers.lifecycle import MachineSettings
 from capmaas.reconcilers.machine import MachineReconciler
@@ -83,10 +84,23 @@ def test_only_the_owners_entries_of_the_same_identity_are_candidates() -> None:
         entry("ours", at=3.0),
         entry("ours-later", at=4.0),
     ]
-    found = reuse.pick(records, "MachineDeployment/md-0", "id-a")
+    found = reuse.pick(records, "MachineDeployment/md-0", "id-a", "uid-1")
     assert found is not None
     assert found.system_id == "ours"
-    assert reuse.pick(records, "MachineDeployment/md-0", "id-c") is None
+    assert reuse.pick(records, "MachineDeployment/md-0", "id-c", "uid-1") is None
+
+
+def test_a_claimed_entry_is_its_claimants_only() -> None:
+    records = reuse.claimed([entry("ours", at=1.0), entry("ours-later", at=2.0)], "ours", "uid-1")
+    assert [r.claimant for r in records] == ["uid-1", None]
+    assert reuse.claimed(records, "ours", "uid-2") == records  # claimed already: not taken over
+    mine = reuse.pick(records, MD0, "id-a", "uid-1")
+    assert mine is not None
+    assert mine.system_id == "ours"  # found again by its claimant
+    theirs = reuse.pick(records, MD0, "id-a", "uid-2")
+    assert theirs is not None
+    assert theirs.system_id == "ours-later"  # never another MaasMachine's claim
+    assert reuse.parse(reuse.dump(records)) == records
 
 
 def test_the_owner_is_the_machinedeployment_or_the_control_plane() -> None:
@@ -190,6 +204,48 @@ async def test_a_rollout_with_node_reuse_gets_the_same_server_back_unerased(env:
     assert env.sim.machines_by_agent(w1["metadata"]["uid"])[0]["system_id"] == sid  # under its own agent name
     assert records(env) == []  # consumed
     assert "MachineKeptForReuse" in env.kube.reasons()
+
+
+async def claim_and_be_refused(env: Env) -> str:
+    """w0 kept for md-0, then w1's first pass claims it and its own next write is refused with 409: CAPI wrote
+    the new MaasMachine (owner reference, labels) right after the operator read it. Returns w0's server."""
+    sid = await deploy_and_delete_w0(env, node_reuse=True)
+    template(env, "t-new", node_reuse=True)
+    md_machine(env, "w1", "t-new")
+    read = copy.deepcopy(env.kube.get("maasmachines", "w1"))  # what this pass acts on
+    patch = env.kube.patch
+    armed = [True]
+
+    async def capi_writes(plural: Any, namespace: str, name: str, body: Any, *, status: bool) -> Any:
+        done = await patch(plural, namespace, name, body, status=status)
+        if plural == "maasclusters" and armed[0]:  # the claim
+            armed[0] = False
+            await patch("maasmachines", "ns", "w1", {"metadata": {"labels": {"by": "capi"}}}, status=False)
+        return done
+
+    env.kube.patch = capi_writes  # type: ignore[method-assign]
+    with pytest.raises(ConflictError):
+        await env.machines.reconcile(read)
+    env.kube.patch = patch  # type: ignore[method-assign]
+    assert not armed[0]
+    assert [(r.system_id, r.claimant) for r in records(env)] == [(sid, "uid-maasmachines-w1")]
+    assert not env.sim.machines_by_agent("uid-maasmachines-w1")  # nothing allocated yet
+    return sid
+
+
+async def test_a_claim_outlives_a_refused_write_of_its_maasmachine(env: Env) -> None:
+    sid = await claim_and_be_refused(env)
+    await env.drive(["w1"], ready)
+    assert env.kube.get("maasmachines", "w1")["spec"]["systemID"] == sid
+    assert records(env) == []  # consumed once held
+
+
+async def test_a_claimant_deleted_before_it_allocates_drops_its_claim(env: Env) -> None:
+    sid = await claim_and_be_refused(env)
+    await delete(env, "w1", rounds=5)
+    assert ("maasmachines", "ns", "w1") not in env.kube.objects
+    assert records(env) == []
+    assert env.sim.machine(sid)["status_name"] == "Ready"  # in the pool again, nobody's
 
 
 async def test_without_node_reuse_a_rollout_gets_new_servers(env: Env) -> None:
@@ -298,7 +354,7 @@ async def test_a_reused_allocate_whose_answer_is_lost_is_adopted_not_leaked(sim:
         assert not transport.armed  # the allocate was sent (by system ID) and MAAS acted on it
         uid = env.kube.get("maasmachines", "w1")["metadata"]["uid"]
         assert [m["system_id"] for m in sim.machines_by_agent(uid)] == [sid]
-        assert records(env) == []  # claimed before the allocate
+        assert [r.claimant for r in records(env)] == [uid]  # claimed before the allocate, for w1 alone
         await env.drive(["w1"], ready)
         assert env.kube.get("maasmachines", "w1")["spec"]["systemID"] == sid
         assert [m["system_id"] for m in sim.machines_by_agent(uid)] == [sid]  # adopted, not allocated again

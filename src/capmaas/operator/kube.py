@@ -476,6 +476,22 @@ class KubeAdapter:
     def zone_tally(self, namespace: str, cluster_name: str) -> ZoneTally:
         return self.store.zone_tally(namespace, cluster_name)
 
+    async def lists_maasmachines(self, namespace: str, cluster_name: str) -> bool:
+        selector = f"{CLUSTER_NAME_LABEL}={cluster_name}"
+        if self._filter is not None:  # those the watch filter keeps out are not this operator's to wait for
+            key, value = self._filter
+            selector += "," + (key if value is None else f"{key}={value}")
+        try:
+            return await self._http.lists_any(
+                f"{GROUP}/{VERSION}", "maasmachines", namespace, label_selector=selector
+            )
+        except KubeHttpError as exc:
+            raise TransientError(
+                "KubernetesError",
+                f"listing the MaasMachines of {cluster_name}: "
+                + (f"HTTP {exc.status}" if exc.status else str(exc)),
+            ) from exc
+
     # --- Cluster API IPAM (the MaasMachine side) ----------------------------------------------------------
     def get_ip_claim(self, namespace: str, name: str) -> Body | None:
         return self.store.find(IP_CLAIMS, namespace, name)

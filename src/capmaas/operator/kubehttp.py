@@ -31,7 +31,7 @@ import math
 import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import aiohttp
 
@@ -253,6 +253,15 @@ class KubeHttp:
         """GET ``api`` (``group/version``) object ``plural/name`` (after a 409: the current version)."""
         path = f"/apis/{api}/namespaces/{quote(namespace)}/{plural}/{quote(name)}"
         return await self.request("GET", path, priority=priority)
+
+    async def lists_any(
+        self, api: str, plural: str, namespace: str, *, label_selector: str, priority: int = 0
+    ) -> bool:
+        """Whether a LIST of ``api`` (``group/version``) ``plural`` in ``namespace`` matching
+        ``label_selector`` names any object now (one item asked for)."""
+        query = urlencode({"labelSelector": label_selector, "limit": "1"})
+        path = f"/apis/{api}/namespaces/{quote(namespace)}/{plural}?{query}"
+        return bool((await self.request("GET", path, priority=priority)).get("items"))
 
     async def create_object(
         self, api: str, plural: str, namespace: str, body: Mapping[str, Any], *, priority: int = 1

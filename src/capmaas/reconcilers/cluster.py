@@ -688,8 +688,11 @@ class ClusterReconciler:
         if paused:
             return Requeue()
         left = self.kube.list_maasmachines(scope.namespace, scope.cluster_name)
-        if left:
-            scope.set_deletion(C.DELETING_REASON, f"waiting for {len(left)} MaasMachines to go")
+        # An empty cache is checked against the apiserver (one LIST per MaasCluster deletion): the
+        # MaasMachines release their servers with this MaasCluster's credentials, so it must outlive them.
+        if left or await self.kube.lists_maasmachines(scope.namespace, scope.cluster_name):
+            what = f"{len(left)} MaasMachines" if left else "the MaasMachines the apiserver lists"
+            scope.set_deletion(C.DELETING_REASON, f"waiting for {what} to go")
             # Look again soon rather than only when woken: the wake-up for "a MaasMachine went away" finds the
             # MaasCluster through the Cluster, which may already be gone (deleted first, or a namespace
             # deletion), and then this MaasCluster would sit until the resync interval (minutes).

@@ -99,6 +99,12 @@ class KubePort(Protocol):
         """MaasMachines labelled ``cluster.x-k8s.io/cluster-name=<cluster_name>``, from the watch cache."""
         ...
 
+    async def lists_maasmachines(self, namespace: str, cluster_name: str) -> bool:
+        """Whether the apiserver lists any MaasMachine labelled with ``cluster_name`` now: a LIST, not the
+        cache. The last look before a MaasCluster's finalizer goes: at start-up kopf may run a MaasCluster's
+        handler before the MaasMachines' own watch filled the cache, and an empty cache then is no proof."""
+        ...
+
     def zone_tally(self, namespace: str, cluster_name: str) -> ZoneTally:
         """What the zone spread counts of the same MaasMachines (:meth:`list_maasmachines`): kept up to date
         by the watch cache, so reading it does not walk the cluster. Read only, and at once (it changes)."""

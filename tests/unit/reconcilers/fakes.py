@@ -121,6 +121,9 @@ class FakeKube:
         # Owners a watch filter keeps out of the cache, by (plural, namespace, name), and the reads of them.
         self.unwatched: dict[tuple[str, str, str], Unwatched] = {}
         self.unwatched_reads = 0
+        # MaasMachines the watch cache has not listed yet (start-up), by name; and the LISTs sent.
+        self.unlisted: set[str] = set()
+        self.lists = 0
         self._rv = 1
 
     # helpers for tests
@@ -166,6 +169,17 @@ class FakeKube:
         ]
 
     def list_maasmachines(self, namespace: str, cluster_name: str) -> Sequence[Body]:
+        return [
+            b
+            for b in self._maasmachines(namespace, cluster_name)
+            if b["metadata"]["name"] not in self.unlisted
+        ]
+
+    async def lists_maasmachines(self, namespace: str, cluster_name: str) -> bool:
+        self.lists += 1
+        return bool(self._maasmachines(namespace, cluster_name))
+
+    def _maasmachines(self, namespace: str, cluster_name: str) -> list[Body]:
         return [
             b
             for (p, ns, _), b in self.objects.items()

@@ -106,6 +106,33 @@ async def test_deleting_with_machines_left_looks_again_without_being_woken(env: 
     assert ("maasclusters", "ns", "c1") not in env.kube.objects
 
 
+async def test_an_empty_cache_at_start_up_does_not_end_the_deletion(env: Env) -> None:
+    """At start-up kopf may run the MaasCluster's handler before the MaasMachines' own watch filled the cache:
+    the MaasMachines still need this MaasCluster (their credentials) to release their servers, so its
+    finalizer stays while the apiserver lists any."""
+    await env.cluster()
+    env.kube.add("maasmachines", demo.maasmachine("w0", "ns", "c1", control_plane=False))
+    env.kube.unlisted.add("w0")  # the apiserver has it, the cache not yet
+    env.kube.get("maasclusters", "c1")["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    result = await env.clusters.reconcile(env.kube.get("maasclusters", "c1"))
+    assert result.after == DELETE_RECHECK_SECONDS
+    mc = env.kube.get("maasclusters", "c1")
+    assert FINALIZER in mc["metadata"]["finalizers"]
+    c = next(c for c in mc["status"]["conditions"] if c["type"] == C.READY_CONDITION)
+    assert (c["reason"], c["message"]) == (
+        C.DELETING_REASON,
+        "waiting for the MaasMachines the apiserver lists to go",
+    )
+    assert env.kube.lists == 1
+    env.kube.unlisted.clear()
+    await env.clusters.reconcile(env.kube.get("maasclusters", "c1"))
+    assert env.kube.lists == 1  # the cache names it: no LIST
+    del env.kube.objects[("maasmachines", "ns", "w0")]
+    await env.clusters.reconcile(env.kube.get("maasclusters", "c1"))
+    assert ("maasclusters", "ns", "c1") not in env.kube.objects
+    assert env.kube.lists == 2
+
+
 async def test_endpoint_is_in_spec_before_status_says_provisioned(env: Env) -> None:
     """CAPI copies ``spec.controlPlaneEndpoint`` once the MaasCluster reports provisioned: every status write
     that says ready must find the endpoint already stored (spec is written before status in a pass)."""

@@ -24,6 +24,8 @@ from typing import Any
 import kopf
 
 from capmaas.api.related import CapiCluster, ObjectMeta
+from capmaas.operator import jsonbodies
+from capmaas.operator.echoes import MODIFIED, Echoes
 from capmaas.operator.kopfsettings import label_selector
 from capmaas.operator.kube import object_key, without_managed_fields
 from capmaas.operator.routing import (
@@ -60,6 +62,19 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         for key in rt.router.keys(group, plural, rt.store, Event(type, body)):
             rt.wake(key)
 
+    def echo(plural: str, key: str, body: Mapping[str, Any]) -> None:
+        """What the handlers below do for a MODIFIED event of a version already cached (the echo of our own
+        write), done by :class:`~capmaas.operator.echoes.Echoes` before kopf would see the event."""
+        (rt.machines if plural == MAASMACHINES else rt.clusters).ensure(key, wake=False)
+        route(INFRA, plural, MODIFIED, body)
+        rt.metrics.echoes.labels(plural).inc()
+
+    echoes = Echoes(rt.store, in_shard=rt.kube.in_shard, echo=echo)
+
+    @kopf.on.startup(registry=registry)
+    async def take_echoes(**_: Any) -> None:
+        jsonbodies.take_watch_events(echoes)
+
     @kopf.on.startup(registry=registry)
     async def start_leak_audit(**_: Any) -> None:
         if config.polling.leak_audit_interval > 0:
@@ -71,6 +86,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
 
     @kopf.on.cleanup(registry=registry)
     async def shutdown(**_: Any) -> None:
+        jsonbodies.take_watch_events(None)
         for task in audit:
             task.cancel()
         await rt.stop()

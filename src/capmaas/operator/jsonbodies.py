@@ -14,13 +14,16 @@ list, and from the object of a watch event. Its figures: docs/scaling.md, "Memor
 :func:`install_in_kopf` makes kopf decode through it too: its watch streams (each line is parsed with
 ``json.loads`` of its module ``kopf._cogs.clients.api``) and its listings (``api.get``, which every listing
 and discovery read goes through, returns ``response.json()``; it is replaced by the same request decoded
-with :func:`loads`). The tests of this module fail if the installed kopf stops doing either.
+with :func:`loads`). The tests of this module fail if the installed kopf stops doing either. The watch
+events decoded there can be handed to a filter first (:func:`take_watch_events`: the operator's
+:class:`~capmaas.operator.echoes.Echoes`).
 """
 
 from __future__ import annotations
 
 import json
 import types
+from collections.abc import Callable
 from typing import Any
 
 import pydantic_core
@@ -52,11 +55,29 @@ def _drop_managed_fields(obj: dict[str, Any]) -> None:
         meta.pop(MANAGED_FIELDS, None)
 
 
-class _JsonForKopf(types.ModuleType):
-    """The ``json`` module as kopf's client module sees it: :func:`loads` instead of ``json.loads``,
-    everything else the standard module's."""
+#: What each decoded watch event goes through before kopf sees it (:func:`take_watch_events`): one a process.
+_WATCH_EVENTS: list[Callable[[dict[str, Any]], dict[str, Any]]] = []
 
-    loads = staticmethod(loads)
+
+def take_watch_events(through: Callable[[dict[str, Any]], dict[str, Any]] | None) -> None:
+    """Hand every event of kopf's watch streams, decoded, to ``through`` first (kopf gets what it returns);
+    None: to kopf directly again. Takes effect where :func:`install_in_kopf` succeeded."""
+    _WATCH_EVENTS[:] = [] if through is None else [through]
+
+
+def _watch_line(data: str | bytes) -> Any:
+    """One line of a kopf watch stream (kopf's ``api.stream`` is the only ``json.loads`` of its client)."""
+    value = loads(data)
+    if _WATCH_EVENTS and type(value) is dict:
+        return _WATCH_EVENTS[0](value)
+    return value
+
+
+class _JsonForKopf(types.ModuleType):
+    """The ``json`` module as kopf's client module sees it: its watch lines decoded by :func:`loads` (and
+    handed to :func:`take_watch_events`'s filter), everything else the standard module's."""
+
+    loads = staticmethod(_watch_line)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(json, name)

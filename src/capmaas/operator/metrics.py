@@ -145,6 +145,13 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        self.echoes = Counter(
+            "capmaas_watch_echoes_total",
+            "Watch events that only echoed this process's own writes (the version already cached), taken "
+            "before kopf, by kind",
+            ["kind"],
+            registry=self.registry,
+        )
         self.handed_off = Counter(
             "capmaas_objects_handed_off_total",
             "Objects relabelled out of this process's watch filter, handed off (nothing released), by kind",
@@ -153,6 +160,7 @@ class Metrics:
         )
         for kind in ("maasmachines", "maasclusters"):
             self.outside_filter.labels(kind)
+            self.echoes.labels(kind)
             self.handed_off.labels(kind)
         #: Set by the leak audit (:mod:`capmaas.operator.leaks`): MAAS machines still held under the agent
         #: name of a deleted MaasMachine.

@@ -141,7 +141,7 @@ def test_installed_kopf_decodes_through_loads_and_keeps_the_rest_of_json(
     monkeypatch.setattr(kopf_api, "get", KOPF_GET)
     assert jsonbodies.install_in_kopf()
     assert jsonbodies.install_in_kopf()  # twice: still installed, not wrapped again
-    assert kopf_api.json.loads is jsonbodies.loads
+    assert kopf_api.json.loads is jsonbodies._watch_line  # loads, then the watch events' filter if any
     assert kopf_api.json.dumps is json.dumps
     assert kopf_api.json.JSONDecodeError is json.JSONDecodeError
     line = json.dumps({"type": "ADDED", "object": body()}).encode()

@@ -52,9 +52,9 @@ class Echoes:
         body = event.get("object")
         if type(body) is not dict:
             return event
-        plural = PLURALS.get(body.get("kind"))  # type: ignore[arg-type]
+        plural = PLURALS.get(str(body.get("kind")))
         meta = body.get("metadata")
-        if plural is None or type(meta) is not dict or body.get("apiVersion", "").partition("/")[0] != INFRA:
+        if plural is None or type(meta) is not dict or str(body.get("apiVersion")).partition("/")[0] != INFRA:
             return event
         version = meta.get("resourceVersion")
         if not version or (meta.get("deletionTimestamp") and not meta.get("finalizers")):

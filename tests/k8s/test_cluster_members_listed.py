@@ -48,7 +48,7 @@ async def test_the_apiserver_is_asked_for_the_clusters_maasmachines(
         assert plain.list_maasmachines(namespace, "c1") == []  # nothing in the cache: it was never fed
         assert await plain.lists_maasmachines(namespace, "c1")
         assert not await plain.lists_maasmachines(namespace, "c2")
-        assert not await plain.lists_maasmachines("default", "c1")  # another namespace
+        assert not await plain.lists_maasmachines(namespace + "-other", "c1")  # another namespace
         # Under a watch filter only the MaasMachines it lets in count (the others are another operator's).
         assert not await sharded.lists_maasmachines(namespace, "c1")
         kubectl("label", "maasmachine", "m2", "-n", namespace, "shard=a")

@@ -42,7 +42,7 @@ from capmaas.operator.kubeconfig import KubeconfigRejected, WorkloadKubeconfig, 
 from capmaas.operator.kubehttp import KubeHttp, KubeHttpError, Retries, Target
 from capmaas.operator.ttlcache import TtlLru
 from capmaas.reconcilers.errors import ConflictError, TransientError
-from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL
+from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL
 from capmaas.reconcilers.ports import (
     MAASMACHINE,
     Body,
@@ -476,14 +476,18 @@ class KubeAdapter:
     def zone_tally(self, namespace: str, cluster_name: str) -> ZoneTally:
         return self.store.zone_tally(namespace, cluster_name)
 
-    async def lists_maasmachines(self, namespace: str, cluster_name: str) -> bool:
+    async def live_maasmachines(
+        self, namespace: str, cluster_name: str, *, control_plane: bool = False, limit: int | None = None
+    ) -> Sequence[Body]:
         selector = f"{CLUSTER_NAME_LABEL}={cluster_name}"
-        if self._filter is not None:  # those the watch filter keeps out are not this operator's to wait for
+        if control_plane:
+            selector += f",{CONTROL_PLANE_LABEL}"
+        if self._filter is not None:  # those the watch filter keeps out are not this operator's
             key, value = self._filter
             selector += "," + (key if value is None else f"{key}={value}")
         try:
-            return await self._http.lists_any(
-                f"{GROUP}/{VERSION}", "maasmachines", namespace, label_selector=selector
+            return await self._http.list_objects(
+                f"{GROUP}/{VERSION}", "maasmachines", namespace, label_selector=selector, limit=limit
             )
         except KubeHttpError as exc:
             raise TransientError(

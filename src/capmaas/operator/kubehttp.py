@@ -254,14 +254,22 @@ class KubeHttp:
         path = f"/apis/{api}/namespaces/{quote(namespace)}/{plural}/{quote(name)}"
         return await self.request("GET", path, priority=priority)
 
-    async def lists_any(
-        self, api: str, plural: str, namespace: str, *, label_selector: str, priority: int = 0
-    ) -> bool:
-        """Whether a LIST of ``api`` (``group/version``) ``plural`` in ``namespace`` matching
-        ``label_selector`` names any object now (one item asked for)."""
-        query = urlencode({"labelSelector": label_selector, "limit": "1"})
-        path = f"/apis/{api}/namespaces/{quote(namespace)}/{plural}?{query}"
-        return bool((await self.request("GET", path, priority=priority)).get("items"))
+    async def list_objects(
+        self,
+        api: str,
+        plural: str,
+        namespace: str,
+        *,
+        label_selector: str,
+        limit: int | None = None,
+        priority: int = 0,
+    ) -> list[dict[str, Any]]:
+        """The objects a LIST of ``api`` (``group/version``) ``plural`` in ``namespace`` matching
+        ``label_selector`` returns now (the first ``limit`` of them, when given)."""
+        params = {"labelSelector": label_selector, **({"limit": str(limit)} if limit else {})}
+        path = f"/apis/{api}/namespaces/{quote(namespace)}/{plural}?{urlencode(params)}"
+        items = (await self.request("GET", path, priority=priority)).get("items")
+        return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
     async def create_object(
         self, api: str, plural: str, namespace: str, body: Mapping[str, Any], *, priority: int = 1

@@ -10,8 +10,10 @@ addresses (the Go provider wiped them and clusters lost their API). Nor is it em
 cache shows no control-plane MaasMachine: an operator just started, or the target of a ``clusterctl move``,
 may hold the MaasCluster and its Cluster before their MaasMachines' events (one watch per kind, no order
 between them), and would wipe a live cluster's endpoint. The record is emptied only after the cache has shown
-none for :data:`CONTROL_PLANE_GONE_SECONDS` (a pass is requeued for then). The record is deleted with the
-cluster, once no MaasMachine of the cluster is left.
+none for :data:`CONTROL_PLANE_GONE_SECONDS` (a pass is requeued for then). For the same reason a write that
+removes some addresses first asks the apiserver whether the cache is behind (more control-plane MaasMachines
+listed there than cached: the write waits for their events). The record is deleted with the cluster, once no
+MaasMachine of the cluster is left (an empty cache is checked against the apiserver too).
 
 Ownership: a record is ours only if we created it. Its MAAS id and name are kept in the
 ``…/dns-record`` annotation (written by the operator only: the admission policy; kept by clusterctl move,
@@ -570,9 +572,10 @@ class ClusterReconciler:
                 record = DnsRecord(record.id, fqdn, frozenset({address}))
                 scope.event("Normal", "DNSRecordUpdated", f"{fqdn} -> {address} (the control-plane VIP)")
         elif cp.ips and record.ips != (want := cp.ips | record.ips if cp.unknown else cp.ips):
-            await port.dns_update(record.id, want)
-            record = DnsRecord(record.id, fqdn, want)
-            scope.event("Normal", "DNSRecordUpdated", f"{fqdn} -> {sorted(want)}")
+            if not (record.ips - want and await self._cache_behind(scope, cp)):
+                await port.dns_update(record.id, want)
+                record = DnsRecord(record.id, fqdn, want)
+                scope.event("Normal", "DNSRecordUpdated", f"{fqdn} -> {sorted(want)}")
         elif cp.count == 0 and record.ips and self._control_plane_gone(scope.uid):
             await port.dns_update(record.id, frozenset())  # no control plane left at all
             record = DnsRecord(record.id, fqdn, frozenset())
@@ -586,6 +589,15 @@ class ClusterReconciler:
         self._dns[scope.uid] = (port.identity, record)
         identity.adopt(scope)  # the record we recorded, found through this identity: stamp an older object
         return record
+
+    async def _cache_behind(self, scope: ClusterScope, cp: ControlPlane) -> bool:
+        """Before a write that removes addresses from the record: whether the apiserver lists more
+        control-plane MaasMachines of the cluster (not being deleted) than the watch cache shows. An operator
+        just started, or the target of a ``clusterctl move``, may have seen only some of them; the record then
+        keeps the addresses of the others (their events wake this MaasCluster once they are cached). One LIST
+        per such write, none otherwise."""
+        live = await self.kube.live_maasmachines(scope.namespace, scope.cluster_name, control_plane=True)
+        return sum(1 for b in live if not (b.get("metadata") or {}).get("deletionTimestamp")) > cp.count
 
     def _control_plane_gone(self, uid: str) -> bool:
         """Whether the watch cache has shown no control-plane MaasMachine of MaasCluster ``uid`` for
@@ -690,7 +702,7 @@ class ClusterReconciler:
         left = self.kube.list_maasmachines(scope.namespace, scope.cluster_name)
         # An empty cache is checked against the apiserver (one LIST per MaasCluster deletion): the
         # MaasMachines release their servers with this MaasCluster's credentials, so it must outlive them.
-        if left or await self.kube.lists_maasmachines(scope.namespace, scope.cluster_name):
+        if left or await self.kube.live_maasmachines(scope.namespace, scope.cluster_name, limit=1):
             what = f"{len(left)} MaasMachines" if left else "the MaasMachines the apiserver lists"
             scope.set_deletion(C.DELETING_REASON, f"waiting for {what} to go")
             # Look again soon rather than only when woken: the wake-up for "a MaasMachine went away" finds the

@@ -99,10 +99,13 @@ class KubePort(Protocol):
         """MaasMachines labelled ``cluster.x-k8s.io/cluster-name=<cluster_name>``, from the watch cache."""
         ...
 
-    async def lists_maasmachines(self, namespace: str, cluster_name: str) -> bool:
-        """Whether the apiserver lists any MaasMachine labelled with ``cluster_name`` now: a LIST, not the
-        cache. The last look before a MaasCluster's finalizer goes: at start-up kopf may run a MaasCluster's
-        handler before the MaasMachines' own watch filled the cache, and an empty cache then is no proof."""
+    async def live_maasmachines(
+        self, namespace: str, cluster_name: str, *, control_plane: bool = False, limit: int | None = None
+    ) -> Sequence[Body]:
+        """The MaasMachines labelled with ``cluster_name`` (and the control-plane label, if asked; the first
+        ``limit``, if given) the apiserver lists now: a LIST, not the cache. For the decisions the cache's
+        absence of an object would make wrongly: at start-up (or on a ``clusterctl move`` target) kopf may run
+        a MaasCluster's handler before the MaasMachines' own watch filled the cache."""
         ...
 
     def zone_tally(self, namespace: str, cluster_name: str) -> ZoneTally:

@@ -22,7 +22,7 @@ import pydantic
 
 from capmaas.api.v1beta1 import MaasCluster, MaasMachine
 from capmaas.reconcilers.errors import ConflictError
-from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL
+from capmaas.reconcilers.keys import CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL
 from capmaas.reconcilers.ports import (
     Body,
     CapiPlural,
@@ -175,9 +175,16 @@ class FakeKube:
             if b["metadata"]["name"] not in self.unlisted
         ]
 
-    async def lists_maasmachines(self, namespace: str, cluster_name: str) -> bool:
+    async def live_maasmachines(
+        self, namespace: str, cluster_name: str, *, control_plane: bool = False, limit: int | None = None
+    ) -> Sequence[Body]:
         self.lists += 1
-        return bool(self._maasmachines(namespace, cluster_name))
+        found = [
+            b
+            for b in self._maasmachines(namespace, cluster_name)
+            if not control_plane or CONTROL_PLANE_LABEL in (b["metadata"].get("labels") or {})
+        ]
+        return found[:limit] if limit else found
 
     def _maasmachines(self, namespace: str, cluster_name: str) -> list[Body]:
         return [

@@ -313,6 +313,32 @@ async def test_a_move_target_whose_cache_lacks_the_control_plane_leaves_the_reco
     assert dns_puts(env) == puts  # not one DNS write
 
 
+async def test_a_cache_that_has_seen_part_of_the_control_plane_does_not_shrink_the_record(env: Env) -> None:
+    """The same, with 3 control-plane machines of which the target (or a restarted operator) has seen 2: the
+    record keeps the third's address (it was shrunk, then grown back: two MAAS writes during a move). A
+    control-plane machine really gone leaves it at once, as before."""
+    await add_cluster(env)
+    for i in range(3):
+        running_cp(env, f"cp{i}", f"10.0.0.1{i}")
+    mc = await reconcile(env)
+    short = mc["spec"]["controlPlaneEndpoint"]["host"].split(".")[0]
+    assert records(env) == {short: ["10.0.0.10", "10.0.0.11", "10.0.0.12"]}
+    puts, lists = dns_puts(env), env.kube.lists
+    env.kube.unlisted.add("cp2")  # the apiserver has it, the cache not yet
+    await reconcile(env)
+    assert records(env) == {short: ["10.0.0.10", "10.0.0.11", "10.0.0.12"]}
+    assert dns_puts(env) == puts
+    assert env.kube.lists == lists + 1  # asked once, before the write that would have removed an address
+    env.kube.unlisted.clear()  # its event arrives
+    await reconcile(env)
+    assert dns_puts(env) == puts
+    assert env.kube.lists == lists + 1  # nothing to remove: no LIST
+    del env.kube.objects[("maasmachines", "ns", "cp2")]  # really gone
+    await reconcile(env)
+    assert records(env) == {short: ["10.0.0.10", "10.0.0.11"]}
+    assert dns_puts(env) == puts + 1
+
+
 async def test_the_record_is_emptied_once_the_control_plane_has_been_gone_for_a_while(env: Env) -> None:
     clock = Clock()
     r = ClusterReconciler(env.kube, env.connections, default_credentials=env.creds, clock=clock)

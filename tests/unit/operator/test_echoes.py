@@ -11,12 +11,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import kopf
 import pytest
 from kopf._cogs.clients import api as kopf_api
 from kopf._cogs.clients import watching
 from kopf._core.reactor import queueing
 
-from capmaas.operator import jsonbodies
+from capmaas.config import OperatorConfig
+from capmaas.operator import jsonbodies, kopfsettings
 from capmaas.operator.echoes import Echoes
 from capmaas.operator.kube import Store, object_key
 
@@ -150,3 +152,15 @@ def test_kopf_notes_a_bookmarks_version_and_hands_it_to_no_handler() -> None:
     worker = inspect.getsource(queueing.watcher)
     assert "if raw_event.get('type') == 'BOOKMARK':\n                continue" in worker
     assert worker.index("'BOOKMARK'") < worker.index("backlog.put(raw_event)")
+
+
+def test_the_operator_lists_before_it_watches() -> None:
+    """With kopf's initial streaming a BOOKMARK ends its initial listing: the echoes need the LIST-then-watch
+    mode, which the operator's settings pin (whatever kopf's default becomes)."""
+    registry = kopf.OperatorRegistry()
+    kopfsettings.register(registry, OperatorConfig())
+    settings = kopf.OperatorSettings()
+    settings.watching.initial_streaming = True
+    (configure,) = [h for h in registry._activities.get_all_handlers() if h.id.endswith("configure")]
+    configure.fn(settings=settings)
+    assert settings.watching.initial_streaming is False

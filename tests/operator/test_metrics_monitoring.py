@@ -189,9 +189,14 @@ async def test_every_metric_in_the_dashboard_and_rules_is_exported(harness: Harn
     assert len(set(map(frozenset, endpoints.values()))) == 1, endpoints
     assert value(got, "capmaas_reconcile_queue_lag_seconds_count", kind="maasmachines") >= 2
     assert value(got, "capmaas_reconcile_queue_lag_seconds_count", kind="maasclusters") >= 2
-    # The watch events of the operator's own writes were taken before kopf (operator/echoes.py).
+    # The watch events of the operator's own writes were taken before kopf (operator/early.py), and with
+    # them the other events of its kinds once kopf had run their handlers.
     assert value(got, "capmaas_watch_echoes_total", kind="maasmachines") >= 1
     assert value(got, "capmaas_watch_echoes_total", kind="maasclusters") >= 1
+    early = {"kind": "maasmachines", "type": "MODIFIED"}
+    assert value(got, "capmaas_watch_events_early_total", **early) >= value(
+        got, "capmaas_watch_echoes_total", kind="maasmachines"
+    )
 
 
 Sample = tuple[str, dict[str, str], float]

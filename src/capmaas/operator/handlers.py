@@ -25,7 +25,7 @@ import kopf
 
 from capmaas.api.related import CapiCluster, ObjectMeta
 from capmaas.operator import jsonbodies
-from capmaas.operator.echoes import MODIFIED, Echoes
+from capmaas.operator.early import EarlyEvents
 from capmaas.operator.kopfsettings import label_selector
 from capmaas.operator.kube import object_key, without_managed_fields
 from capmaas.operator.routing import (
@@ -62,19 +62,6 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         for key in rt.router.keys(group, plural, rt.store, Event(type, body)):
             rt.wake(key)
 
-    def echo(plural: str, key: str, body: Mapping[str, Any]) -> None:
-        """What the handlers below do for a MODIFIED event of a version already cached (the echo of our own
-        write), done by :class:`~capmaas.operator.echoes.Echoes` before kopf would see the event."""
-        (rt.machines if plural == MAASMACHINES else rt.clusters).ensure(key, wake=False)
-        route(INFRA, plural, MODIFIED, body)
-        rt.metrics.echoes.labels(plural).inc()
-
-    echoes = Echoes(rt.store, in_shard=rt.kube.in_shard, echo=echo)
-
-    @kopf.on.startup(registry=registry)
-    async def take_echoes(**_: Any) -> None:
-        jsonbodies.take_watch_events(echoes)
-
     @kopf.on.startup(registry=registry)
     async def start_leak_audit(**_: Any) -> None:
         if config.polling.leak_audit_interval > 0:
@@ -110,7 +97,7 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         log.info("%s left this shard's watch filter %s: handed off, nothing released", key, selector)
         return True
 
-    def moved_out(body: kopf.Body) -> bool:
+    def moved_out(body: Mapping[str, Any]) -> bool:
         """Deleted for ``clusterctl move`` while its Cluster was paused (what the reconcilers honour): what it
         held lives on under the target's operator."""
         meta = ObjectMeta.from_body(without_managed_fields(body.get("metadata", {})))
@@ -130,17 +117,14 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         rt.metrics.outside_filter.labels(plural).inc()
         return True
 
-    async def arrived(plural: ObjectPlural, type: str | None, body: kopf.Body) -> str | None:
-        """The loop key of an event of one of ours; None when it is not this shard's to handle."""
-        if outside(plural, type, body) or (type == DELETED and await handed_off(plural, body)):
-            return None
-        return object_key(plural, *_meta(body))
+    async def arrived(plural: ObjectPlural, type: str | None, body: kopf.Body) -> bool:
+        """Whether an event of one of ours is this shard's to handle."""
+        return not (outside(plural, type, body) or (type == DELETED and await handed_off(plural, body)))
 
-    @kopf.on.event(INFRA, MAASMACHINES, registry=registry)
-    async def maasmachine_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-        if (key := await arrived(MAASMACHINES, type, body)) is None:
-            return
+    def machine_seen(type: str | None, body: Mapping[str, Any]) -> None:
+        """A MaasMachine's event, once known to be this shard's (kopf's handler and :class:`EarlyEvents`)."""
         ns, name = _meta(body)
+        key = object_key(MAASMACHINES, ns, name)
         meta = body.get("metadata", {})
         if type == DELETED or (meta.get("deletionTimestamp") and not meta.get("finalizers")):
             moved = moved_out(body)
@@ -158,11 +142,10 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
             rt.machines.ensure(key, wake=False)  # the echo of our own write: nothing new to reconcile
         route(INFRA, MAASMACHINES, type, body)
 
-    @kopf.on.event(INFRA, MAASCLUSTERS, registry=registry)
-    async def maascluster_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-        if (key := await arrived(MAASCLUSTERS, type, body)) is None:
-            return
+    def cluster_seen(type: str | None, body: Mapping[str, Any]) -> None:
+        """A MaasCluster's event, once known to be this shard's (kopf's handler and :class:`EarlyEvents`)."""
         ns, name = _meta(body)
+        key = object_key(MAASCLUSTERS, ns, name)
         if type == DELETED:
             if moved_out(body):
                 rt.orphans.handed_on(body)
@@ -174,6 +157,32 @@ def register(registry: kopf.OperatorRegistry, rt: Runtime) -> None:
         news = rt.store.put(MAASCLUSTERS, body)
         rt.clusters.ensure(key, wake=news or rt.store.get(key) is None)
         route(INFRA, MAASCLUSTERS, type, body)
+
+    def seen_early(plural: str, type: str, body: Mapping[str, Any]) -> None:
+        (machine_seen if plural == MAASMACHINES else cluster_seen)(type, body)
+
+    def counted(plural: str, type: str, echo: bool) -> None:
+        if echo:
+            rt.metrics.echoes.labels(plural).inc()
+        rt.metrics.early_events.labels(plural, type).inc()
+
+    early = EarlyEvents(rt.store, in_shard=rt.kube.in_shard, handle=seen_early, counted=counted)
+
+    @kopf.on.startup(registry=registry)
+    async def take_early_events(**_: Any) -> None:
+        jsonbodies.take_watch_events(early)
+
+    @kopf.on.event(INFRA, MAASMACHINES, registry=registry)
+    async def maasmachine_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        early.open(MAASMACHINES)
+        if await arrived(MAASMACHINES, type, body):
+            machine_seen(type, body)
+
+    @kopf.on.event(INFRA, MAASCLUSTERS, registry=registry)
+    async def maascluster_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        early.open(MAASCLUSTERS)
+        if await arrived(MAASCLUSTERS, type, body):
+            cluster_seen(type, body)
 
     def capi_seen(plural: str, type: str | None, body: kopf.Body) -> None:
         """A CAPI Machine or Cluster into the cache; a version already seen (kopf re-listing after a watch

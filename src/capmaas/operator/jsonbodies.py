@@ -16,7 +16,7 @@ list, and from the object of a watch event. Its figures: docs/scaling.md, "Memor
 and discovery read goes through, returns ``response.json()``; it is replaced by the same request decoded
 with :func:`loads`). The tests of this module fail if the installed kopf stops doing either. The watch
 events decoded there can be handed to a filter first (:func:`take_watch_events`: the operator's
-:class:`~capmaas.operator.echoes.Echoes`).
+:class:`~capmaas.operator.early.EarlyEvents`).
 """
 
 from __future__ import annotations

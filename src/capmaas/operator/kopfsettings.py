@@ -66,8 +66,8 @@ def register(
         settings.posting.level = logging.getLevelNamesMapping()[config.logging.events_level]
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
-        # A LIST, then a watch (kopf's default, pinned): the echoes of our writes become BOOKMARKs before kopf
-        # sees them (capmaas.operator.echoes), and with initial streaming a BOOKMARK ends kopf's listing.
+        # A LIST, then a watch (kopf's default, pinned): the watch events of our kinds become BOOKMARKs before
+        # kopf sees them (capmaas.operator.early), and with initial streaming a BOOKMARK ends kopf's listing.
         settings.watching.initial_streaming = False
         settings.networking.request_timeout = 60
         settings.queueing.worker_limit = None

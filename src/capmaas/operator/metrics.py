@@ -152,6 +152,13 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        self.early_events = Counter(
+            "capmaas_watch_events_early_total",
+            "Watch events of MaasMachines and MaasClusters handled as they were decoded, before kopf (echoes "
+            "included), by kind and event type",
+            ["kind", "type"],
+            registry=self.registry,
+        )
         self.handed_off = Counter(
             "capmaas_objects_handed_off_total",
             "Objects relabelled out of this process's watch filter, handed off (nothing released), by kind",
@@ -161,6 +168,8 @@ class Metrics:
         for kind in ("maasmachines", "maasclusters"):
             self.outside_filter.labels(kind)
             self.echoes.labels(kind)
+            for event in ("ADDED", "MODIFIED", "DELETED"):
+                self.early_events.labels(kind, event)
             self.handed_off.labels(kind)
         #: Set by the leak audit (:mod:`capmaas.operator.leaks`): MAAS machines still held under the agent
         #: name of a deleted MaasMachine.
